@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes shared by every subcommand.
+const (
+	ExitOK          = 0   // success
+	ExitFailed      = 1   // invalid spec, invalid rank table, failed pipeline
+	ExitUsage       = 2   // bad flags or arguments, unreadable files
+	ExitInterrupted = 130 // SIGINT or SIGTERM
+)
+
+// exitError carries the exit code a command wants, next to its error. A nil
+// Err means the command already printed what the user needs to see.
+type exitError struct {
+	Code int
+	Err  error
+}
+
+func (e *exitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.Err }
+
+// failed reports a failure (exit 1) that the command has already printed.
+func failed() error { return &exitError{Code: ExitFailed} }
+
+// usageErr marks err as a usage or I/O problem (exit 2).
+func usageErr(err error) error { return &exitError{Code: ExitUsage, Err: err} }
+
+// Main runs the mspipe CLI with args (without the program name) and returns
+// the process exit code. Results go to stdout, diagnostics to stderr.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	code := exitCode(ctx, err)
+	if err != nil {
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.Err != nil {
+			fmt.Fprintf(stderr, "mspipe: %v\n", err)
+		}
+	}
+	return code
+}
+
+func exitCode(ctx context.Context, err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return ExitInterrupted
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	// Errors raised by cobra itself (unknown flag, wrong arg count) are usage errors.
+	return ExitUsage
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "mspipe",
+		Short: "Declarative pipelines for distributed training on (simulated) Ascend devices",
+		Long: `mspipe runs the whole life of a distributed training job from one YAML file:
+prepare sharded CIFAR-10 data, train on N devices in a parallel mode, integrate
+the per-rank checkpoint slices, reshard them for a new cluster size, retrain.
+
+Every stage runs as its own plugin process; devices are simulated on the CPU,
+one process per device, with real collectives between them.`,
+		Example: `  mspipe validate examples/             # check every pipeline in a directory
+  mspipe schema > pipeline.schema.json   # the JSON Schema for editors and CI
+  mspipe ranktable generate --devices 8  # an HCCL rank table for one 8-device host`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		newValidateCmd(),
+		newSchemaCmd(),
+		newRanktableCmd(),
+		newVersionCmd(),
+	)
+	return root
+}

@@ -1,0 +1,206 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/expr-lang/expr"
+	"gopkg.in/yaml.v3"
+)
+
+// ErrNotValidated is returned by the resolve functions for a pipeline whose
+// expressions Validate has not compiled.
+var ErrNotValidated = errors.New("pipeline not validated")
+
+// Resolver evaluates a validated pipeline's templates against run-time values.
+type Resolver struct {
+	p   *Pipeline
+	env *envType
+}
+
+// NewResolver prepares evaluation for a pipeline Validate accepted with the
+// same catalog.
+func NewResolver(p *Pipeline, cat Catalog) (*Resolver, error) {
+	v := &validator{p: p, cat: cat, infos: map[string]*StageInfo{}}
+	v.stages()
+	outputs := map[string][]OutputDecl{}
+	for _, s := range p.Stages {
+		outputs[s.ID] = v.outputsOf(s)
+	}
+	if errs := v.errs.Err(); errs != nil {
+		return nil, errs
+	}
+	return &Resolver{p: p, env: buildEnvType(p, outputs)}, nil
+}
+
+// Eval evaluates a template: a whole template yields the expression's value,
+// any other the formatted string.
+func (r *Resolver) Eval(t *Template, sc *Scope) (any, error) {
+	env, err := r.env.value(sc)
+	if err != nil {
+		return nil, err
+	}
+	return evalTemplate(t, env)
+}
+
+func evalTemplate(t *Template, env any) (any, error) {
+	if t.Whole() {
+		for _, p := range t.Parts {
+			if p.Expr != "" {
+				return run(p, t, env)
+			}
+		}
+	}
+	var out []byte
+	for _, p := range t.Parts {
+		if p.Expr == "" {
+			out = append(out, p.Literal...)
+			continue
+		}
+		v, err := run(p, t, env)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, formatValue(v)...)
+	}
+	return string(out), nil
+}
+
+func run(p TemplatePart, t *Template, env any) (any, error) {
+	if p.program == nil {
+		return nil, fmt.Errorf("%s: %w", t.what, ErrNotValidated)
+	}
+	v, err := expr.Run(p.program, env)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: evaluate %q: %w", p.Pos, t.what, p.Expr, err)
+	}
+	return v, nil
+}
+
+// With resolves a stage's inputs to plain data (JSON-compatible).
+func (r *Resolver) With(s *Stage, sc *Scope) (map[string]any, error) {
+	if s.With == nil {
+		return map[string]any{}, nil
+	}
+	env, err := r.env.value(sc)
+	if err != nil {
+		return nil, err
+	}
+	byNode := map[*yaml.Node]*Template{}
+	for _, t := range s.Templates {
+		byNode[t.Node()] = t
+	}
+	var conv func(n *yaml.Node, depth int) (any, error)
+	conv = func(n *yaml.Node, depth int) (any, error) {
+		for n != nil && n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n == nil || depth > maxDepth {
+			return nil, fmt.Errorf("stages.%s.with: nested too deep", s.ID)
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			m := make(map[string]any, len(n.Content)/2)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				v, err := conv(n.Content[i+1], depth+1)
+				if err != nil {
+					return nil, err
+				}
+				m[n.Content[i].Value] = v
+			}
+			return m, nil
+		case yaml.SequenceNode:
+			l := make([]any, len(n.Content))
+			for i, c := range n.Content {
+				v, err := conv(c, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				l[i] = v
+			}
+			return l, nil
+		}
+		if t, ok := byNode[n]; ok {
+			return evalTemplate(t, env)
+		}
+		return scalarValue(n)
+	}
+	v, err := conv(s.With, 0)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := v.(map[string]any)
+	return m, nil
+}
+
+// If evaluates a stage's condition; a stage without one always runs.
+func (r *Resolver) If(s *Stage, sc *Scope) (bool, error) {
+	if s.If == nil {
+		return true, nil
+	}
+	v, err := r.Eval(s.If, sc)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: stages.%s.if: evaluated to %v, not a boolean", s.If.Pos, s.ID, v)
+	}
+	return b, nil
+}
+
+// Devices resolves a cluster's device count (a number or an expression).
+func (r *Resolver) Devices(c *Cluster, sc *Scope) (int, error) {
+	if c.DevicesExpr == nil {
+		return c.Devices, nil
+	}
+	v, err := r.Eval(c.DevicesExpr, sc)
+	if err != nil {
+		return 0, err
+	}
+	n, err := ConvertValue(v, TypeInt)
+	if err != nil {
+		return 0, fmt.Errorf("%s: cluster.devices: %v is not an integer", c.DevicesPos, v)
+	}
+	if err := CheckDeviceCount(n.(int)); err != nil {
+		return 0, fmt.Errorf("%s: cluster.devices: %w", c.DevicesPos, err)
+	}
+	return n.(int), nil
+}
+
+// ParseParam converts a `-p name=value` string to the param's type: a
+// number for int and float, true/false for bool, YAML for list and map.
+func ParseParam(p *Param, raw string) (any, error) {
+	switch p.Type {
+	case TypeString, TypePath:
+		return raw, nil
+	case TypeInt:
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return nil, fmt.Errorf("param %s: %q is not an integer", p.Name, raw)
+		}
+		return n, nil
+	case TypeFloat:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return nil, fmt.Errorf("param %s: %q is not a number", p.Name, raw)
+		}
+		return f, nil
+	case TypeBool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return nil, fmt.Errorf("param %s: %q is not true or false", p.Name, raw)
+		}
+		return b, nil
+	}
+	var v any
+	if err := yaml.Unmarshal([]byte(raw), &v); err != nil {
+		return nil, fmt.Errorf("param %s: %q is not valid YAML: %w", p.Name, raw, err)
+	}
+	out, err := ConvertValue(v, p.Type)
+	if err != nil {
+		return nil, fmt.Errorf("param %s: %w", p.Name, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,432 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/parser"
+)
+
+// Catalog tells the validator which stages exist and what they declare.
+type Catalog interface {
+	// Stage returns what the stage named by a `uses` value declares. The
+	// error explains why it cannot be used (unknown name, missing binary).
+	Stage(uses string) (*StageInfo, error)
+	// Names lists the stage names the catalog knows, for suggestions.
+	Names() []string
+}
+
+// StageInfo is what a stage plugin declares about itself.
+type StageInfo struct {
+	Name       string
+	WithSchema []byte       // JSON Schema of `with`; nil accepts anything
+	Outputs    []OutputDecl // typed outputs
+}
+
+// Options tune Validate.
+type Options struct {
+	// CheckRankTable validates a rank table file named in a cluster (path
+	// already joined with the spec's directory) and returns its number of
+	// devices; problems are returned as errors positioned in that file.
+	// Nil skips the check.
+	CheckRankTable func(path string) (devices int, problems ErrorList, err error)
+}
+
+// Validate runs the semantic checks on a decoded pipeline: stage names,
+// needs and cycles, expressions (names, types, visibility through needs),
+// each stage's `with` against its schema, and rank tables. It compiles every
+// template, so Resolve can be used afterwards.
+func Validate(p *Pipeline, cat Catalog, opts Options) ErrorList {
+	v := &validator{p: p, cat: cat, opts: opts, infos: map[string]*StageInfo{}}
+	v.stages()
+	v.graph()
+	v.expressions()
+	v.withSchemas()
+	v.clusters()
+	v.errs.Sort()
+	return v.errs
+}
+
+type validator struct {
+	p         *Pipeline
+	cat       Catalog
+	opts      Options
+	errs      ErrorList
+	infos     map[string]*StageInfo // by stage id
+	ancestors map[string]map[string]bool
+	env       *envType
+}
+
+func (v *validator) stages() {
+	seen := map[string]bool{}
+	for _, s := range v.p.Stages {
+		if seen[s.ID] {
+			v.errs.add(s.Pos, "stages: duplicate stage id %q", s.ID)
+		}
+		seen[s.ID] = true
+		if s.Uses == "" || v.cat == nil {
+			continue
+		}
+		info, err := v.cat.Stage(s.Uses)
+		if err != nil {
+			msg := err.Error()
+			if !strings.Contains(s.Uses, "/") || !strings.HasPrefix(s.Uses, ".") {
+				msg += suggest(s.Uses, v.cat.Names())
+			}
+			v.errs.add(s.UsesPos, "stages.%s.uses: %s", s.ID, msg)
+			continue
+		}
+		v.infos[s.ID] = info
+	}
+}
+
+// graph checks needs and computes every stage's transitive dependencies.
+func (v *validator) graph() {
+	ids := make([]string, 0, len(v.p.Stages))
+	for _, s := range v.p.Stages {
+		ids = append(ids, s.ID)
+	}
+	for _, s := range v.p.Stages {
+		for _, n := range s.Needs {
+			switch {
+			case n == s.ID:
+				v.errs.add(s.NeedsPos[n], "stages.%s.needs: a stage cannot need itself", s.ID)
+			case v.p.StageByID(n) == nil:
+				v.errs.add(s.NeedsPos[n], "stages.%s.needs: unknown stage %q%s", s.ID, n, suggest(n, ids))
+			}
+		}
+	}
+	// Depth-first search with colours; a grey stage reached again closes a cycle.
+	const (
+		white = iota
+		grey
+		black
+	)
+	colour := map[string]int{}
+	var path []string
+	reported := false
+	var visit func(id string)
+	visit = func(id string) {
+		colour[id] = grey
+		path = append(path, id)
+		s := v.p.StageByID(id)
+		for _, n := range s.Needs {
+			if v.p.StageByID(n) == nil || n == id {
+				continue
+			}
+			switch colour[n] {
+			case white:
+				visit(n)
+			case grey:
+				if !reported {
+					start := 0
+					for i, x := range path {
+						if x == n {
+							start = i
+						}
+					}
+					cycle := append(append([]string{}, path[start:]...), n)
+					v.errs.add(s.NeedsPos[n], "stages: needs form a cycle: %s", strings.Join(cycle, " -> "))
+					reported = true
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		colour[id] = black
+	}
+	for _, id := range ids {
+		if colour[id] == white {
+			visit(id)
+		}
+	}
+	v.ancestors = map[string]map[string]bool{}
+	var anc func(id string, seen map[string]bool) map[string]bool
+	anc = func(id string, seen map[string]bool) map[string]bool {
+		if a, ok := v.ancestors[id]; ok {
+			return a
+		}
+		out := map[string]bool{}
+		if seen[id] {
+			return out // cycle, already reported
+		}
+		seen[id] = true
+		if s := v.p.StageByID(id); s != nil {
+			for _, n := range s.Needs {
+				if v.p.StageByID(n) == nil || n == id {
+					continue
+				}
+				out[n] = true
+				for a := range anc(n, seen) {
+					out[a] = true
+				}
+			}
+		}
+		delete(seen, id)
+		v.ancestors[id] = out
+		return out
+	}
+	for _, id := range ids {
+		anc(id, map[string]bool{})
+	}
+}
+
+// outputsOf merges what the plugin declares with what the spec declares.
+func (v *validator) outputsOf(s *Stage) []OutputDecl {
+	var out []OutputDecl
+	byName := map[string]OutputDecl{}
+	if info := v.infos[s.ID]; info != nil {
+		for _, o := range info.Outputs {
+			out = append(out, o)
+			byName[o.Name] = o
+		}
+	}
+	for _, o := range s.Outputs {
+		if prev, ok := byName[o.Name]; ok {
+			if prev.Type != o.Type && o.Type != TypeAny {
+				v.errs.add(o.Pos, "stages.%s.outputs.%s: stage %s declares this output as %s, not %s", s.ID, o.Name, s.Uses, prev.Type, o.Type)
+			}
+			continue
+		}
+		out = append(out, o)
+		byName[o.Name] = o
+	}
+	return out
+}
+
+func (v *validator) expressions() {
+	outputs := map[string][]OutputDecl{}
+	for _, s := range v.p.Stages {
+		outputs[s.ID] = v.outputsOf(s)
+	}
+	v.env = buildEnvType(v.p, outputs)
+	if c := v.p.Cluster; c != nil && c.DevicesExpr != nil {
+		v.compile(c.DevicesExpr, nil, "int")
+	}
+	for _, s := range v.p.Stages {
+		if s.Cluster != nil && s.Cluster.DevicesExpr != nil {
+			v.compile(s.Cluster.DevicesExpr, s, "int")
+		}
+		if s.If != nil {
+			v.compile(s.If, s, "bool")
+		}
+		for _, t := range s.Templates {
+			v.compile(t, s, "")
+		}
+	}
+}
+
+// compile checks and compiles every expression of t as seen from stage s
+// (nil: pipeline level, where no stage outputs are visible). want is the
+// required type of a whole-template value ("bool", "int") or "".
+func (v *validator) compile(t *Template, s *Stage, want string) {
+	for i := range t.Parts {
+		part := &t.Parts[i]
+		if part.Expr == "" {
+			continue
+		}
+		tree, err := parser.Parse(part.Expr)
+		if err != nil {
+			v.exprError(t, part, err)
+			continue
+		}
+		if !v.checkNames(t, part, tree, s) {
+			continue
+		}
+		opts := []expr.Option{expr.Env(v.env.zero())}
+		switch {
+		case want == "bool" && t.Whole():
+			opts = append(opts, expr.AsBool())
+		case want == "int" && t.Whole():
+			opts = append(opts, expr.AsInt())
+		}
+		prog, err := expr.Compile(part.Expr, opts...)
+		if err != nil {
+			v.exprError(t, part, err)
+			continue
+		}
+		part.program = prog
+		part.typ = "any"
+		if typ := prog.Node().Type(); typ != nil {
+			part.typ = typ.String()
+		}
+		if want != "" && !t.Whole() {
+			v.errs.add(t.Pos, "%s: must be a single expression \"${{ ... }}\" of type %s", t.what, want)
+		}
+	}
+}
+
+var exprTypeRe = strings.NewReplacer("interface {}", "any")
+
+func (v *validator) exprError(t *Template, part *TemplatePart, err error) {
+	var fe *file.Error
+	pos := part.Pos
+	msg := err.Error()
+	if errors.As(err, &fe) {
+		msg = fe.Message
+		pos = part.at(fe.From)
+	}
+	switch {
+	case strings.HasPrefix(msg, "expected bool, but got "):
+		msg = "the condition must be a boolean expression, but it is " + exprTypeRe.Replace(strings.TrimPrefix(msg, "expected bool, but got "))
+	case strings.HasPrefix(msg, "expected int, but got "):
+		msg = "expected an integer expression, but it is " + exprTypeRe.Replace(strings.TrimPrefix(msg, "expected int, but got "))
+	case strings.HasPrefix(msg, "unknown name "):
+		name := strings.TrimPrefix(msg, "unknown name ")
+		msg = fmt.Sprintf("unknown name %q: expressions see %s%s", name, quoteList(rootNames), suggest(name, rootNames))
+	}
+	v.errs.add(pos, "%s: %s", t.what, msg)
+}
+
+// checkNames reports member accesses on params, cluster, run and stages
+// that name nothing, and stage outputs read without needing the stage.
+func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tree, s *Stage) bool {
+	var members []*ast.MemberNode
+	inner := map[ast.Node]bool{}
+	ast.Walk(&tree.Node, visitFunc(func(n *ast.Node) {
+		if m, ok := (*n).(*ast.MemberNode); ok {
+			members = append(members, m)
+			inner[m.Node] = true
+		}
+	}))
+	ok := true
+	for _, m := range members {
+		if inner[m] {
+			continue
+		}
+		root, props, locs := memberChain(m)
+		if root == "" || len(props) == 0 {
+			continue
+		}
+		fail := func(i int, format string, args ...any) {
+			v.errs.add(part.at(locs[i]), "%s: %s", t.what, fmt.Sprintf(format, args...))
+			ok = false
+		}
+		switch root {
+		case "params":
+			if _, found := v.env.params.index[props[0]]; !found {
+				fail(0, "unknown param %q%s", props[0], suggest(props[0], sortedKeys(v.env.params.index)))
+			}
+		case "cluster":
+			if _, found := clusterFields.index[props[0]]; !found {
+				fail(0, "cluster has no %q (it has devices, hosts and rank_table)%s", props[0], suggest(props[0], sortedKeys(clusterFields.index)))
+			}
+		case "run":
+			if _, found := runFields.index[props[0]]; !found {
+				fail(0, "run has no %q (it has id, name and dir)%s", props[0], suggest(props[0], sortedKeys(runFields.index)))
+			}
+		case "stages":
+			id := props[0]
+			if v.p.StageByID(id) == nil {
+				fail(0, "unknown stage %q%s", id, suggest(id, sortedKeys(v.env.stages.index)))
+				continue
+			}
+			switch {
+			case s == nil:
+				fail(0, "stage outputs are not available here: this value is resolved before any stage runs")
+				continue
+			case id == s.ID:
+				fail(0, "stage %q cannot read its own outputs", id)
+				continue
+			case !v.ancestors[s.ID][id]:
+				fail(0, "stage %q reads stages.%s but does not need it: add %q to its needs", s.ID, id, id)
+				continue
+			}
+			if len(props) < 2 {
+				continue
+			}
+			switch props[1] {
+			case "outputs":
+				if len(props) >= 3 {
+					outs := v.env.outputs[id]
+					if _, found := outs.index[props[2]]; !found {
+						names := sortedKeys(outs.index)
+						declared := "it declares no outputs"
+						if len(names) > 0 {
+							declared = "it declares " + quoteList(names)
+						}
+						fail(2, "stage %q has no output %q (%s)%s", id, props[2], declared, suggest(props[2], names))
+					}
+				}
+			case "status":
+			default:
+				fail(1, "stages.%s has no %q (it has outputs and status)", id, props[1])
+			}
+		}
+	}
+	return ok
+}
+
+// memberChain flattens a.b.c into root "a" and props ["b","c"], with each
+// property's offset in the expression. It returns "" when the chain is not
+// rooted at an identifier or uses a computed property.
+func memberChain(m *ast.MemberNode) (root string, props []string, locs []int) {
+	var n ast.Node = m
+	for {
+		switch x := n.(type) {
+		case *ast.MemberNode:
+			str, ok := x.Property.(*ast.StringNode)
+			if !ok {
+				return "", nil, nil
+			}
+			props = append([]string{str.Value}, props...)
+			locs = append([]int{x.Property.Location().From}, locs...)
+			n = x.Node
+		case *ast.IdentifierNode:
+			return x.Value, props, locs
+		default:
+			return "", nil, nil
+		}
+	}
+}
+
+type visitFunc func(n *ast.Node)
+
+func (f visitFunc) Visit(n *ast.Node) { f(n) }
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// clusters checks rank table files named by the pipeline and its stages.
+func (v *validator) clusters() {
+	check := func(c *Cluster, what string) {
+		if c == nil || c.RankTable == "" {
+			return
+		}
+		if v.opts.CheckRankTable == nil {
+			return
+		}
+		path := c.RankTable
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(filepath.Dir(v.p.File), path)
+		}
+		n, problems, err := v.opts.CheckRankTable(path)
+		if err != nil {
+			v.errs.add(c.TablePos, "%s.rank_table: %v", what, err)
+			return
+		}
+		v.errs = append(v.errs, problems...)
+		if problems.Err() != nil {
+			v.errs.add(c.TablePos, "%s.rank_table: %s is not a valid rank table", what, c.RankTable)
+			return
+		}
+		if c.Devices != 0 && n != c.Devices {
+			v.errs.add(c.DevicesPos, "%s.devices: %d does not match the %d devices of rank table %s", what, c.Devices, n, c.RankTable)
+		}
+	}
+	check(v.p.Cluster, "cluster")
+	for _, s := range v.p.Stages {
+		check(s.Cluster, "stages."+s.ID+".cluster")
+	}
+}

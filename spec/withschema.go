@@ -1,0 +1,235 @@
+package spec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+	"gopkg.in/yaml.v3"
+)
+
+// withSchemas validates each stage's `with` against the JSON Schema its
+// plugin declares. A `${{ }}` value is checked by its static type only: its
+// value is unknown until the stage runs.
+func (v *validator) withSchemas() {
+	compiled := map[string]*jsonschema.Schema{}
+	for _, s := range v.p.Stages {
+		info := v.infos[s.ID]
+		if info == nil || info.WithSchema == nil {
+			continue
+		}
+		sch, ok := compiled[info.Name]
+		if !ok {
+			var err error
+			sch, err = CompileSchema(info.Name, info.WithSchema)
+			if err != nil {
+				v.errs.add(s.UsesPos, "stages.%s.uses: stage %s declares an invalid schema for with: %v", s.ID, info.Name, err)
+				compiled[info.Name] = nil
+				continue
+			}
+			compiled[info.Name] = sch
+		}
+		if sch == nil {
+			continue
+		}
+		inst, templated := v.withInstance(s)
+		err := sch.Validate(inst)
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			continue
+		}
+		at := s.keyPos["with"]
+		if at.Line == 0 {
+			at = s.Pos
+		}
+		for _, leaf := range schemaLeaves(ve) {
+			ptr := "/" + strings.Join(leaf.InstanceLocation, "/")
+			if known, ok := templated[ptr]; ok && (!known || kindOf(leaf) != "type") {
+				continue // only the static type of a templated value is known now
+			}
+			pos := at
+			if n := lookupNode(s.With, leaf.InstanceLocation); n != nil {
+				pos = Pos{File: v.p.File, Line: n.Line, Col: n.Column}
+			}
+			place := "stages." + s.ID + ".with"
+			for _, tok := range leaf.InstanceLocation {
+				if _, err := strconv.Atoi(tok); err == nil {
+					place += "[" + tok + "]"
+				} else {
+					place += "." + tok
+				}
+			}
+			v.errs.add(pos, "%s: %s", place, schemaMessage(leaf))
+		}
+	}
+}
+
+// CompileSchema compiles a JSON Schema document (2020-12 unless it says
+// otherwise) held in memory.
+func CompileSchema(name string, doc []byte) (*jsonschema.Schema, error) {
+	parsed, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return nil, fmt.Errorf("parse schema: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	url := "mspipe:///" + strings.ReplaceAll(name, "/", "_") + ".schema.json"
+	if err := c.AddResource(url, parsed); err != nil {
+		return nil, err
+	}
+	return c.Compile(url)
+}
+
+// withInstance converts a stage's with to JSON data. Templates become a
+// sample of their static type; templated maps the JSON pointer of each to
+// whether that type is known.
+func (v *validator) withInstance(s *Stage) (any, map[string]bool) {
+	templated := map[string]bool{}
+	byNode := map[*yaml.Node]*Template{}
+	for _, t := range s.Templates {
+		byNode[t.Node()] = t
+	}
+	var conv func(n *yaml.Node, ptr string, depth int) any
+	conv = func(n *yaml.Node, ptr string, depth int) any {
+		for n != nil && n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n == nil || depth > maxDepth {
+			return nil
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			m := make(map[string]any, len(n.Content)/2)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i].Value
+				m[k] = conv(n.Content[i+1], ptr+"/"+jsonPointerEscape(k), depth+1)
+			}
+			return m
+		case yaml.SequenceNode:
+			l := make([]any, len(n.Content))
+			for i, c := range n.Content {
+				l[i] = conv(c, ptr+"/"+strconv.Itoa(i), depth+1)
+			}
+			return l
+		}
+		if t, ok := byNode[n]; ok {
+			sample, known := sampleOf(t)
+			templated[ptr] = known
+			return sample
+		}
+		val, err := scalarValue(n)
+		if err != nil {
+			return n.Value
+		}
+		return val
+	}
+	if s.With == nil {
+		return map[string]any{}, templated
+	}
+	return conv(s.With, "", 0), templated
+}
+
+// sampleOf is a stand-in value of a template's static type, and whether
+// that type is known (an `any` output can hold anything at run time).
+func sampleOf(t *Template) (any, bool) {
+	if !t.Whole() {
+		return "", true
+	}
+	for _, p := range t.Parts {
+		if p.Expr == "" {
+			continue
+		}
+		switch p.typ {
+		case "int":
+			return 1, true
+		case "float64":
+			return 1.5, true
+		case "string":
+			return "", true
+		case "bool":
+			return false, true
+		case "[]interface {}":
+			return []any{}, true
+		case "map[string]interface {}", "map[string]string":
+			return map[string]any{}, true
+		}
+	}
+	return nil, false
+}
+
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func lookupNode(n *yaml.Node, loc []string) *yaml.Node {
+	for _, tok := range loc {
+		for n != nil && n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n == nil {
+			return nil
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			var next *yaml.Node
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == tok {
+					next = n.Content[i+1]
+					break
+				}
+			}
+			n = next
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return nil
+			}
+			n = n.Content[i]
+		default:
+			return nil
+		}
+	}
+	return n
+}
+
+// schemaLeaves flattens a validation error tree to the errors that say
+// something specific, sorted by instance location.
+func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	var out []*jsonschema.ValidationError
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			out = append(out, e)
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Join(out[i].InstanceLocation, "/") < strings.Join(out[j].InstanceLocation, "/")
+	})
+	return out
+}
+
+func kindOf(e *jsonschema.ValidationError) string {
+	switch e.ErrorKind.(type) {
+	case *kind.Type:
+		return "type"
+	}
+	return ""
+}
+
+var printer = message.NewPrinter(language.English)
+
+func schemaMessage(e *jsonschema.ValidationError) string {
+	return e.ErrorKind.LocalizedString(printer)
+}
