@@ -160,7 +160,8 @@ func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
 	}
 	d.nodes++
 	if d.nodes == maxNodes {
-		d.errs.add(d.pos(n), "spec expands to more than %d YAML nodes (aliases of aliases?); refusing to read further", maxNodes)
+		d.errs = append(d.errs, &Error{Pos: d.pos(n), Severity: SeverityError, Err: ErrTooComplex,
+			Msg: fmt.Sprintf("spec expands to more than %d YAML nodes (aliases of aliases?); refusing to read further", maxNodes)})
 	}
 	if d.nodes >= maxNodes {
 		return nil
@@ -534,7 +535,7 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 		if !identRe.MatchString(id) {
 			d.errs.add(d.pos(k), "%s: a stage id must be letters, digits and _ (it is used as stages.%s in expressions)", what, id)
 		}
-		s := &Stage{ID: id, Pos: d.pos(k), NeedsPos: map[string]Pos{}, keyPos: map[string]Pos{}, Retry: Retry{MaxAttempts: 1}}
+		s := &Stage{ID: id, Pos: d.pos(k), NeedsPos: map[string]Pos{}, keyPos: map[string]Pos{}, badTemplates: map[*yaml.Node]bool{}, Retry: Retry{MaxAttempts: 1}}
 		var haveUses bool
 		d.mapping(v, what, stageKeys, func(key string, kk, vv *yaml.Node) {
 			s.keyPos[key] = d.pos(kk)
@@ -700,7 +701,8 @@ func (d *decoder) with(s *Stage, n *yaml.Node, what string) {
 
 func (d *decoder) walkWith(s *Stage, n *yaml.Node, what string, depth int) {
 	if depth > maxDepth {
-		d.errs.add(d.pos(n), "%s: nested deeper than %d levels", what, maxDepth)
+		d.errs = append(d.errs, &Error{Pos: d.pos(n), Severity: SeverityError, Err: ErrTooComplex,
+			Msg: fmt.Sprintf("%s: nested deeper than %d levels", truncate(what, 60), maxDepth)})
 		return
 	}
 	if n = d.resolve(n); n == nil {
@@ -719,6 +721,8 @@ func (d *decoder) walkWith(s *Stage, n *yaml.Node, what string, depth int) {
 		if n.Tag == "!!str" && strings.Contains(n.Value, "${{") {
 			if t := d.template(n, what); t != nil {
 				s.Templates = append(s.Templates, t)
+			} else {
+				s.badTemplates[n] = true
 			}
 		}
 	}

@@ -13,6 +13,9 @@ var (
 	ErrTooLarge = errors.New("spec file too large")
 	// ErrSyntax marks a YAML syntax error.
 	ErrSyntax = errors.New("yaml syntax error")
+	// ErrTooComplex marks a spec nested too deep or expanding to too many
+	// nodes through aliases; nothing after it is checked.
+	ErrTooComplex = errors.New("spec too complex")
 )
 
 // Pos is a position in a spec file. Line and Col are 1-based; 0 means unknown.

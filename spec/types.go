@@ -65,6 +65,8 @@ type Stage struct {
 	NeedsPos  map[string]Pos    // each entry of needs
 	Templates []*Template       // every template in with, in file order
 	keyPos    map[string]Pos    // position of each key in the stage mapping
+
+	badTemplates map[*yaml.Node]bool // values whose template did not parse (already reported)
 }
 
 // Retry says how often a failed stage is attempted again.

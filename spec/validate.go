@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -412,6 +413,10 @@ func (v *validator) clusters() {
 			path = filepath.Join(filepath.Dir(v.p.File), path)
 		}
 		n, problems, err := v.opts.CheckRankTable(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			v.errs.add(c.TablePos, "%s.rank_table: file %s not found (the path is relative to the spec file)", what, path)
+			return
+		}
 		if err != nil {
 			v.errs.add(c.TablePos, "%s.rank_table: %v", what, err)
 			return

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -66,7 +67,27 @@ func (v *validator) withSchemas() {
 					place += "." + tok
 				}
 			}
-			v.errs.add(pos, "%s: %s", place, schemaMessage(leaf))
+			if ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties); ok {
+				// One problem per unknown input, at its key, in file order.
+				props := append([]string(nil), ap.Properties...)
+				sort.Slice(props, func(i, j int) bool {
+					return keyLine(s.With, leaf.InstanceLocation, props[i]) < keyLine(s.With, leaf.InstanceLocation, props[j])
+				})
+				known := schemaProperties(info.WithSchema, leaf.InstanceLocation)
+				for _, prop := range props {
+					kpos := pos
+					if k := lookupKey(s.With, leaf.InstanceLocation, prop); k != nil {
+						kpos = Pos{File: v.p.File, Line: k.Line, Col: k.Column}
+					}
+					v.errs.add(kpos, "%s: unknown input %q for %s%s", place, prop, info.Name, suggest(prop, known))
+				}
+				continue
+			}
+			msg := schemaMessage(leaf)
+			if known, ok := templated[ptr]; ok && known {
+				msg = "the expression's type does not fit: " + msg
+			}
+			v.errs.add(pos, "%s: %s", place, msg)
 		}
 	}
 }
@@ -124,6 +145,10 @@ func (v *validator) withInstance(s *Stage) (any, map[string]bool) {
 			templated[ptr] = known
 			return sample
 		}
+		if s.badTemplates[n] {
+			templated[ptr] = false
+			return nil
+		}
 		val, err := scalarValue(n)
 		if err != nil {
 			return n.Value
@@ -162,6 +187,50 @@ func sampleOf(t *Template) (any, bool) {
 		}
 	}
 	return nil, false
+}
+
+// lookupKey returns the key node of prop in the mapping at loc.
+func lookupKey(with *yaml.Node, loc []string, prop string) *yaml.Node {
+	n := lookupNode(with, loc)
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == prop {
+			return n.Content[i]
+		}
+	}
+	return nil
+}
+
+func keyLine(with *yaml.Node, loc []string, prop string) int {
+	if k := lookupKey(with, loc, prop); k != nil {
+		return k.Line*10000 + k.Column
+	}
+	return 0
+}
+
+// schemaProperties lists the property names a schema declares at loc
+// (top level only; nested locations get no suggestions).
+func schemaProperties(schema []byte, loc []string) []string {
+	if len(loc) != 0 {
+		return nil
+	}
+	var doc struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(schema, &doc) != nil {
+		return nil
+	}
+	names := make([]string, 0, len(doc.Properties))
+	for n := range doc.Properties {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func jsonPointerEscape(s string) string {

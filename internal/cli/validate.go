@@ -105,7 +105,7 @@ func validateFile(path string) fileResult {
 // checks make sense.
 func decodable(problems spec.ErrorList) bool {
 	for _, e := range problems {
-		if errors.Is(e, spec.ErrSyntax) || errors.Is(e, spec.ErrTooLarge) || strings.HasPrefix(e.Msg, "empty spec") || strings.HasPrefix(e.Msg, "not a text file") {
+		if errors.Is(e, spec.ErrSyntax) || errors.Is(e, spec.ErrTooLarge) || errors.Is(e, spec.ErrTooComplex) || strings.HasPrefix(e.Msg, "empty spec") || strings.HasPrefix(e.Msg, "not a text file") {
 			return false
 		}
 	}

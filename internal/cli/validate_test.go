@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// runCLI runs mspipe in-process and returns its exit code and output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run go test -update to create it): %v", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+const invalidDir = "../../spec/testdata/invalid"
+
+func invalidSpecs(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(invalidDir, "*.yaml"))
+	if err != nil || len(files) < 30 {
+		t.Fatalf("want at least 30 invalid specs in %s, found %d (%v)", invalidDir, len(files), err)
+	}
+	return files
+}
+
+// TestValidateInvalidCorpus checks every invalid spec prints its golden
+// message at the right line:col and exits 1.
+func TestValidateInvalidCorpus(t *testing.T) {
+	for _, file := range invalidSpecs(t) {
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, "validate", file)
+			if code != ExitFailed {
+				t.Errorf("exit code = %d, want %d; stderr: %s", code, ExitFailed, stderr)
+			}
+			if stdout == "" {
+				t.Fatalf("no problem reported")
+			}
+			for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+				if !strings.HasPrefix(line, file+":") && !strings.Contains(line, ".json:") {
+					t.Errorf("problem not positioned in the file: %q", line)
+				}
+			}
+			checkGolden(t, strings.TrimSuffix(file, ".yaml")+".golden", stdout)
+		})
+	}
+}
+
+func TestValidateExamples(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "validate", "../../examples")
+	if code != ExitOK {
+		t.Fatalf("validate examples: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "all valid") {
+		t.Errorf("summary = %q, want it to say all valid", stderr)
+	}
+}
+
+func TestValidateTooLargeFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	data := bytes.Repeat([]byte("# 64 bytes of padding padding padding padding padding padding...\n"), 10<<20/64)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ := runCLI(t, "validate", path)
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	want := fmt.Sprintf("%s: error: file is %d bytes, larger than the 4194304-byte limit for a spec\n", path, len(data))
+	if stdout != want {
+		t.Errorf("got %q, want %q", stdout, want)
+	}
+}
+
+func TestValidateUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no args", []string{"validate"}, "requires at least 1 arg"},
+		{"missing file", []string{"validate", "no/such/file.yaml"}, "no/such/file.yaml: no such file or directory"},
+		{"bad format", []string{"validate", "--format", "xml", "../../examples"}, `unknown format "xml"`},
+		{"empty glob", []string{"validate", "../../examples/*.nothing"}, "no files match"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.args...)
+			if code != ExitUsage {
+				t.Errorf("exit %d, want %d", code, ExitUsage)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateFormats(t *testing.T) {
+	file := filepath.Join(invalidDir, "devices-3.yaml")
+	code, stdout, _ := runCLI(t, "validate", "--format", "github", file)
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	want := "::error file=" + file + ",line=3,col=20::cluster.devices: HCCL supports 1, 2, 4 or 8 devices on one host, not 3\n"
+	if stdout != want {
+		t.Errorf("github format:\n got %q\nwant %q", stdout, want)
+	}
+
+	code, stdout, _ = runCLI(t, "validate", "--format", "json", file, "../../examples/two-stage-training.yaml")
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	var report struct {
+		Valid bool
+		Files []struct {
+			File     string
+			Valid    bool
+			Problems []struct {
+				File, Severity, Message string
+				Line, Col               int
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+		t.Fatalf("json output does not parse: %v\n%s", err, stdout)
+	}
+	if report.Valid || len(report.Files) != 2 {
+		t.Fatalf("report = %+v, want invalid with 2 files", report)
+	}
+	bad, good := report.Files[1], report.Files[0]
+	if bad.File != file {
+		bad, good = good, bad
+	}
+	if bad.Valid || len(bad.Problems) != 1 || bad.Problems[0].Line != 3 || bad.Problems[0].Col != 20 || bad.Problems[0].Severity != "error" {
+		t.Errorf("invalid file entry = %+v", bad)
+	}
+	if !good.Valid || len(good.Problems) != 0 {
+		t.Errorf("valid file entry = %+v", good)
+	}
+}
+
+func TestGitHubEscaping(t *testing.T) {
+	got := githubAnnotation("error", "a,b:c.yaml", 1, 2, "50% done\nnext")
+	want := "::error file=a%2Cb%3Ac.yaml,line=1,col=2::50%25 done%0Anext"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
