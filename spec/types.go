@@ -60,11 +60,11 @@ type Stage struct {
 	Env         map[string]string
 	SHA256      string // optional pin of a plugin binary (hex)
 
-	Pos       Pos               // the stage's key
-	UsesPos   Pos               // the uses value
-	NeedsPos  map[string]Pos    // each entry of needs
-	Templates []*Template       // every template in with, in file order
-	keyPos    map[string]Pos    // position of each key in the stage mapping
+	Pos       Pos            // the stage's key
+	UsesPos   Pos            // the uses value
+	NeedsPos  map[string]Pos // each entry of needs
+	Templates []*Template    // every template in with, in file order
+	keyPos    map[string]Pos // position of each key in the stage mapping
 
 	badTemplates map[*yaml.Node]bool // values whose template did not parse (already reported)
 }

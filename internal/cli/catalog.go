@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/spec"
+	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
 	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
-	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	npueval "github.com/mspipe/mspipe/stages/npu/eval"
 	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
 	nputrain "github.com/mspipe/mspipe/stages/npu/train"
