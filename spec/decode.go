@@ -105,6 +105,9 @@ func Parse(file string, data []byte) (*Pipeline, ErrorList) {
 	}
 	p.root = root
 	d.pipeline(p, root)
+	for _, e := range d.errs {
+		p.tooComplex = p.tooComplex || errors.Is(e, ErrTooComplex)
+	}
 	return p, d.errs
 }
 

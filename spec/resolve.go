@@ -22,6 +22,9 @@ type Resolver struct {
 // NewResolver prepares evaluation for a pipeline Validate accepted with the
 // same catalog.
 func NewResolver(p *Pipeline, cat Catalog) (*Resolver, error) {
+	if p.tooComplex {
+		return nil, fmt.Errorf("%s: %w", p.File, ErrTooComplex)
+	}
 	v := &validator{p: p, cat: cat, infos: map[string]*StageInfo{}}
 	v.stages()
 	outputs := map[string][]OutputDecl{}

@@ -21,6 +21,10 @@ type Pipeline struct {
 	Stages      []*Stage // in file order
 
 	root *yaml.Node
+	// tooComplex is set when decoding stopped at the node or depth limit;
+	// walking the YAML again (following aliases) could then take
+	// exponential time, so Validate and Resolve refuse.
+	tooComplex bool
 }
 
 // Param is a typed pipeline parameter, overridable with `-p name=value`.

@@ -44,6 +44,9 @@ type Options struct {
 // each stage's `with` against its schema, and rank tables. It compiles every
 // template, so Resolve can be used afterwards.
 func Validate(p *Pipeline, cat Catalog, opts Options) ErrorList {
+	if p.tooComplex {
+		return nil // Parse reported it; walking aliases again could take exponential time
+	}
 	v := &validator{p: p, cat: cat, opts: opts, infos: map[string]*StageInfo{}}
 	v.stages()
 	v.graph()
