@@ -92,7 +92,9 @@ one process per device, with real collectives between them.`,
 		newValidateCmd(),
 		newSchemaCmd(),
 		newRanktableCmd(),
+		newCkptCmd(),
 		newVersionCmd(),
+		newPluginServeCmd(),
 	)
 	return root
 }

@@ -208,7 +208,7 @@ func counts(results []fileResult) (invalid, errs, warns int) {
 func reportText(stdout, stderr io.Writer, results []fileResult) error {
 	for _, r := range results {
 		if r.ioErr != nil {
-			fmt.Fprintf(stdout, "%s: error: %v\n", r.file, r.ioErr)
+			fmt.Fprintf(stdout, "%s: error: %s\n", r.file, ioMessage(r.ioErr))
 		}
 		for _, p := range r.problems {
 			fmt.Fprintln(stdout, p.Error())
@@ -226,6 +226,16 @@ func reportText(stdout, stderr io.Writer, results []fileResult) error {
 	}
 	fmt.Fprintln(stderr, summary)
 	return nil
+}
+
+// ioMessage is err's text without the file name, which the caller prints
+// in front of it.
+func ioMessage(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
 }
 
 func plural(n int, one, many string) string {

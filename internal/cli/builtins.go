@@ -1,0 +1,21 @@
+package cli
+
+import (
+	"github.com/mspipe/mspipe/plugins"
+	execstage "github.com/mspipe/mspipe/stages/exec"
+)
+
+// builtinStages builds the registry of the stages served by the mspipe
+// binary itself (`mspipe __stage NAME`). This is the one list of built-ins:
+// a new built-in stage adds its Info here.
+func builtinStages() (*plugins.Registry, error) {
+	reg := plugins.NewRegistry()
+	for _, info := range []plugins.Info{
+		execstage.Info(),
+	} {
+		if err := reg.Register(info); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}

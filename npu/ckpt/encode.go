@@ -1,0 +1,142 @@
+package ckpt
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	ckptpb "github.com/mspipe/mspipe/npu/ckpt/proto"
+)
+
+// DefaultSliceBytes is MindSpore's slice limit (SLICE_SIZE = 512*1024 KB in
+// mindspore/train/serialization.py): a tensor with more data bytes than this
+// is stored as several Values.
+const DefaultSliceBytes = 512 << 20
+
+// crcMagic and crcTrailerLen describe the trailer newer MindSpore versions
+// append with save_checkpoint(crc_check=True): "crc_num" and the CRC-32 as a
+// 10-byte big-endian integer.
+const (
+	crcMagic      = "crc_num"
+	crcValueLen   = 10
+	crcTrailerLen = len(crcMagic) + crcValueLen
+)
+
+// WriteOptions tunes Write and Encode. The zero value writes what MindSpore's
+// save_checkpoint writes by default.
+type WriteOptions struct {
+	// SliceBytes is the slice limit in bytes; 0 means DefaultSliceBytes.
+	// Tests lower it to exercise slicing on small tensors.
+	SliceBytes int64
+	// CRC appends MindSpore's crc_num trailer (crc_check=True).
+	CRC bool
+}
+
+// Write atomically writes tensors to path as a MindSpore checkpoint: a reader
+// sees the old file or the complete new one, and a failed write leaves no
+// partial file behind.
+func Write(path string, tensors []Tensor, opts WriteOptions) error {
+	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		return Encode(w, tensors, opts)
+	})
+	if err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// Encode writes tensors to w in checkpoint format, one protobuf Checkpoint
+// message per Value as MindSpore does. Each tensor is validated just before
+// it is written, so an invalid tensor fails the encoding part-way; Write
+// discards such a partial file.
+func Encode(w io.Writer, tensors []Tensor, opts WriteOptions) error {
+	limit := opts.SliceBytes
+	if limit == 0 {
+		limit = DefaultSliceBytes
+	}
+	if limit < 0 {
+		return fmt.Errorf("slice limit %d bytes: must be positive", limit)
+	}
+	sum := crc32.NewIEEE()
+	out := w
+	if opts.CRC {
+		out = io.MultiWriter(w, sum)
+	}
+	seen := make(map[string]bool, len(tensors))
+	var buf []byte
+	for _, t := range tensors {
+		if err := t.Validate(); err != nil {
+			return err
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("tensor %q given twice: %w", t.Name, ErrName)
+		}
+		seen[t.Name] = true
+		dims := t.Dims
+		if len(dims) == 0 {
+			dims = []int64{0} // MindSpore's marker for a scalar
+		}
+		size, _ := DTypeSize(t.DType)
+		for _, piece := range splitData(t.Data, size, limit) {
+			msg := &ckptpb.Checkpoint{Value: []*ckptpb.Checkpoint_Value{{
+				Tag: proto.String(t.Name),
+				Value: &ckptpb.Checkpoint_Value_Tensor{Tensor: &ckptpb.TensorProto{
+					Dims:          dims,
+					TensorType:    proto.String(t.DType),
+					TensorContent: piece,
+				}},
+			}}}
+			var err error
+			buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf[:0], msg)
+			if err != nil {
+				return fmt.Errorf("tensor %q: encode: %w", t.Name, err)
+			}
+			if _, err := out.Write(buf); err != nil {
+				return err
+			}
+		}
+	}
+	if opts.CRC {
+		var trailer [crcTrailerLen]byte
+		copy(trailer[:], crcMagic)
+		binary.BigEndian.PutUint32(trailer[crcTrailerLen-4:], sum.Sum32())
+		if _, err := w.Write(trailer[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitData cuts data into the pieces MindSpore's save_checkpoint writes:
+// one piece when it fits the limit, else ceil(len/limit) pieces split like
+// numpy.array_split on the flattened elements (the first n%k pieces get one
+// element more). Pieces are never nil, so an empty tensor still writes its
+// required tensor_content field.
+func splitData(data []byte, elemSize int, limit int64) [][]byte {
+	total := int64(len(data))
+	if total <= limit {
+		if data == nil {
+			data = []byte{}
+		}
+		return [][]byte{data}
+	}
+	k := (total + limit - 1) / limit
+	n := total / int64(elemSize)
+	base, extra := n/k, n%k
+	pieces := make([][]byte, 0, k)
+	var off int64
+	for i := int64(0); i < k; i++ {
+		cnt := base
+		if i < extra {
+			cnt++
+		}
+		end := off + cnt*int64(elemSize)
+		pieces = append(pieces, data[off:end:end])
+		off = end
+	}
+	return pieces
+}

@@ -1,0 +1,365 @@
+package ckpt
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// DefaultPrefix is ModelCheckpoint's default file name prefix.
+const DefaultPrefix = "CKP"
+
+// MindSpore's CheckpointConfig defaults.
+const (
+	defaultSaveCheckpointSteps = 1
+	defaultKeepCheckpointMax   = 5
+)
+
+// CheckpointConfig is MindSpore's CheckpointConfig, for the step-based
+// policy. Zero fields take MindSpore's defaults.
+type CheckpointConfig struct {
+	// SaveCheckpointSteps saves every N steps; 0 means 1.
+	SaveCheckpointSteps int
+	// KeepCheckpointMax keeps at most N files of the prefix, deleting the
+	// oldest; 0 means 5. (MindSpore turns an explicit 0 into 1; write 1.)
+	KeepCheckpointMax int
+	// ReusePrefix keeps the prefix even when the directory already holds
+	// checkpoints with it, instead of moving on to prefix_1, prefix_2...;
+	// a resumed run uses it to continue the same series of files.
+	ReusePrefix bool
+	// Write is passed to Write for every checkpoint.
+	Write WriteOptions
+}
+
+// ModelCheckpoint saves checkpoints during training with MindSpore's
+// ModelCheckpoint rules: files {prefix}-{epoch}_{step}.ckpt in one directory,
+// every SaveCheckpointSteps steps and at the end of training, at most
+// KeepCheckpointMax of them kept. It is not safe for concurrent use.
+type ModelCheckpoint struct {
+	dir       string
+	prefix    string
+	saveSteps int
+	keepMax   int
+	write     WriteOptions
+	lastStep  int    // global step of the last save (_last_triggered_step)
+	latest    string // path of the last file written
+}
+
+// NewModelCheckpoint prepares checkpointing into dir (created if missing)
+// with the given prefix ("" means DefaultPrefix). Unless cfg.ReusePrefix is
+// set, the prefix is changed as MindSpore does when dir already holds files
+// of it (see ResolvePrefix).
+func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpoint, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsRune(prefix, '/') {
+		return nil, fmt.Errorf("checkpoint prefix %q: must not contain '/'", prefix)
+	}
+	if cfg.SaveCheckpointSteps < 0 {
+		return nil, fmt.Errorf("save_checkpoint_steps %d: must not be negative", cfg.SaveCheckpointSteps)
+	}
+	if cfg.KeepCheckpointMax < 0 {
+		return nil, fmt.Errorf("keep_checkpoint_max %d: must not be negative", cfg.KeepCheckpointMax)
+	}
+	m := &ModelCheckpoint{
+		dir:       dir,
+		prefix:    prefix,
+		saveSteps: cfg.SaveCheckpointSteps,
+		keepMax:   cfg.KeepCheckpointMax,
+		write:     cfg.Write,
+	}
+	if m.saveSteps == 0 {
+		m.saveSteps = defaultSaveCheckpointSteps
+	}
+	if m.keepMax == 0 {
+		m.keepMax = defaultKeepCheckpointMax
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("checkpoint directory: %w", err)
+	}
+	if !cfg.ReusePrefix {
+		p, err := ResolvePrefix(dir, prefix)
+		if err != nil {
+			return nil, err
+		}
+		m.prefix = p
+	}
+	return m, nil
+}
+
+// Prefix returns the prefix in use, after any renaming.
+func (m *ModelCheckpoint) Prefix() string { return m.prefix }
+
+// Dir returns the checkpoint directory.
+func (m *ModelCheckpoint) Dir() string { return m.dir }
+
+// Latest returns the path of the last checkpoint this ModelCheckpoint wrote,
+// or "" (MindSpore's latest_ckpt_file_name).
+func (m *ModelCheckpoint) Latest() string { return m.latest }
+
+// ResumeAt records that training resumes after global step step, whose
+// checkpoint already exists, so the save schedule continues as it would
+// have without the interruption.
+func (m *ModelCheckpoint) ResumeAt(step int) { m.lastStep = step }
+
+// StepEnd is ModelCheckpoint.step_end: call it after every training step,
+// with the 1-based epoch, the 1-based global step counted across epochs, and
+// the number of steps in an epoch. When SaveCheckpointSteps steps have passed
+// since the last save it calls params and writes
+// {prefix}-{epoch}_{step in epoch}.ckpt, then deletes the oldest files beyond
+// KeepCheckpointMax. It returns the path written, or "" when no save was due.
+// A failed deletion is reported after the new file has been written.
+func (m *ModelCheckpoint) StepEnd(epoch, step, stepsPerEpoch int, params func() ([]Tensor, error)) (string, error) {
+	return m.save(epoch, step, stepsPerEpoch, params, false)
+}
+
+// End is ModelCheckpoint.end: it saves the final step unless that step was
+// just saved.
+func (m *ModelCheckpoint) End(epoch, step, stepsPerEpoch int, params func() ([]Tensor, error)) (string, error) {
+	return m.save(epoch, step, stepsPerEpoch, params, true)
+}
+
+func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]Tensor, error), force bool) (string, error) {
+	if epoch < 1 || step < 1 || stepsPerEpoch < 1 {
+		return "", fmt.Errorf("checkpoint at epoch %d step %d (%d steps per epoch): all must be positive", epoch, step, stepsPerEpoch)
+	}
+	if step == m.lastStep {
+		return "", nil
+	}
+	if !force && step < m.lastStep+m.saveSteps {
+		return "", nil
+	}
+	tensors, err := params()
+	if err != nil {
+		return "", fmt.Errorf("checkpoint at step %d: %w", step, err)
+	}
+	stepInEpoch := (step-1)%stepsPerEpoch + 1
+	path := filepath.Join(m.dir, FileName(m.prefix, epoch, stepInEpoch))
+	// Unlike MindSpore, which deletes the oldest file before saving, write
+	// first: a failed save then costs no old checkpoint.
+	if err := Write(path, tensors, m.write); err != nil {
+		return "", err
+	}
+	m.lastStep = step
+	m.latest = path
+	return path, m.prune()
+}
+
+// prune deletes the oldest files of the prefix until KeepCheckpointMax remain.
+func (m *ModelCheckpoint) prune() error {
+	files, err := ListCheckpoints(m.dir, m.prefix)
+	if err != nil {
+		return err
+	}
+	for i := 0; len(files)-i > m.keepMax; i++ {
+		if err := os.Remove(files[i].Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove old checkpoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// FileName returns ModelCheckpoint's file name {prefix}-{epoch}_{step}.ckpt.
+func FileName(prefix string, epoch, stepInEpoch int) string {
+	return prefix + "-" + strconv.Itoa(epoch) + "_" + strconv.Itoa(stepInEpoch) + ".ckpt"
+}
+
+// ParseFileName splits a name of the form {prefix}-{epoch}_{step}.ckpt; the
+// prefix may itself contain '-'.
+func ParseFileName(name string) (prefix string, epoch, stepInEpoch int, ok bool) {
+	stem, found := strings.CutSuffix(name, ".ckpt")
+	if !found {
+		return "", 0, 0, false
+	}
+	dash := strings.LastIndexByte(stem, '-')
+	if dash < 0 {
+		return "", 0, 0, false
+	}
+	e, s, found := strings.Cut(stem[dash+1:], "_")
+	if !found {
+		return "", 0, 0, false
+	}
+	epoch, ok1 := atoiDigits(e)
+	stepInEpoch, ok2 := atoiDigits(s)
+	if !ok1 || !ok2 {
+		return "", 0, 0, false
+	}
+	return stem[:dash], epoch, stepInEpoch, true
+}
+
+// atoiDigits parses a non-empty run of ASCII digits that fits an int.
+func atoiDigits(s string) (int, bool) {
+	if s == "" {
+		return 0, false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+// ResolvePrefix is MindSpore's rule for a prefix already in use
+// (_chg_ckpt_file_name_if_same_exist): it looks at the .ckpt files in dir
+// (not *_breakpoint.ckpt) that start with prefix followed by a non-letter.
+// A file {prefix}-... makes the new prefix at least {prefix}_1; a file
+// {prefix}_N-... makes it at least {prefix}_{N+1}. With no such file the
+// prefix is unchanged. A missing dir leaves the prefix unchanged.
+func ResolvePrefix(dir, prefix string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return prefix, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checkpoint directory: %w", err)
+	}
+	pre := []rune(prefix)
+	suffix := 0
+	for _, e := range entries {
+		name := e.Name()
+		if pyExt(name) != ".ckpt" || strings.HasSuffix(name, "_breakpoint.ckpt") || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		rest := []rune(name)[len(pre):]
+		if len(rest) == 0 || unicode.IsLetter(rest[0]) {
+			continue
+		}
+		dash := indexRune(rest, '-')
+		switch {
+		case dash == 0:
+			suffix = max(suffix, 1)
+		case dash > 0:
+			if n, ok := atoiDigits(string(rest[1:dash])); ok && n < int(^uint(0)>>1) {
+				suffix = max(suffix, n+1)
+			}
+		}
+	}
+	if suffix == 0 {
+		return prefix, nil
+	}
+	return prefix + "_" + strconv.Itoa(suffix), nil
+}
+
+func indexRune(rs []rune, r rune) int {
+	for i, x := range rs {
+		if x == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// pyExt is Python's os.path.splitext(name)[1]: leading dots do not start an
+// extension, so ".ckpt" has none.
+func pyExt(name string) string {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 || strings.Trim(name[:i], ".") == "" {
+		return ""
+	}
+	return name[i:]
+}
+
+// CheckpointFile is one checkpoint file found by ListCheckpoints.
+type CheckpointFile struct {
+	Path    string
+	Epoch   int // 0 when the name does not end in -{epoch}_{step}.ckpt
+	Step    int // step in epoch; 0 when the name does not parse
+	ModTime time.Time
+}
+
+// ListCheckpoints returns the files MindSpore's CheckpointManager counts for
+// prefix in dir (names {prefix}-*.ckpt with no letter after the prefix),
+// oldest first: by modification time, then epoch and step, then name.
+func ListCheckpoints(dir, prefix string) ([]CheckpointFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	var files []CheckpointFile
+	for _, e := range entries {
+		name := e.Name()
+		if pyExt(name) != ".ckpt" || !strings.HasPrefix(name, prefix+"-") {
+			continue
+		}
+		if strings.IndexFunc(name[len(prefix):len(name)-len(".ckpt")], unicode.IsLetter) >= 0 {
+			continue
+		}
+		info, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since ReadDir
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list checkpoints: %w", err)
+		}
+		f := CheckpointFile{Path: filepath.Join(dir, name), ModTime: info.ModTime()}
+		if p, ep, st, ok := ParseFileName(name); ok && p == prefix {
+			f.Epoch, f.Step = ep, st
+		}
+		files = append(files, f)
+	}
+	sort.Slice(files, func(i, j int) bool {
+		a, b := files[i], files[j]
+		if !a.ModTime.Equal(b.ModTime) {
+			return a.ModTime.Before(b.ModTime)
+		}
+		if a.Epoch != b.Epoch {
+			return a.Epoch < b.Epoch
+		}
+		if a.Step != b.Step {
+			return a.Step < b.Step
+		}
+		return a.Path < b.Path
+	})
+	return files, nil
+}
+
+// Latest returns the newest checkpoint of prefix in dir, to resume from.
+// It considers {prefix}-{epoch}_{step}.ckpt and the renamed series
+// {prefix}_{N}-{epoch}_{step}.ckpt that ResolvePrefix creates, and picks the
+// highest (N, epoch, step), N being 0 for the plain prefix. Names, not
+// modification times, decide, because copying a directory changes the times.
+// With no checkpoint it returns an error wrapping ErrNoCheckpoint.
+func Latest(dir, prefix string) (string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("find latest checkpoint: %w", err)
+	}
+	best, bestKey := "", [3]int{-1, -1, -1}
+	for _, e := range entries {
+		p, ep, st, ok := ParseFileName(e.Name())
+		if !ok || e.IsDir() {
+			continue
+		}
+		series := 0
+		if p != prefix {
+			n, found := strings.CutPrefix(p, prefix+"_")
+			if !found {
+				continue
+			}
+			if series, ok = atoiDigits(n); !ok {
+				continue
+			}
+		}
+		key := [3]int{series, ep, st}
+		if key[0] > bestKey[0] || key[0] == bestKey[0] && (key[1] > bestKey[1] || key[1] == bestKey[1] && key[2] > bestKey[2]) {
+			best, bestKey = filepath.Join(dir, e.Name()), key
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("%s in %s: %w", prefix, dir, ErrNoCheckpoint)
+	}
+	return best, nil
+}

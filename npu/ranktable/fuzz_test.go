@@ -1,0 +1,64 @@
+package ranktable
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func FuzzParse(f *testing.F) {
+	for _, pattern := range []string{"testdata/valid/*.json", "testdata/invalid/*.json"} {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	for _, s := range []string{``, `{}`, `[]`, `{"server_list":[{"device":[{}]}]}`, `{"a":"\u00e9"}`, "{\"a\":1e5}", `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		table, problems := Check("fuzz.json", data)
+		for _, p := range problems {
+			if !p.Pos.IsValid() || p.Pos.Offset < 0 || p.Pos.Offset > len(data) {
+				t.Fatalf("problem with bad position %+v", p)
+			}
+			if p.Msg == "" || p.File != "fuzz.json" {
+				t.Fatalf("problem without message or file: %+v", p)
+			}
+		}
+		// The syntax-error locator agrees with encoding/json on validity.
+		if _, msg, found := locateSyntaxError(data); found == json.Valid(data) {
+			t.Fatalf("locateSyntaxError found=%v (%s) but json.Valid=%v", found, msg, json.Valid(data))
+		}
+		if table == nil || problems.HasErrors() {
+			return
+		}
+		// A valid table survives Encode and Check unchanged and lists its ranks.
+		again, problems2 := Check("again.json", table.Encode())
+		if problems2.HasErrors() {
+			t.Fatalf("re-encoded table invalid: %v\n%s", problems2.Err(), table.Encode())
+		}
+		if again.Version != table.Version || again.ServerCount != table.ServerCount || again.Status != table.Status ||
+			!reflect.DeepEqual(again.ServerList, table.ServerList) {
+			t.Fatalf("round trip changed the table:\n%s", table.Encode())
+		}
+		ranks, err := table.Ranks()
+		if err != nil || len(ranks) != table.RankSize() {
+			t.Fatalf("Ranks() on a valid table: %d ranks, %v", len(ranks), err)
+		}
+		for i, r := range ranks {
+			if r.RankID != i {
+				t.Fatalf("rank %d has id %d", i, r.RankID)
+			}
+		}
+	})
+}
