@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -73,7 +74,7 @@ func Load(path string) (*Pipeline, ErrorList, error) {
 // so that Validate can report more problems in one pass.
 func Parse(file string, data []byte) (*Pipeline, ErrorList) {
 	d := &decoder{file: file}
-	p := &Pipeline{File: file}
+	p := &Pipeline{File: file, BaseDir: filepath.Dir(file)}
 	if len(data) > MaxFileSize {
 		d.errs = append(d.errs, &Error{Pos: Pos{File: file}, Severity: SeverityError, Err: ErrTooLarge,
 			Msg: fmt.Sprintf("file is %d bytes, larger than the %d-byte limit for a spec", len(data), MaxFileSize)})

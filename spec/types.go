@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"path/filepath"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -11,7 +12,11 @@ const SupportedVersion = 1
 
 // Pipeline is a decoded spec file.
 type Pipeline struct {
-	File        string // path as given to Load, used in every position
+	File string // path as given to Load, used in every position
+	// BaseDir is the directory relative paths in the spec (rank tables,
+	// plugin binaries) are resolved against: the spec file's directory,
+	// unless the caller sets another (a run keeps a copy of its spec).
+	BaseDir     string
 	Version     int
 	Name        string
 	Description string
@@ -108,6 +113,14 @@ var paramTypes = []string{"string", "int", "float", "bool", "path", "list", "map
 
 // outputTypes lists the types an output may declare.
 var outputTypes = []string{"string", "int", "float", "bool", "path", "list", "map", "any"}
+
+// Resolve returns path made absolute against the spec's BaseDir.
+func (p *Pipeline) Resolve(path string) string {
+	if path == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(p.BaseDir, path)
+}
 
 // StageByID returns the stage with the given id, or nil.
 func (p *Pipeline) StageByID(id string) *Stage {

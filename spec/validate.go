@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -411,10 +410,7 @@ func (v *validator) clusters() {
 		if v.opts.CheckRankTable == nil {
 			return
 		}
-		path := c.RankTable
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(filepath.Dir(v.p.File), path)
-		}
+		path := v.p.Resolve(c.RankTable)
 		n, problems, err := v.opts.CheckRankTable(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			v.errs.add(c.TablePos, "%s.rank_table: file %s not found (the path is relative to the spec file)", what, path)

@@ -163,9 +163,21 @@ func (v *validator) withInstance(s *Stage) (any, map[string]bool) {
 
 // sampleOf is a stand-in value of a template's static type, and whether
 // that type is known (an `any` output can hold anything at run time).
+//
+// A string sample is never empty, so that it passes minLength and lets an
+// anyOf/oneOf pick the string branch; constraints other than the type are
+// not checked for templated values.
 func sampleOf(t *Template) (any, bool) {
 	if !t.Whole() {
-		return "", true
+		var b strings.Builder
+		for _, p := range t.Parts {
+			if p.Expr != "" {
+				b.WriteString("0")
+			} else {
+				b.WriteString(p.Literal)
+			}
+		}
+		return b.String(), true
 	}
 	for _, p := range t.Parts {
 		if p.Expr == "" {
@@ -177,7 +189,7 @@ func sampleOf(t *Template) (any, bool) {
 		case "float64":
 			return 1.5, true
 		case "string":
-			return "", true
+			return "x", true
 		case "bool":
 			return false, true
 		case "[]interface {}":

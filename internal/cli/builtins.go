@@ -2,6 +2,7 @@ package cli
 
 import (
 	"github.com/mspipe/mspipe/plugins"
+	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	execstage "github.com/mspipe/mspipe/stages/exec"
 )
 
@@ -12,6 +13,7 @@ func builtinStages() (*plugins.Registry, error) {
 	reg := plugins.NewRegistry()
 	for _, info := range []plugins.Info{
 		execstage.Info(),
+		cifarprepare.Info(),
 	} {
 		if err := reg.Register(info); err != nil {
 			return nil, err

@@ -89,6 +89,12 @@ one process per device, with real collectives between them.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
+		newRunCmd(),
+		newPlanCmd(),
+		newGraphCmd(),
+		newRunsCmd(),
+		newLogsCmd(),
+		newResumeCmd(),
 		newValidateCmd(),
 		newSchemaCmd(),
 		newRanktableCmd(),

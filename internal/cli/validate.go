@@ -91,11 +91,12 @@ func validateFile(path string) fileResult {
 		return fileResult{file: path, ioErr: err}
 	}
 	if decodable(problems) {
-		cat, err := newCatalog(filepath.Dir(path))
+		env, err := newStageEnv(p.BaseDir)
 		if err != nil {
 			return fileResult{file: path, ioErr: err}
 		}
-		problems = append(problems, spec.Validate(p, cat, specOptions())...)
+		env.usePins(p)
+		problems = append(problems, spec.Validate(p, env, specOptions())...)
 	}
 	problems.Sort()
 	return fileResult{file: path, problems: problems}

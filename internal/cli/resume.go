@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/mspipe/mspipe/pipeline"
+	"github.com/mspipe/mspipe/spec"
+	"github.com/spf13/cobra"
+)
+
+func newResumeCmd() *cobra.Command {
+	var jobs int
+	cmd := &cobra.Command{
+		Use:   "resume [RUN]",
+		Short: "Continue a failed or interrupted run",
+		Long: `Continue a run that failed or was interrupted: stages that succeeded, were
+cached or skipped keep their outputs; the others run again, with every stage
+that depends on them. RUN is a run id (see mspipe runs) or "latest" (the
+default).`,
+		Example: `  mspipe resume
+  mspipe resume 20261123-054012-a1b2c3`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store := &pipeline.Store{Dir: runsDir(cmd)}
+			id, err := runArg(store, args)
+			if err != nil {
+				return usageErr(err)
+			}
+			dir, err := store.RunDir(id)
+			if err != nil {
+				return usageErr(err)
+			}
+			st, err := pipeline.LoadState(dir)
+			if err != nil {
+				return err
+			}
+			env, err := newStageEnv(st.SpecDir)
+			if err != nil {
+				return err
+			}
+			if p, _, err := spec.Load(filepath.Join(dir, "pipeline.yaml")); err == nil && p != nil {
+				env.usePins(p)
+			}
+			eng := &pipeline.Engine{
+				Store: store, Launcher: env, Catalog: env, Console: cmd.ErrOrStderr(),
+				Jobs: jobs, Env: processEnv(), RankTable: rankTableInfo,
+			}
+			_, final, err := eng.Resume(cmd.Context(), id)
+			if final != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), final.ID)
+			}
+			if errors.Is(err, pipeline.ErrNothingToResume) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s already succeeded: nothing to resume (%s)\n", id, filepath.Join(dir, "run.json"))
+				return nil
+			}
+			return runExit(err)
+		},
+	}
+	cmd.Flags().IntVar(&jobs, "jobs", 2, "stages run at the same time at most")
+	addRunsDirFlag(cmd)
+	return cmd
+}
+
+// runArg picks the run named on the command line, or the latest one.
+func runArg(store *pipeline.Store, args []string) (string, error) {
+	if len(args) == 0 || args[0] == "latest" {
+		return store.Latest()
+	}
+	return args[0], nil
+}

@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mspipe/mspipe/spec"
+)
+
+// PlannedStage is what `mspipe plan` shows for one stage: nothing is run.
+type PlannedStage struct {
+	ID     string
+	Uses   string
+	Needs  []string
+	With   map[string]any // nil when inputs depend on outputs not known yet
+	Action string         // "run", "cached", "skip", "unknown"
+	Detail string         // why: cache source, false condition, unresolved input
+}
+
+// Plan works out, without running anything, the order of the stages, their
+// resolved inputs where they are already known, which would come from the
+// cache, and which would be skipped.
+func (e *Engine) Plan(ctx context.Context, p *spec.Pipeline, params map[string]any) ([]PlannedStage, error) {
+	g, err := NewGraph(p)
+	if err != nil {
+		return nil, err
+	}
+	resolver, err := spec.NewResolver(p, e.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	st := &RunState{ID: "plan", Params: params, Stages: map[string]*StageState{}, Order: g.Order}
+	for _, sid := range g.Order {
+		st.Stages[sid] = &StageState{Status: StatusPending}
+	}
+	r := &runner{e: e, p: p, g: g, st: st, resolver: resolver}
+	var out []PlannedStage
+	for _, sid := range g.Order {
+		s := p.StageByID(sid)
+		ps := PlannedStage{ID: sid, Uses: s.Uses, Needs: s.Needs}
+		ss := st.Stages[sid]
+		known, skipped := true, ""
+		for a := range r.ancestors(sid) {
+			switch st.Stages[a].Status {
+			case StatusCached:
+			case StatusSkipped:
+				skipped = a
+			default:
+				known = false
+			}
+		}
+		switch {
+		case skipped != "" && needsSkipped(g, st, sid):
+			ps.Action, ps.Detail = "skip", fmt.Sprintf("needs stage %s, which would be skipped", skipped)
+			ss.Status = StatusSkipped
+		case !known:
+			ps.Action, ps.Detail = "run", "inputs depend on outputs of stages that will run"
+			ss.Status = StatusRunning
+		default:
+			ps.Action, ps.Detail = r.planStage(ctx, s, ss)
+			ps.With = ss.With
+		}
+		out = append(out, ps)
+	}
+	return out, nil
+}
+
+func needsSkipped(g *Graph, st *RunState, sid string) bool {
+	for _, n := range g.Needs[sid] {
+		if st.Stages[n].Status == StatusSkipped {
+			return true
+		}
+	}
+	return false
+}
+
+// planStage resolves a stage whose upstream outputs are all known.
+func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (action, detail string) {
+	sc, err := r.scope(s)
+	if err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	runIt, err := r.resolver.If(s, sc)
+	if err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	if !runIt {
+		ss.Status = StatusSkipped
+		return "skip", fmt.Sprintf("if %q is false", strings.TrimSpace(s.If.Raw))
+	}
+	with, err := r.resolver.With(s, sc)
+	if err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	ss.With = with
+	key, err := r.cacheKey(ctx, s, sc, with)
+	if err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	if !r.e.NoCache {
+		if hit := r.lookupCache(key); hit != nil {
+			ss.Status, ss.Outputs, ss.Artifacts = StatusCached, hit.outputs, hit.artifacts
+			return "cached", "outputs of run " + hit.runID
+		}
+	}
+	ss.Status = StatusRunning
+	return "run", "no earlier run has these inputs"
+}

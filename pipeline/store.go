@@ -1,0 +1,76 @@
+package pipeline
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"time"
+)
+
+// Store is a directory of runs (by default ./runs).
+type Store struct {
+	Dir string
+}
+
+var runIDRe = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
+
+// newRunID returns a sortable, unique id: date-time plus random hex.
+func newRunID(now time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// RunDir returns the directory of a run id, checking the id's form so a
+// user-supplied id cannot point outside the store.
+func (s *Store) RunDir(id string) (string, error) {
+	if !runIDRe.MatchString(id) {
+		return "", fmt.Errorf("run id %q: %w (ids look like 20261123-054012-a1b2c3)", id, ErrRunNotFound)
+	}
+	dir := filepath.Join(s.Dir, id)
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+	}
+	return dir, nil
+}
+
+// List returns the states of all runs, newest first. Runs whose run.json is
+// missing or corrupt are returned as errors beside the good ones.
+func (s *Store) List() ([]*RunState, []error) {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, []error{fmt.Errorf("list runs: %w", err)}
+	}
+	var runs []*RunState
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || !runIDRe.MatchString(e.Name()) {
+			continue
+		}
+		st, err := LoadState(filepath.Join(s.Dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		runs = append(runs, st)
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ID > runs[j].ID })
+	return runs, errs
+}
+
+// Latest returns the newest run's id, or ErrRunNotFound.
+func (s *Store) Latest() (string, error) {
+	runs, _ := s.List()
+	if len(runs) == 0 {
+		return "", fmt.Errorf("no runs in %s: %w", s.Dir, ErrRunNotFound)
+	}
+	return runs[0].ID, nil
+}
