@@ -1,0 +1,384 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	stagev1 "github.com/mspipe/mspipe/plugins/proto/stage/v1"
+)
+
+// grpcClient is the host side of the protocol: a [Stage] whose methods call
+// the plugin. It only converts; checks against the descriptor live in Client.
+type grpcClient struct {
+	client stagev1.StageClient
+	exited <-chan struct{} // closed by go-plugin when the plugin process is gone
+}
+
+var _ Stage = (*grpcClient)(nil)
+
+func (c *grpcClient) Describe(ctx context.Context) (Descriptor, error) {
+	resp, err := c.client.Describe(ctx, &stagev1.DescribeRequest{})
+	if err != nil {
+		return Descriptor{}, fromStatus(ctx, err)
+	}
+	return descriptorFromProto(resp), nil
+}
+
+func (c *grpcClient) Validate(ctx context.Context, with map[string]any) ([]Problem, error) {
+	data, err := encodeObject(with)
+	if err != nil {
+		return nil, fmt.Errorf("encode with: %w", err)
+	}
+	resp, err := c.client.Validate(ctx, &stagev1.ValidateRequest{With: data})
+	if err != nil {
+		return nil, fromStatus(ctx, err)
+	}
+	problems := make([]Problem, 0, len(resp.GetProblems()))
+	for _, p := range resp.GetProblems() {
+		problems = append(problems, Problem{Path: p.GetPath(), Message: p.GetMessage()})
+	}
+	return problems, nil
+}
+
+func (c *grpcClient) Run(ctx context.Context, req RunRequest, emit func(Event)) (map[string]any, error) {
+	pbReq, err := runRequestToProto(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream if we return early
+	stream, err := c.client.Run(ctx, pbReq)
+	if err != nil {
+		return nil, fromStatus(ctx, err)
+	}
+	var outputs map[string]any
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fromStatus(ctx, err)
+		}
+		if outputs != nil {
+			return nil, fmt.Errorf("%w: event after the result", ErrBadReply)
+		}
+		if res, ok := ev.GetPayload().(*stagev1.RunEvent_Result); ok {
+			outputs, err = DecodeJSONObject(res.Result.GetOutputs())
+			if err != nil {
+				return nil, fmt.Errorf("%w: outputs: %v", ErrBadReply, err)
+			}
+			continue
+		}
+		e, ok, err := eventFromProto(ev)
+		if err != nil {
+			return nil, err
+		}
+		if ok && emit != nil {
+			emit(e)
+		}
+	}
+	if outputs == nil {
+		return nil, fmt.Errorf("%w: run ended without a result", ErrBadReply)
+	}
+	return outputs, nil
+}
+
+// fromStatus turns a gRPC error into the error the caller knows: its own
+// ctx.Err() when it cancelled, ErrPluginExited when the connection went away,
+// else the plugin's message.
+func fromStatus(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.Canceled:
+		return fmt.Errorf("%w: %s", ErrPluginExited, st.Message())
+	}
+	return errors.New(st.Message())
+}
+
+// grpcServer is the plugin side of the protocol: it serves a [Stage].
+type grpcServer struct {
+	stagev1.UnimplementedStageServer
+	impl Stage
+}
+
+func (s *grpcServer) Describe(ctx context.Context, _ *stagev1.DescribeRequest) (*stagev1.DescribeResponse, error) {
+	d, err := s.impl.Describe(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return descriptorToProto(d), nil
+}
+
+func (s *grpcServer) Validate(ctx context.Context, req *stagev1.ValidateRequest) (*stagev1.ValidateResponse, error) {
+	with, err := DecodeJSONObject(req.GetWith())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "decode with: %v", err)
+	}
+	problems, err := s.impl.Validate(ctx, with)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &stagev1.ValidateResponse{Problems: make([]*stagev1.Problem, 0, len(problems))}
+	for _, p := range problems {
+		resp.Problems = append(resp.Problems, &stagev1.Problem{Path: p.Path, Message: p.Message})
+	}
+	return resp, nil
+}
+
+func (s *grpcServer) Run(req *stagev1.RunRequest, stream grpc.ServerStreamingServer[stagev1.RunEvent]) error {
+	r, err := runRequestFromProto(req)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	// gRPC streams do not allow concurrent Send, and nothing may be sent
+	// once the handler has returned.
+	var mu sync.Mutex
+	finished := false
+	emit := func(e Event) {
+		msg := eventToProto(e)
+		if msg == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
+			_ = stream.Send(msg) // a failed send means the host is gone; ctx says so
+		}
+	}
+	outputs, err := s.impl.Run(stream.Context(), r, emit)
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	if err != nil {
+		return toStatus(err)
+	}
+	data, err := encodeObject(outputs)
+	if err != nil {
+		return status.Errorf(codes.Internal, "encode outputs: %v", err)
+	}
+	return stream.Send(&stagev1.RunEvent{
+		Time:    timestamppb.Now(),
+		Payload: &stagev1.RunEvent_Result{Result: &stagev1.Result{Outputs: data}},
+	})
+}
+
+// toStatus keeps a context error recognisable on the host; anything else
+// travels as its message.
+func toStatus(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+func encodeObject(m map[string]any) ([]byte, error) {
+	if m == nil {
+		return []byte("{}"), nil
+	}
+	return EncodeJSON(m)
+}
+
+func descriptorToProto(d Descriptor) *stagev1.DescribeResponse {
+	resp := &stagev1.DescribeResponse{
+		Name:        d.Name,
+		Version:     d.Version,
+		Description: d.Description,
+		WithSchema:  d.WithSchema,
+	}
+	for _, o := range d.Outputs {
+		resp.Outputs = append(resp.Outputs, &stagev1.OutputSpec{Name: o.Name, Type: o.Type, Description: o.Description})
+	}
+	versions := d.ProtocolVersions
+	if len(versions) == 0 {
+		versions = []int{ProtocolVersion}
+	}
+	for _, v := range versions {
+		resp.ProtocolVersions = append(resp.ProtocolVersions, int32(v))
+	}
+	return resp
+}
+
+func descriptorFromProto(resp *stagev1.DescribeResponse) Descriptor {
+	d := Descriptor{
+		Name:        resp.GetName(),
+		Version:     resp.GetVersion(),
+		Description: resp.GetDescription(),
+		WithSchema:  resp.GetWithSchema(),
+	}
+	for _, o := range resp.GetOutputs() {
+		d.Outputs = append(d.Outputs, OutputSpec{Name: o.GetName(), Type: o.GetType(), Description: o.GetDescription()})
+	}
+	for _, v := range resp.GetProtocolVersions() {
+		d.ProtocolVersions = append(d.ProtocolVersions, int(v))
+	}
+	return d
+}
+
+func runRequestToProto(r RunRequest) (*stagev1.RunRequest, error) {
+	with, err := encodeObject(r.With)
+	if err != nil {
+		return nil, fmt.Errorf("encode with: %w", err)
+	}
+	if r.Attempt < 0 || r.Attempt > math.MaxInt32 {
+		return nil, fmt.Errorf("attempt %d out of range", r.Attempt)
+	}
+	if r.Cluster.Devices < 0 || r.Cluster.Devices > math.MaxInt32 {
+		return nil, fmt.Errorf("cluster devices %d out of range", r.Cluster.Devices)
+	}
+	return &stagev1.RunRequest{
+		RunId:   r.RunID,
+		StageId: r.StageID,
+		With:    with,
+		WorkDir: r.WorkDir,
+		Cluster: &stagev1.Cluster{Devices: int32(r.Cluster.Devices), RankTable: r.Cluster.RankTable},
+		Attempt: int32(r.Attempt),
+		Env:     r.Env,
+	}, nil
+}
+
+func runRequestFromProto(req *stagev1.RunRequest) (RunRequest, error) {
+	with, err := DecodeJSONObject(req.GetWith())
+	if err != nil {
+		return RunRequest{}, fmt.Errorf("decode with: %w", err)
+	}
+	return RunRequest{
+		RunID:   req.GetRunId(),
+		StageID: req.GetStageId(),
+		With:    with,
+		WorkDir: req.GetWorkDir(),
+		Cluster: Cluster{Devices: int(req.GetCluster().GetDevices()), RankTable: req.GetCluster().GetRankTable()},
+		Attempt: int(req.GetAttempt()),
+		Env:     req.GetEnv(),
+	}, nil
+}
+
+// eventToProto converts an event for sending; it returns nil for an event
+// with no payload, which is dropped. Log fields that cannot be encoded are
+// replaced by a note, since emit has no way to report an error.
+func eventToProto(e Event) *stagev1.RunEvent {
+	t := e.Time
+	if t.IsZero() {
+		t = time.Now()
+	}
+	msg := &stagev1.RunEvent{Time: timestamppb.New(t)}
+	switch {
+	case e.Log != nil:
+		rec := &stagev1.LogRecord{Level: levelToProto(e.Log.Level), Message: e.Log.Message}
+		if len(e.Log.Fields) > 0 {
+			data, err := EncodeJSON(e.Log.Fields)
+			if err != nil {
+				data, _ = EncodeJSON(map[string]any{"fields_error": err.Error()})
+			}
+			rec.Fields = data
+		}
+		msg.Payload = &stagev1.RunEvent_Log{Log: rec}
+	case e.Progress != nil:
+		p := e.Progress
+		msg.Payload = &stagev1.RunEvent_Progress{Progress: &stagev1.Progress{Done: p.Done, Total: p.Total, Unit: p.Unit, Message: p.Message}}
+	case e.Metric != nil:
+		m := e.Metric
+		msg.Payload = &stagev1.RunEvent_Metric{Metric: &stagev1.Metric{Name: m.Name, Value: m.Value, Step: m.Step}}
+	case e.Artifact != nil:
+		a := e.Artifact
+		msg.Payload = &stagev1.RunEvent_Artifact{Artifact: &stagev1.Artifact{Name: a.Name, Path: a.Path, Sha256: a.SHA256}}
+	default:
+		return nil
+	}
+	return msg
+}
+
+// eventFromProto converts a received event. ok is false for an event
+// without a payload the host knows (e.g. from a newer protocol minor), which
+// is skipped; err is set for a payload that is malformed.
+func eventFromProto(ev *stagev1.RunEvent) (e Event, ok bool, err error) {
+	e.Time = time.Now()
+	if ts := ev.GetTime(); ts != nil && ts.IsValid() {
+		e.Time = ts.AsTime()
+	}
+	switch p := ev.GetPayload().(type) {
+	case *stagev1.RunEvent_Log:
+		rec := &LogEvent{Level: levelFromProto(p.Log.GetLevel()), Message: p.Log.GetMessage()}
+		if len(p.Log.GetFields()) > 0 {
+			rec.Fields, err = DecodeJSONObject(p.Log.GetFields())
+			if err != nil {
+				return e, false, fmt.Errorf("%w: log fields: %v", ErrBadReply, err)
+			}
+		}
+		e.Log = rec
+	case *stagev1.RunEvent_Progress:
+		e.Progress = &ProgressEvent{Done: p.Progress.GetDone(), Total: p.Progress.GetTotal(), Unit: p.Progress.GetUnit(), Message: p.Progress.GetMessage()}
+	case *stagev1.RunEvent_Metric:
+		e.Metric = &MetricEvent{Name: p.Metric.GetName(), Value: p.Metric.GetValue(), Step: p.Metric.GetStep()}
+	case *stagev1.RunEvent_Artifact:
+		a := p.Artifact
+		if a.GetPath() == "" {
+			return e, false, fmt.Errorf("%w: artifact %q without a path", ErrBadReply, a.GetName())
+		}
+		if !isSHA256Hex(a.GetSha256()) {
+			return e, false, fmt.Errorf("%w: artifact %q: sha256 %q is not 64 lower-case hex digits", ErrBadReply, a.GetName(), truncate(a.GetSha256(), 80))
+		}
+		e.Artifact = &ArtifactEvent{Name: a.GetName(), Path: a.GetPath(), SHA256: a.GetSha256()}
+	default:
+		return e, false, nil
+	}
+	return e, true, nil
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func levelToProto(l Level) stagev1.Level {
+	switch l {
+	case LevelDebug:
+		return stagev1.Level_LEVEL_DEBUG
+	case LevelWarn:
+		return stagev1.Level_LEVEL_WARN
+	case LevelError:
+		return stagev1.Level_LEVEL_ERROR
+	}
+	return stagev1.Level_LEVEL_INFO
+}
+
+func levelFromProto(l stagev1.Level) Level {
+	switch l {
+	case stagev1.Level_LEVEL_DEBUG:
+		return LevelDebug
+	case stagev1.Level_LEVEL_WARN:
+		return LevelWarn
+	case stagev1.Level_LEVEL_ERROR:
+		return LevelError
+	}
+	return LevelInfo
+}

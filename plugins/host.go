@@ -1,0 +1,382 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// Defaults of [LaunchConfig].
+const (
+	DefaultStartTimeout = 10 * time.Second
+	DefaultGrace        = 5 * time.Second
+)
+
+// killWait bounds how long Close waits for the process after SIGKILL, and
+// exitWait how long a failed call waits for the exit status of a process
+// whose connection broke.
+const (
+	killWait = 5 * time.Second
+	exitWait = 2 * time.Second
+	pollStep = 5 * time.Millisecond
+)
+
+// LaunchConfig says how to start a plugin process.
+type LaunchConfig struct {
+	// Name is the stage name the plugin was resolved from. When set, the
+	// plugin must describe itself with this name. Messages use it, or the
+	// executable's base name.
+	Name string
+	// Path and Args are the executable and its arguments. Built-in stages
+	// are the mspipe binary itself with args "__stage <name>".
+	Path string
+	Args []string
+	// Env is added to the host's environment for the plugin process.
+	Env []string
+	// Dir is the plugin process's working directory; empty means the host's.
+	Dir string
+	// SHA256 pins the executable's digest ("sha256:<hex>" or "<hex>"). A
+	// mismatch refuses to start it. Empty means no pin.
+	SHA256 string
+	// Log receives the plugin's stdout and stderr and the host's messages
+	// about the plugin (the stage log). Nil discards them; they never go to
+	// the terminal.
+	Log io.Writer
+	// StartTimeout bounds the handshake and the first Describe call;
+	// 0 means DefaultStartTimeout.
+	StartTimeout time.Duration
+	// Grace is how long Close waits after SIGTERM before SIGKILL;
+	// 0 means DefaultGrace.
+	Grace time.Duration
+}
+
+// Client is a running plugin process. It is a [Stage]: Describe returns the
+// descriptor read at launch, Run checks outputs against it. Close (or the
+// end of the context given to Launch) stops the process group.
+type Client struct {
+	label  string
+	cfg    LaunchConfig
+	pc     *plugin.Client
+	cmd    *exec.Cmd
+	stage  *grpcClient
+	desc   Descriptor
+	pid    int
+	exited <-chan struct{}
+	tail   *stderrTail
+
+	stopWatch func() bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ Stage = (*Client)(nil)
+
+// Launch starts the plugin process, completes the handshake (gRPC only,
+// automatic mutual TLS), reads the plugin's descriptor and checks that the
+// host can use it. The process lives until Close is called or ctx is done,
+// whichever comes first; either stops its whole process group.
+func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	label := launchLabel(cfg)
+	if cfg.Path == "" {
+		return nil, fmt.Errorf("%s: no executable path", label)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var secure *plugin.SecureConfig
+	if cfg.SHA256 != "" {
+		sum, err := parsePin(cfg.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", label, err)
+		}
+		secure = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+
+	logw := &lockedWriter{w: cfg.Log}
+	if cfg.Log == nil {
+		logw.w = io.Discard
+	}
+	tail := &stderrTail{}
+	cmd := exec.Command(cfg.Path, cfg.Args...)
+	cmd.Env = append(os.Environ(), cfg.Env...)
+	cmd.Dir = cfg.Dir
+	cmd.SysProcAttr = sysProcAttr()
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake(),
+		Plugins:          PluginSet(nil),
+		Cmd:              cmd,
+		SecureConfig:     secure,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true, // cmd.Env already has it, under cfg.Env
+		StartTimeout:     cfg.StartTimeout,
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:   "mspipe",
+			Output: logw,
+			Level:  hclog.Info,
+		}),
+		Stderr:     tail,
+		SyncStdout: logw,
+		SyncStderr: logw,
+	})
+
+	rpc, err := pc.Client() // starts the process and does the handshake
+	if err != nil {
+		if cmd.Process != nil {
+			_ = signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+		}
+		pc.Kill()
+		return nil, startError(label, cfg, cmd, tail, err)
+	}
+	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail}
+	raw, err := rpc.Dispense(PluginName)
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("%s: %w: %v", label, ErrIncompatible, err)
+	}
+	stage, ok := raw.(*grpcClient)
+	if !ok {
+		_ = c.Close()
+		return nil, fmt.Errorf("%s: %w: dispensed %T", label, ErrIncompatible, raw)
+	}
+	c.stage, c.exited = stage, stage.exited
+	c.stopWatch = context.AfterFunc(ctx, func() { _ = c.Close() })
+
+	desc, err := c.describe(ctx)
+	if err != nil {
+		_ = c.Close()
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, err
+	}
+	c.desc = desc
+	return c, nil
+}
+
+// describe asks for the descriptor, within the start timeout, and checks it.
+func (c *Client) describe(ctx context.Context) (Descriptor, error) {
+	describeCtx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
+	defer cancel()
+	desc, err := c.stage.Describe(describeCtx)
+	if err != nil {
+		if ctx.Err() == nil && describeCtx.Err() != nil {
+			return desc, fmt.Errorf("%s: %w: no answer to Describe within %v", c.label, ErrStartTimeout, c.cfg.StartTimeout)
+		}
+		return desc, c.explain(ctx, err)
+	}
+	if err := checkDescriptor(desc); err != nil {
+		return desc, fmt.Errorf("%s: %w", c.label, err)
+	}
+	if c.cfg.Name != "" && desc.Name != c.cfg.Name {
+		return desc, fmt.Errorf("%s: %w: it describes itself as %q", c.label, ErrIncompatible, desc.Name)
+	}
+	return desc, nil
+}
+
+// Describe returns the descriptor the plugin gave at launch.
+func (c *Client) Describe(context.Context) (Descriptor, error) {
+	return c.desc, nil
+}
+
+// Validate asks the plugin to check a `with` block.
+func (c *Client) Validate(ctx context.Context, with map[string]any) ([]Problem, error) {
+	problems, err := c.stage.Validate(ctx, with)
+	if err != nil {
+		return nil, c.explain(ctx, err)
+	}
+	return problems, nil
+}
+
+// Run runs the stage in the plugin and returns its outputs, checked against
+// the declared outputs: floats come back as float64, relative paths joined
+// to req.WorkDir. When ctx is done the call returns ctx.Err() and the plugin
+// sees its own context cancelled; the process keeps running until Close.
+func (c *Client) Run(ctx context.Context, req RunRequest, emit func(Event)) (map[string]any, error) {
+	outputs, err := c.stage.Run(ctx, req, emit)
+	if err != nil {
+		return nil, c.explain(ctx, err)
+	}
+	return checkOutputs(c.desc, req.WorkDir, outputs)
+}
+
+// Pid returns the plugin's process id, which is also its process group id.
+func (c *Client) Pid() int { return c.pid }
+
+// Close stops the plugin: SIGTERM to its process group, then, if anything
+// of the group is still running after the grace period, SIGKILL. It returns
+// once the plugin process has exited. Close may be called more than once.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.terminate() })
+	return c.closeErr
+}
+
+func (c *Client) terminate() error {
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
+	exited := c.exited
+	if exited == nil { // failed before the gRPC client existed
+		done := make(chan struct{})
+		close(done)
+		exited = done
+		defer c.pc.Kill()
+	}
+	if err := signalGroup(c.pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("%s: stop process group %d: %w", c.label, c.pid, err)
+	}
+	if !waitGroupGone(c.pid, exited, c.cfg.Grace) {
+		if err := signalGroup(c.pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("%s: kill process group %d: %w", c.label, c.pid, err)
+		}
+		select {
+		case <-exited:
+		case <-time.After(killWait):
+			return fmt.Errorf("%s: process %d did not exit %v after SIGKILL", c.label, c.pid, killWait)
+		}
+	}
+	if c.exited != nil {
+		c.pc.Kill() // the process is gone: this only releases the connection and goroutines
+	}
+	return nil
+}
+
+// waitGroupGone waits until the group leader has exited and no process of
+// the group can run any more, or until grace has passed.
+func waitGroupGone(pgid int, exited <-chan struct{}, grace time.Duration) bool {
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-exited:
+	case <-timer.C:
+		return false
+	}
+	tick := time.NewTicker(pollStep)
+	defer tick.Stop()
+	for groupAlive(pgid) {
+		select {
+		case <-tick.C:
+		case <-timer.C:
+			return false
+		}
+	}
+	return true
+}
+
+// explain turns an error of a call into what the caller needs: its own
+// ctx.Err() when it cancelled, the exit status and crash message when the
+// plugin died, the plugin's name on a protocol problem.
+func (c *Client) explain(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return ctxErr
+	}
+	if errors.Is(err, ErrPluginExited) {
+		select {
+		case <-c.exited:
+			return c.exitError(c.cmd.ProcessState)
+		case <-time.After(exitWait):
+			return c.exitError(nil)
+		}
+	}
+	if errors.Is(err, ErrBadReply) || errors.Is(err, ErrIncompatible) {
+		return fmt.Errorf("%s: %w", c.label, err)
+	}
+	return err
+}
+
+func (c *Client) exitError(state *os.ProcessState) error {
+	status := "connection lost"
+	if state != nil {
+		status = state.String()
+	}
+	err := fmt.Errorf("%s (pid %d): %w (%s)", c.label, c.pid, ErrPluginExited, status)
+	if s := c.tail.summary(); s != "" {
+		err = fmt.Errorf("%w: %s", err, s)
+	}
+	return err
+}
+
+func launchLabel(cfg LaunchConfig) string {
+	if cfg.Name != "" {
+		return fmt.Sprintf("plugin %q", cfg.Name)
+	}
+	return fmt.Sprintf("plugin %s", filepath.Base(cfg.Path))
+}
+
+func parsePin(pin string) ([]byte, error) {
+	s := strings.TrimPrefix(strings.TrimSpace(pin), "sha256:")
+	sum, err := hex.DecodeString(s)
+	if err != nil || len(sum) != sha256.Size {
+		return nil, fmt.Errorf("sha256 pin %q: want 64 hex digits", truncate(pin, 80))
+	}
+	return sum, nil
+}
+
+// startError explains why the handshake failed. go-plugin reports most
+// causes only as text, hence the matching on its messages.
+func startError(label string, cfg LaunchConfig, cmd *exec.Cmd, tail *stderrTail, err error) error {
+	msg := err.Error()
+	stderr := tail.summary()
+	if stderr != "" {
+		stderr = "; its stderr: " + stderr
+	}
+	status := "exit status unknown"
+	if cmd.ProcessState != nil { // pc.Kill has waited for the process
+		status = cmd.ProcessState.String()
+	}
+	const unrecognized = "Unrecognized remote plugin message: "
+	switch {
+	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
+		actual := "unreadable"
+		if data, rerr := os.ReadFile(cmd.Path); rerr == nil {
+			actual = fmt.Sprintf("%x", sha256.Sum256(data))
+		}
+		want, _ := parsePin(cfg.SHA256)
+		return fmt.Errorf("%s: %w: %s has sha256 %s, the pin is %x; not starting it", label, ErrChecksumMismatch, cmd.Path, actual, want)
+	case strings.Contains(msg, unrecognized):
+		line := msg[strings.Index(msg, unrecognized)+len(unrecognized):]
+		line, _, _ = strings.Cut(line, "\n")
+		if line == "" { // it closed stdout, usually by exiting
+			return fmt.Errorf("%s: %s: %w before the handshake (%s)%s; is it an mspipe stage plugin?", label, cmd.Path, ErrPluginExited, status, stderr)
+		}
+		return fmt.Errorf("%s: %s: %w: it printed %q instead of the plugin handshake%s", label, cmd.Path, ErrNotPlugin, truncate(line, 200), stderr)
+	case strings.Contains(msg, "plugin exited before we could connect"):
+		return fmt.Errorf("%s: %s: %w before the handshake (%s)%s; is it an mspipe stage plugin?", label, cmd.Path, ErrPluginExited, status, stderr)
+	case strings.Contains(msg, "timeout while waiting for plugin to start"):
+		return fmt.Errorf("%s: %s: %w: no handshake within %v%s", label, cmd.Path, ErrStartTimeout, cfg.StartTimeout, stderr)
+	case strings.Contains(msg, "ncompatible API version"), strings.Contains(msg, "unsupported plugin protocol"):
+		return fmt.Errorf("%s: %s: %w: %s", label, cmd.Path, ErrIncompatible, strings.ReplaceAll(msg, "\n", " "))
+	}
+	return fmt.Errorf("%s: start %s: %w", label, cmd.Path, err)
+}
+
+// lockedWriter serialises writes from go-plugin's several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,199 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/mspipe/mspipe/plugins"
+)
+
+// Stage is a stage whose `with` block decodes into W, a struct. It
+// implements plugins.Stage: Describe derives the JSON Schema from W,
+// Validate checks a block against it (then calls Check), and Run validates,
+// decodes and calls Execute.
+type Stage[W any] struct {
+	Name        string // stage name used in `uses:`, e.g. "acme/augment"
+	Version     string // the stage's version, part of the cache key
+	Description string // one sentence
+	Outputs     []plugins.OutputSpec
+	// Check, if set, adds checks the schema cannot express.
+	Check func(with W) []plugins.Problem
+	// Execute runs the stage. It returns the outputs declared in Outputs.
+	Execute func(ctx context.Context, sc Context, with W) (map[string]any, error)
+}
+
+var _ plugins.Stage = Stage[struct{}]{}
+
+// Describe returns the stage's descriptor with the schema derived from W.
+func (s Stage[W]) Describe(context.Context) (plugins.Descriptor, error) {
+	schema, err := SchemaOf[W]()
+	if err != nil {
+		return plugins.Descriptor{}, fmt.Errorf("stage %q: %w", s.Name, err)
+	}
+	return plugins.Descriptor{
+		Name:             s.Name,
+		Version:          s.Version,
+		Description:      s.Description,
+		WithSchema:       schema,
+		Outputs:          s.Outputs,
+		ProtocolVersions: []int{plugins.ProtocolVersion},
+	}, nil
+}
+
+// Validate checks a `with` block against the schema of W and Check.
+func (s Stage[W]) Validate(_ context.Context, with map[string]any) ([]plugins.Problem, error) {
+	_, problems, err := s.decode(with)
+	return problems, err
+}
+
+// Run validates and decodes the `with` block (filling in schema defaults)
+// and calls Execute.
+func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plugins.Event)) (map[string]any, error) {
+	if s.Execute == nil {
+		return nil, fmt.Errorf("stage %q has no Execute function", s.Name)
+	}
+	with, problems, err := s.decode(req.With)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.String()
+		}
+		return nil, fmt.Errorf("invalid with: %s", strings.Join(msgs, "; "))
+	}
+	return s.Execute(ctx, NewContext(req, emit), with)
+}
+
+// decode validates with against the schema of W, fills in defaults, decodes
+// it into a W and runs Check. The error is for a broken W, not a bad block.
+func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
+	var w W
+	schema, err := schemaMap(reflect.TypeFor[W]())
+	if err != nil {
+		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
+	}
+	with, _ = applyDefaults(schema, with).(map[string]any)
+	data, err := plugins.EncodeJSON(with)
+	if err != nil {
+		return w, []plugins.Problem{{Message: err.Error()}}, nil
+	}
+	problems, err := validateJSON(schema, data)
+	if err != nil {
+		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
+	}
+	if len(problems) > 0 {
+		return w, problems, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return w, []plugins.Problem{decodeProblem(err)}, nil
+	}
+	if s.Check != nil {
+		problems = s.Check(w)
+	}
+	return w, problems, nil
+}
+
+func decodeProblem(err error) plugins.Problem {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		path := ""
+		if typeErr.Field != "" {
+			path = "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
+		}
+		return plugins.Problem{Path: path, Message: fmt.Sprintf("want %s, got %s", typeErr.Type, typeErr.Value)}
+	}
+	return plugins.Problem{Message: strings.TrimPrefix(err.Error(), "json: ")}
+}
+
+// Context is what a running stage uses to report: log records, progress,
+// metrics and artifacts. It also carries the run request. Its methods are
+// safe for concurrent use.
+type Context struct {
+	req  plugins.RunRequest
+	emit func(plugins.Event)
+}
+
+// NewContext returns a Context over a run request and an event sink; it is
+// what Run passes to Execute, and lets tests call Execute directly.
+func NewContext(req plugins.RunRequest, emit func(plugins.Event)) Context {
+	if emit == nil {
+		emit = func(plugins.Event) {}
+	}
+	return Context{req: req, emit: emit}
+}
+
+// Request returns the run request: run and stage ids, work dir, cluster,
+// attempt and environment.
+func (c Context) Request() plugins.RunRequest { return c.req }
+
+// WorkDir returns the stage's own directory.
+func (c Context) WorkDir() string { return c.req.WorkDir }
+
+// Log sends a log record; kv are alternating keys (strings) and values.
+func (c Context) Log(level plugins.Level, msg string, kv ...any) {
+	var fields map[string]any
+	if len(kv) > 0 {
+		fields = make(map[string]any, (len(kv)+1)/2)
+		for i := 0; i < len(kv); i += 2 {
+			key, ok := kv[i].(string)
+			if !ok || i+1 == len(kv) {
+				fields["!BADKEY"] = kv[i]
+				i--
+				continue
+			}
+			fields[key] = kv[i+1]
+		}
+	}
+	c.emit(plugins.Event{Time: time.Now(), Log: &plugins.LogEvent{Level: level, Message: msg, Fields: fields}})
+}
+
+// Info sends a log record at info level.
+func (c Context) Info(msg string, kv ...any) { c.Log(plugins.LevelInfo, msg, kv...) }
+
+// Warn sends a log record at warn level.
+func (c Context) Warn(msg string, kv ...any) { c.Log(plugins.LevelWarn, msg, kv...) }
+
+// Progress reports done of total units of work (total 0 when unknown).
+func (c Context) Progress(done, total int64, unit, message string) {
+	c.emit(plugins.Event{Time: time.Now(), Progress: &plugins.ProgressEvent{Done: done, Total: total, Unit: unit, Message: message}})
+}
+
+// Metric reports one scalar measurement at a step.
+func (c Context) Metric(name string, value float64, step int64) {
+	c.emit(plugins.Event{Time: time.Now(), Metric: &plugins.MetricEvent{Name: name, Value: value, Step: step}})
+}
+
+// Artifact hashes the file at path (absolute or relative to the work dir)
+// and announces it.
+func (c Context) Artifact(name, path string) error {
+	full := path
+	if !filepath.IsAbs(full) {
+		full = filepath.Join(c.req.WorkDir, full)
+	}
+	f, err := os.Open(full)
+	if err != nil {
+		return fmt.Errorf("artifact %q: %w", name, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("artifact %q: read %s: %w", name, full, err)
+	}
+	c.emit(plugins.Event{Time: time.Now(), Artifact: &plugins.ArtifactEvent{Name: name, Path: path, SHA256: hex.EncodeToString(h.Sum(nil))}})
+	return nil
+}

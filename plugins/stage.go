@@ -1,0 +1,162 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Stage is what every stage implements, built-in or external. The host
+// calls Describe once, Validate any number of times and Run at most once per
+// process in practice, though an implementation must not rely on that.
+type Stage interface {
+	// Describe returns the stage's identity, the JSON Schema of its `with`
+	// block and its declared outputs.
+	Describe(ctx context.Context) (Descriptor, error)
+	// Validate checks a `with` block and lists every problem found; a nil
+	// error with no problems means it is acceptable. The error is for
+	// failures to check at all.
+	Validate(ctx context.Context, with map[string]any) ([]Problem, error)
+	// Run executes the stage. It calls emit for every event as it happens
+	// (emit is safe for concurrent use and must not be called after Run
+	// returns) and returns the outputs, whose keys and types match the
+	// descriptor's outputs. Run stops early when ctx is done.
+	Run(ctx context.Context, req RunRequest, emit func(Event)) (outputs map[string]any, err error)
+}
+
+// Descriptor is what a stage says about itself.
+type Descriptor struct {
+	Name        string          // stage name used in `uses:`, e.g. "npu/train"
+	Version     string          // the stage's own version, part of the cache key
+	Description string          // one sentence for `mspipe plugins` and editors
+	WithSchema  json.RawMessage // JSON Schema (2020-12) of the `with` block
+	Outputs     []OutputSpec    // declared outputs
+	// ProtocolVersions lists the protocol versions the stage speaks. Empty
+	// means [ProtocolVersion] only.
+	ProtocolVersions []int
+}
+
+// OutputSpec declares one output of a stage.
+type OutputSpec struct {
+	// Name is the key under `stages.<id>.outputs`. The name "*" declares
+	// that outputs with other names may appear, all of type Type.
+	Name string
+	// Type is one of the Type* constants.
+	Type        string
+	Description string
+}
+
+// Output types of an [OutputSpec]. Values are checked by the host: int is a
+// JSON integer (int64), float any JSON number (delivered as float64), path a
+// string naming a file or directory (made absolute against the stage's work
+// dir), list a JSON array, map a JSON object, any anything.
+const (
+	TypeString = "string"
+	TypeInt    = "int"
+	TypeFloat  = "float"
+	TypeBool   = "bool"
+	TypePath   = "path"
+	TypeList   = "list"
+	TypeMap    = "map"
+	TypeAny    = "any"
+)
+
+// OutputTypes lists the valid [OutputSpec] types.
+func OutputTypes() []string {
+	return []string{TypeString, TypeInt, TypeFloat, TypeBool, TypePath, TypeList, TypeMap, TypeAny}
+}
+
+// Problem is one thing wrong with a `with` block.
+type Problem struct {
+	// Path is a JSON pointer (RFC 6901) into the `with` block, "" for the
+	// whole block, e.g. "/command/0".
+	Path    string
+	Message string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// RunRequest is everything a stage needs to run once.
+type RunRequest struct {
+	RunID   string         // the pipeline run
+	StageID string         // the stage's key in the spec
+	With    map[string]any // the resolved `with` block
+	WorkDir string         // the stage's own directory; exists
+	Cluster Cluster        // devices the stage may use
+	Attempt int            // 1 for the first run of this stage in this run
+	Env     map[string]string
+}
+
+// Cluster describes the (simulated) devices a stage may use.
+type Cluster struct {
+	Devices   int
+	RankTable string // path of an HCCL rank table, empty when none
+}
+
+// Event is one thing a running stage reports. Exactly one of the pointers is
+// set.
+type Event struct {
+	Time     time.Time
+	Log      *LogEvent
+	Progress *ProgressEvent
+	Metric   *MetricEvent
+	Artifact *ArtifactEvent
+}
+
+// LogEvent is a structured log record.
+type LogEvent struct {
+	Level   Level
+	Message string
+	Fields  map[string]any // nil when none
+}
+
+// ProgressEvent says how much of the stage's work is done.
+type ProgressEvent struct {
+	Done, Total int64 // Total is 0 when unknown
+	Unit        string
+	Message     string
+}
+
+// MetricEvent is one scalar measurement, e.g. a training loss.
+type MetricEvent struct {
+	Name  string
+	Value float64
+	Step  int64
+}
+
+// ArtifactEvent announces a file the stage produced.
+type ArtifactEvent struct {
+	Name   string
+	Path   string // absolute or relative to the work dir
+	SHA256 string // lower-case hex
+}
+
+// Level is the severity of a [LogEvent].
+type Level int8
+
+// Log levels, in increasing severity.
+const (
+	LevelDebug Level = iota - 1
+	LevelInfo
+	LevelWarn
+	LevelError
+)
+
+func (l Level) String() string {
+	switch l {
+	case LevelDebug:
+		return "debug"
+	case LevelInfo:
+		return "info"
+	case LevelWarn:
+		return "warn"
+	case LevelError:
+		return "error"
+	}
+	return "info"
+}
