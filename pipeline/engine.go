@@ -595,9 +595,10 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 	switch {
 	case ev.Log != nil:
 		l.Str("event", "log").Str("level", ev.Log.Level.String()).Fields(ev.Log.Fields).Msg(ev.Log.Message)
-		fmt.Fprintf(log, "%s %s %s\n", ev.Time.Format(time.RFC3339), strings.ToUpper(ev.Log.Level.String()), ev.Log.Message)
+		text := ev.Log.Message + formatFields(ev.Log.Fields)
+		fmt.Fprintf(log, "%s %s %s\n", ev.Time.Format(time.RFC3339), strings.ToUpper(ev.Log.Level.String()), text)
 		if ev.Log.Level >= plugins.LevelInfo {
-			r.console("[%s] %s", sid, ev.Log.Message)
+			r.console("[%s] %s", sid, text)
 		}
 	case ev.Progress != nil:
 		l.Str("event", "progress").Int64("done", ev.Progress.Done).Int64("total", ev.Progress.Total).Str("unit", ev.Progress.Unit).Msg(ev.Progress.Message)
@@ -606,6 +607,23 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 	case ev.Artifact != nil:
 		l.Str("event", "artifact").Str("name", ev.Artifact.Name).Str("path", ev.Artifact.Path).Str("sha256", ev.Artifact.SHA256).Msg("artifact")
 	}
+}
+
+// formatFields renders log fields as " key=value" in key order; the
+// stream field of relayed stdout/stderr lines is left out as noise.
+func formatFields(fields map[string]any) string {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		if k != "stream" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%v", k, fields[k])
+	}
+	return b.String()
 }
 
 // syncWriter serializes writes from the plugin's output pumps and events.

@@ -17,8 +17,9 @@ import (
 
 // Binaries built once by TestMain.
 var (
-	mspipeBin  string
-	testPlugin string
+	mspipeBin     string
+	testPlugin    string
+	augmentPlugin string
 )
 
 func TestMain(m *testing.M) {
@@ -29,7 +30,12 @@ func TestMain(m *testing.M) {
 	}
 	mspipeBin = filepath.Join(dir, "mspipe")
 	testPlugin = filepath.Join(dir, "mspipe-stage-test")
-	for out, pkg := range map[string]string{mspipeBin: "../cmd/mspipe", testPlugin: "../plugins/testdata/testplugin"} {
+	augmentPlugin = filepath.Join(dir, "mspipe-stage-cifar-augment")
+	for out, pkg := range map[string]string{
+		mspipeBin:     "../cmd/mspipe",
+		testPlugin:    "../plugins/testdata/testplugin",
+		augmentPlugin: "../examples/plugins/cifar-augment",
+	} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
