@@ -96,4 +96,3 @@ func discoverBinaries(path []plugins.SearchDir) []foundBinary {
 	}
 	return out
 }
-

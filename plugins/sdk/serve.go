@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
 
@@ -119,7 +120,15 @@ func (s *served) Run(ctx context.Context, req plugins.RunRequest, emit func(plug
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.base, cancel)()
-	defer recoverPanic(&err)
+	defer func() {
+		if r := recover(); r != nil {
+			stack := string(debug.Stack())
+			// An event, unlike stderr, reaches the host before the error does.
+			emit(plugins.Event{Time: time.Now(), Log: &plugins.LogEvent{Level: plugins.LevelError, Message: "stage panicked",
+				Fields: map[string]any{"panic": fmt.Sprint(r), "stack": stack}}})
+			err = fmt.Errorf("stage panicked: %v%s", r, panicSite())
+		}
+	}()
 	return s.stage.Run(ctx, req, emit)
 }
 
@@ -131,8 +140,9 @@ func (s *served) drain() {
 	s.active.Wait()
 }
 
-// recoverPanic turns a panic of the stage into an error naming the panic
-// site; the stack goes to stderr, which mspipe writes to the stage log.
+// recoverPanic turns a panic of Describe or Validate into an error naming
+// the panic site; the stack goes to stderr, which mspipe writes to the
+// stage log.
 func recoverPanic(errp *error) {
 	r := recover()
 	if r == nil {
