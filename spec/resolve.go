@@ -25,7 +25,7 @@ func NewResolver(p *Pipeline, cat Catalog) (*Resolver, error) {
 	if p.tooComplex {
 		return nil, fmt.Errorf("%s: %w", p.File, ErrTooComplex)
 	}
-	v := &validator{p: p, cat: cat, infos: map[string]*StageInfo{}}
+	v := &validator{p: p, cat: cat, infos: map[string]*StageInfo{}, open: map[string]bool{}}
 	v.stages()
 	outputs := map[string][]OutputDecl{}
 	for _, s := range p.Stages {
@@ -34,7 +34,7 @@ func NewResolver(p *Pipeline, cat Catalog) (*Resolver, error) {
 	if errs := v.errs.Err(); errs != nil {
 		return nil, errs
 	}
-	return &Resolver{p: p, env: buildEnvType(p, outputs)}, nil
+	return &Resolver{p: p, env: buildEnvType(p, outputs, v.open)}, nil
 }
 
 // Eval evaluates a template: a whole template yields the expression's value,

@@ -101,7 +101,10 @@ var rootNames = []string{"params", "cluster", "stages", "env", "run"}
 
 // buildEnvType derives the environment type from the params and the
 // outputs each stage declares.
-func buildEnvType(p *Pipeline, outputs map[string][]OutputDecl) *envType {
+//
+// A stage in open (its plugin could not be described) gets outputs of type
+// map[string]any, so reading them reports nothing beyond the uses error.
+func buildEnvType(p *Pipeline, outputs map[string][]OutputDecl, open map[string]bool) *envType {
 	et := &envType{outputs: map[string]fieldSet{}}
 	var pn []string
 	var pt []reflect.Type
@@ -127,7 +130,11 @@ func buildEnvType(p *Pipeline, outputs map[string][]OutputDecl) *envType {
 		}
 		of := makeStruct(on, ot)
 		et.outputs[s.ID] = of
-		sv := makeStruct([]string{"outputs", "status"}, []reflect.Type{of.typ, stringType})
+		outType := of.typ
+		if open[s.ID] {
+			outType = reflect.TypeOf(map[string]any{})
+		}
+		sv := makeStruct([]string{"outputs", "status"}, []reflect.Type{outType, stringType})
 		sn = append(sn, s.ID)
 		st = append(st, sv.typ)
 	}
@@ -166,6 +173,10 @@ func (et *envType) value(sc *Scope) (any, error) {
 		}
 		f := stages.Field(i)
 		f.Field(1).SetString(sv.Status)
+		if f.Field(0).Kind() == reflect.Map {
+			f.Field(0).Set(reflect.ValueOf(sv.Outputs))
+			continue
+		}
 		outs := et.outputs[id]
 		for name, j := range outs.index {
 			v, ok := sv.Outputs[name]

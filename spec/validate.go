@@ -46,7 +46,7 @@ func Validate(p *Pipeline, cat Catalog, opts Options) ErrorList {
 	if p.tooComplex {
 		return nil // Parse reported it; walking aliases again could take exponential time
 	}
-	v := &validator{p: p, cat: cat, opts: opts, infos: map[string]*StageInfo{}}
+	v := &validator{p: p, cat: cat, opts: opts, infos: map[string]*StageInfo{}, open: map[string]bool{}}
 	v.stages()
 	v.graph()
 	v.expressions()
@@ -64,6 +64,7 @@ type validator struct {
 	infos     map[string]*StageInfo // by stage id
 	ancestors map[string]map[string]bool
 	env       *envType
+	open      map[string]bool // stages whose plugin could not be described
 }
 
 func (v *validator) stages() {
@@ -83,6 +84,7 @@ func (v *validator) stages() {
 				msg += suggest(s.Uses, v.cat.Names())
 			}
 			v.errs.add(s.UsesPos, "stages.%s.uses: %s", s.ID, msg)
+			v.open[s.ID] = true
 			continue
 		}
 		v.infos[s.ID] = info
@@ -207,7 +209,7 @@ func (v *validator) expressions() {
 	for _, s := range v.p.Stages {
 		outputs[s.ID] = v.outputsOf(s)
 	}
-	v.env = buildEnvType(v.p, outputs)
+	v.env = buildEnvType(v.p, outputs, v.open)
 	if c := v.p.Cluster; c != nil && c.DevicesExpr != nil {
 		v.compile(c.DevicesExpr, nil, "int")
 	}
@@ -345,7 +347,7 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 			}
 			switch props[1] {
 			case "outputs":
-				if len(props) >= 3 {
+				if len(props) >= 3 && !v.open[id] {
 					outs := v.env.outputs[id]
 					if _, found := outs.index[props[2]]; !found {
 						names := sortedKeys(outs.index)

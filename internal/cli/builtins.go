@@ -4,6 +4,7 @@ import (
 	"github.com/mspipe/mspipe/plugins"
 	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	execstage "github.com/mspipe/mspipe/stages/exec"
+	nputrain "github.com/mspipe/mspipe/stages/npu/train"
 )
 
 // builtinStages builds the registry of the stages served by the mspipe
@@ -14,6 +15,7 @@ func builtinStages() (*plugins.Registry, error) {
 	for _, info := range []plugins.Info{
 		execstage.Info(),
 		cifarprepare.Info(),
+		nputrain.Info(),
 	} {
 		if err := reg.Register(info); err != nil {
 			return nil, err

@@ -22,14 +22,12 @@ import (
 	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
 	npueval "github.com/mspipe/mspipe/stages/npu/eval"
 	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
-	nputrain "github.com/mspipe/mspipe/stages/npu/train"
 )
 
 // declaredStages are built-in stages whose declaration ships with this
 // build although their implementation has not landed yet: specs using them
 // validate, and running them fails with ErrNotImplemented.
 var declaredStages = [][]byte{
-	nputrain.Descriptor,
 	npueval.Descriptor,
 	npulaunch.Descriptor,
 	ckptintegrate.Descriptor,

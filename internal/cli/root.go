@@ -102,6 +102,7 @@ one process per device, with real collectives between them.`,
 		newCkptCmd(),
 		newVersionCmd(),
 		newPluginServeCmd(),
+		newWorkerCmd(),
 	)
 	return root
 }

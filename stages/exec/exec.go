@@ -109,7 +109,7 @@ func run(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
 // exitText describes a non-zero code from runCommand: -N is signal N.
 func exitText(code int) string {
 	if code < 0 {
-		return "was killed by signal " + syscall.Signal(-code).String()
+		return fmt.Sprintf("was killed by signal %d (%v)", -code, syscall.Signal(-code))
 	}
 	return "exited with code " + strconv.Itoa(code)
 }
@@ -141,10 +141,9 @@ func commandEnv(base []string, req plugins.RunRequest, with map[string]string, o
 	env := make([]string, 0, len(base)+len(req.Env)+len(with)+8)
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == plugins.MagicCookieKey || strings.HasPrefix(name, "PLUGIN_") {
-			continue
+		if !pluginVariable(name) {
+			env = append(env, kv)
 		}
-		env = append(env, kv)
 	}
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -165,6 +164,18 @@ func commandEnv(base []string, req plugins.RunRequest, with map[string]string, o
 		"MSPIPE_STAGE_ID="+req.StageID,
 		"MSPIPE_ATTEMPT="+strconv.Itoa(req.Attempt),
 	)
+}
+
+// pluginVariable reports whether an environment variable belongs to the
+// plugin handshake (mspipe's cookie, go-plugin's settings and certificate),
+// which the command has no business seeing.
+func pluginVariable(name string) bool {
+	switch name {
+	case plugins.MagicCookieKey, "PLUGIN_CLIENT_CERT", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS",
+		"PLUGIN_MULTIPLEX_GRPC", "PLUGIN_UNIX_SOCKET_DIR", "PLUGIN_UNIX_SOCKET_GROUP":
+		return true
+	}
+	return false
 }
 
 // runCommand runs argv in its own process group and calls onStdout and

@@ -1,10 +1,274 @@
-// Package train provides the npu/train built-in stage. Only its declaration exists so far: specs that use it validate, and running it reports that the stage is not implemented in this build (the NPU core and distributed training issues add it).
+// Package train provides the npu/train built-in stage: it trains a model on
+// the stage's cluster of simulated Ascend devices the way the seeds' run.sh
+// does — one worker process per device, each in device{i}/ with
+// DEVICE_ID, RANK_ID, RANK_SIZE and RANK_TABLE_FILE set, env{i}.log and
+// train.log{i} written, checkpoints in device{i}/ckpt_{i}/ — and reports the
+// loss, accuracy and throughput.
+//
+// Modes: stand_alone (one device) works. data_parallel, semi_auto_parallel,
+// auto_parallel and hybrid_parallel are not implemented in this build: the
+// stage refuses them with a clear error instead of training something else.
 package train
 
-import _ "embed"
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
-// Descriptor is the stage's declaration (name, JSON Schema of with, typed
-// outputs) that mspipe validate checks specs against.
-//
-//go:embed stage.json
-var Descriptor []byte
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/npu/ranktable"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk"
+)
+
+// Name is the stage's `uses` name.
+const Name = "npu/train"
+
+// version is part of every cache key: bump it when results change.
+const version = "1.0.0"
+
+// WorkerCommand is the hidden mspipe subcommand a rank process runs.
+const WorkerCommand = "__npu-worker"
+
+// With is the stage's `with` block.
+type With struct {
+	Data                string             `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
+	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50,default=resnet20" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50"`
+	Mode                string             `json:"mode,omitempty" jsonschema:"enum=stand_alone|data_parallel|semi_auto_parallel|auto_parallel|hybrid_parallel,default=stand_alone" description:"MindSpore parallel_mode; only stand_alone is implemented in this build"`
+	Strategy            map[string][][]int `json:"strategy,omitempty" description:"shard strategy per operator (semi_auto_parallel; not implemented in this build)"`
+	Epochs              int                `json:"epochs,omitempty" jsonschema:"default=1,minimum=1"`
+	BatchSize           int                `json:"batch_size,omitempty" jsonschema:"default=32,minimum=1" description:"batch size per device"`
+	LearningRate        float64            `json:"learning_rate,omitempty" jsonschema:"default=0.01,exclusiveMinimum=0"`
+	Momentum            float64            `json:"momentum,omitempty" jsonschema:"default=0.9,minimum=0,exclusiveMaximum=1"`
+	WeightDecay         float64            `json:"weight_decay,omitempty" jsonschema:"minimum=0"`
+	LRSchedule          string             `json:"lr_schedule,omitempty" jsonschema:"enum=constant|cosine|step|steps|poly|linear,default=constant"`
+	WarmupEpochs        int                `json:"warmup_epochs,omitempty" jsonschema:"minimum=0"`
+	Seed                int                `json:"seed,omitempty" jsonschema:"default=1,minimum=0"`
+	Init                string             `json:"init,omitempty" description:"checkpoint file, or a directory with device{i}/ckpt_{i}/ per rank, to start from"`
+	GradientsMean       *bool              `json:"gradients_mean,omitempty" description:"data parallel: average gradients (allreduce_mean) instead of summing; default true"`
+	ParameterBroadcast  bool               `json:"parameter_broadcast,omitempty" description:"data parallel: broadcast rank 0's initial parameters"`
+	SaveCheckpointSteps int                `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
+	KeepCheckpointMax   int                `json:"keep_checkpoint_max,omitempty" jsonschema:"default=5,minimum=1"`
+	Prefix              string             `json:"prefix,omitempty" jsonschema:"default=CKP,pattern=^[A-Za-z0-9_.]+$"`
+	IntegratedSave      *bool              `json:"integrated_save,omitempty" description:"semi/auto parallel: save whole tensors (not implemented in this build)"`
+	DeviceMemory        string             `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (not implemented in this build)"`
+	Eval                *bool              `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
+	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
+	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
+}
+
+// Info registers the stage as a built-in.
+func Info() plugins.Info { return plugins.Info{Name: Name, New: New} }
+
+// New returns the stage.
+func New() plugins.Stage {
+	return sdk.Stage[With]{
+		Name:        Name,
+		Version:     version,
+		Description: "Train a model on simulated Ascend devices, one process per device, MindSpore-style",
+		Outputs: []plugins.OutputSpec{
+			{Name: "checkpoints", Type: plugins.TypePath, Description: "directory holding device{i}/ckpt_{i}/ for every rank"},
+			{Name: "checkpoint", Type: plugins.TypePath, Description: "rank 0's last checkpoint file"},
+			{Name: "loss", Type: plugins.TypeFloat, Description: "loss of the last step (rank 0)"},
+			{Name: "accuracy", Type: plugins.TypeFloat, Description: "held-out accuracy (0-1) of rank 0's model; -1 when eval is off"},
+			{Name: "global_step", Type: plugins.TypeInt},
+			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
+			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
+		},
+		Check:   check,
+		Execute: execute,
+	}
+}
+
+// ErrNotImplemented is returned for options this build does not have yet.
+var ErrNotImplemented = errors.New("not implemented in this build")
+
+func check(w With) []plugins.Problem {
+	var out []plugins.Problem
+	if w.Mode != "stand_alone" {
+		out = append(out, plugins.Problem{Path: "/mode", Message: fmt.Sprintf("mode %s is %v (only stand_alone is)", w.Mode, ErrNotImplemented)})
+	}
+	if len(w.Strategy) > 0 {
+		out = append(out, plugins.Problem{Path: "/strategy", Message: "shard strategies need semi_auto_parallel, which is " + ErrNotImplemented.Error()})
+	}
+	if w.DeviceMemory != "" {
+		out = append(out, plugins.Problem{Path: "/device_memory", Message: "device memory caps are " + ErrNotImplemented.Error()})
+	}
+	return out
+}
+
+// WorkerConfig is what the stage hands each rank process (worker.json).
+type WorkerConfig struct {
+	With     With   `json:"with"`
+	Seed     uint64 `json:"seed"`
+	Threads  int    `json:"threads"`
+	InitFile string `json:"init_file,omitempty"` // "" or a file; a directory is resolved per rank
+	InitDir  string `json:"init_dir,omitempty"`
+}
+
+// WorkerResult is what a rank process leaves in result.json.
+type WorkerResult struct {
+	Rank         int     `json:"rank"`
+	Loss         float64 `json:"loss"`
+	Accuracy     float64 `json:"accuracy"`
+	GlobalStep   int     `json:"global_step"`
+	Seconds      float64 `json:"seconds"`
+	ImagesPerSec float64 `json:"images_per_second"`
+	Checkpoint   string  `json:"checkpoint"`
+	ResumedFrom  string  `json:"resumed_from,omitempty"`
+}
+
+func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
+	req := sc.Request()
+	devices := max(req.Cluster.Devices, 1)
+	if w.Mode == "stand_alone" && devices != 1 {
+		return nil, fmt.Errorf("mode stand_alone trains on one device, but the stage's cluster has %d; set cluster: {devices: 1} on this stage (data_parallel is %v)", devices, ErrNotImplemented)
+	}
+	if err := checkData(w.Data); err != nil {
+		return nil, err
+	}
+	jobDir := sc.WorkDir()
+	rankTable := req.Cluster.RankTable
+	if rankTable == "" {
+		t, err := ranktable.Generate(ranktable.GenerateOptions{Devices: devices, Scheme: ranktable.SchemeLocal})
+		if err != nil {
+			return nil, fmt.Errorf("generate a rank table for %d devices: %w", devices, err)
+		}
+		rankTable = filepath.Join(jobDir, fmt.Sprintf("rank_table_%dpcs.json", devices))
+		if err := atomicfile.WriteFile(rankTable, t.Encode(), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads}
+	if w.Init != "" {
+		st, err := os.Stat(w.Init)
+		if err != nil {
+			return nil, fmt.Errorf("init: %w", err)
+		}
+		if st.IsDir() {
+			cfg.InitDir = w.Init
+		} else {
+			cfg.InitFile = w.Init
+		}
+	}
+	cfgPath := filepath.Join(jobDir, "worker.json")
+	raw, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(cfgPath, raw, 0o644); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	ranks := make([]launch.Rank, devices)
+	for i := range ranks {
+		ranks[i] = launch.Rank{RankID: i, DeviceID: i % 8}
+	}
+	sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
+	for i := range ranks {
+		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
+	}
+	tailCtx, stopTail := context.WithCancel(ctx)
+	tailDone := make(chan struct{})
+	go func() {
+		defer close(tailDone)
+		followLog(tailCtx, launch.LogPath(jobDir, 0), func(line string) { sc.Info(line) })
+	}()
+	runErr := launch.Run(ctx, launch.Job{
+		Path: self, Args: []string{WorkerCommand, cfgPath},
+		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
+	})
+	stopTail()
+	<-tailDone
+	if runErr != nil {
+		return nil, runErr
+	}
+	results := make([]WorkerResult, devices)
+	ips := 0.0
+	for i := range results {
+		data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
+		if err != nil {
+			return nil, fmt.Errorf("rank %d left no result: %w", i, err)
+		}
+		if err := json.Unmarshal(data, &results[i]); err != nil {
+			return nil, fmt.Errorf("rank %d result.json: %w", i, err)
+		}
+		ips += results[i].ImagesPerSec
+	}
+	r0 := results[0]
+	return map[string]any{
+		"checkpoints":       jobDir,
+		"checkpoint":        r0.Checkpoint,
+		"loss":              r0.Loss,
+		"accuracy":          r0.Accuracy,
+		"global_step":       r0.GlobalStep,
+		"wall_time":         r0.Seconds,
+		"images_per_second": ips,
+	}, nil
+}
+
+func checkData(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("data %q: give an absolute path (usually ${{ stages.prepare.outputs.dir }})", dir)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("data %s: not a directory", dir)
+	}
+	return nil
+}
+
+// followLog relays new lines of a growing log file until ctx is done, then
+// relays what is left.
+func followLog(ctx context.Context, path string, emit func(string)) {
+	var f *os.File
+	for f == nil {
+		var err error
+		if f, err = os.Open(path); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	defer f.Close()
+	rd := bufio.NewReader(f)
+	var partial strings.Builder
+	for {
+		line, err := rd.ReadString('\n')
+		partial.WriteString(line)
+		if err == nil {
+			emit(strings.TrimRight(partial.String(), "\r\n"))
+			partial.Reset()
+			continue
+		}
+		if err != io.EOF {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			if rest, _ := io.ReadAll(rd); len(rest) > 0 || partial.Len() > 0 {
+				partial.Write(rest)
+				for _, l := range strings.Split(strings.TrimRight(partial.String(), "\n"), "\n") {
+					if l != "" {
+						emit(l)
+					}
+				}
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

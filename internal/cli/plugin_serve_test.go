@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/plugins"
+)
+
+func TestBuiltinStagesRegistersExec(t *testing.T) {
+	reg, err := builtinStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(reg.Names(), "exec") {
+		t.Errorf("built-ins = %v, want exec among them", reg.Names())
+	}
+}
+
+func TestStageServeByHand(t *testing.T) {
+	t.Setenv(plugins.MagicCookieKey, "")
+	tests := []struct {
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{[]string{"__stage", "exec"}, ExitFailed, `serves the built-in stage "exec" to mspipe itself`},
+		{[]string{"__stage", "no/such"}, ExitUsage, `no built-in stage "no/such" (built-ins: `},
+		{[]string{"__stage"}, ExitUsage, "accepts 1 arg"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), tt.args, &stdout, &stderr)
+		if code != tt.wantCode || !strings.Contains(stderr.String(), tt.wantErr) {
+			t.Errorf("mspipe %v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr.String(), tt.wantCode, tt.wantErr)
+		}
+	}
+	var help bytes.Buffer
+	Main(context.Background(), []string{"--help"}, &help, &help)
+	if strings.Contains(help.String(), "__stage") {
+		t.Errorf("__stage shows in --help:\n%s", help.String())
+	}
+}
+
+// TestBuiltinStageServedByMspipe runs the built-in exec stage the way a
+// pipeline does: the real mspipe binary re-executed as `mspipe __stage exec`.
+func TestBuiltinStageServedByMspipe(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "mspipe")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build mspipe: %v\n%s", err, out)
+	}
+	reg, err := builtinStages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&plugins.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cfg := res.LaunchConfig()
+	var log bytes.Buffer
+	cfg.Log = &log
+	c, err := plugins.Launch(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	work := t.TempDir()
+	var lines []string
+	out, err := c.Run(ctx, plugins.RunRequest{StageID: "hello", WorkDir: work,
+		With: map[string]any{"command": `echo "hi from $MSPIPE_STAGE_ID"; echo "n=2" >> "$MSPIPE_OUTPUT"`}},
+		func(e plugins.Event) {
+			if e.Log != nil && e.Log.Fields["stream"] == "stdout" {
+				lines = append(lines, e.Log.Message)
+			}
+		})
+	if err != nil {
+		c.Close() // no more writes to log
+		t.Fatalf("run: %v\nstage log:\n%s", err, log.String())
+	}
+	if out["stdout"] != "hi from hello\n" || out["exit_code"] != int64(0) || out["n"] != int64(2) {
+		t.Errorf("outputs = %#v", out)
+	}
+	if !slices.Equal(lines, []string{"hi from hello"}) {
+		t.Errorf("stdout events = %q", lines)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,203 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrRankFailed is wrapped by the error Run returns when a rank failed.
+var ErrRankFailed = errors.New("rank failed")
+
+// Rank is one process of a job on this host.
+type Rank struct {
+	RankID   int
+	DeviceID int
+}
+
+// Job is a set of rank processes running the same command.
+type Job struct {
+	Path string   // executable
+	Args []string // arguments, the same for every rank
+	// Dir is the job directory: rank r runs in Dir/device{r}, created if
+	// missing (an existing one is kept, so a restarted job finds its
+	// checkpoints).
+	Dir       string
+	RankSize  int
+	Ranks     []Rank // the ranks to start here
+	RankTable string // RANK_TABLE_FILE; may be empty
+	Env       []string
+	// Grace is how long ranks get after SIGTERM before SIGKILL (default 5s).
+	Grace time.Duration
+}
+
+// DeviceDir is the directory of a rank inside the job directory.
+func DeviceDir(jobDir string, rank int) string {
+	return filepath.Join(jobDir, "device"+strconv.Itoa(rank))
+}
+
+// LogPath is the file a rank's stdout and stderr go to: train.log{rank}.
+func LogPath(jobDir string, rank int) string {
+	return filepath.Join(DeviceDir(jobDir, rank), "train.log"+strconv.Itoa(rank))
+}
+
+// RankEnv is the seeds' per-device environment.
+func RankEnv(r Rank, rankSize int, rankTable string) []string {
+	env := []string{
+		"DEVICE_ID=" + strconv.Itoa(r.DeviceID),
+		"RANK_ID=" + strconv.Itoa(r.RankID),
+		"RANK_SIZE=" + strconv.Itoa(rankSize),
+	}
+	if rankTable != "" {
+		env = append(env, "RANK_TABLE_FILE="+rankTable)
+	}
+	return env
+}
+
+type proc struct {
+	rank Rank
+	cmd  *exec.Cmd
+	log  *os.File
+	err  error
+}
+
+// Run starts every rank and waits for all of them. When a rank exits with
+// an error, or ctx is done, the remaining ranks get SIGTERM, then SIGKILL
+// after the grace period. The error names the first rank that failed and
+// quotes the end of its log.
+func Run(ctx context.Context, job Job) error {
+	if job.Grace <= 0 {
+		job.Grace = 5 * time.Second
+	}
+	if len(job.Ranks) == 0 {
+		return fmt.Errorf("launch: no ranks")
+	}
+	procs := make([]*proc, 0, len(job.Ranks))
+	stopAll := func() {
+		for _, p := range procs {
+			signalGroup(p.cmd, syscall.SIGTERM)
+		}
+	}
+	for _, r := range job.Ranks {
+		p, err := start(job, r)
+		if err != nil {
+			stopAll()
+			for _, q := range procs {
+				_ = q.cmd.Wait()
+				q.log.Close()
+			}
+			return err
+		}
+		procs = append(procs, p)
+	}
+
+	type exit struct {
+		p   *proc
+		err error
+	}
+	exits := make(chan exit, len(procs))
+	for _, p := range procs {
+		go func(p *proc) { exits <- exit{p, p.cmd.Wait()} }(p)
+	}
+	var first *proc
+	var once sync.Once
+	stopping := false
+	kill := time.NewTimer(time.Hour)
+	kill.Stop()
+	stop := func() {
+		once.Do(func() {
+			stopping = true
+			stopAll()
+			kill.Reset(job.Grace)
+		})
+	}
+	done := ctx.Done()
+	for remaining := len(procs); remaining > 0; {
+		select {
+		case e := <-exits:
+			remaining--
+			e.p.err = e.err
+			e.p.log.Close()
+			if e.err != nil && first == nil && !stopping {
+				first = e.p
+			}
+			if e.err != nil {
+				stop()
+			}
+		case <-done:
+			done = nil
+			stop()
+		case <-kill.C:
+			for _, p := range procs {
+				signalGroup(p.cmd, syscall.SIGKILL)
+			}
+		}
+	}
+	kill.Stop()
+	// Ranks may have left children in their groups: make sure none survive.
+	for _, p := range procs {
+		signalGroup(p.cmd, syscall.SIGKILL)
+	}
+	if first != nil {
+		return fmt.Errorf("%w: rank %d (device %d) %v%s", ErrRankFailed, first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func start(job Job, r Rank) (*proc, error) {
+	dir := DeviceDir(job.Dir, r.RankID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
+	}
+	env := append(append(os.Environ(), job.Env...), RankEnv(r, job.RankSize, job.RankTable)...)
+	// The seeds' scripts run `env > env$i.log` before starting a rank.
+	envLog := filepath.Join(dir, "env"+strconv.Itoa(r.RankID)+".log")
+	if err := os.WriteFile(envLog, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
+	}
+	log, err := os.OpenFile(LogPath(job.Dir, r.RankID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
+	}
+	cmd := exec.Command(job.Path, job.Args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
+	}
+	return &proc{rank: r, cmd: cmd, log: log}, nil
+}
+
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, sig)
+	}
+}
+
+// logTail returns the last lines of a log, for error messages.
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return ": " + strings.Join(lines, " | ")
+}

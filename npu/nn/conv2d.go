@@ -1,0 +1,237 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// convChunkFloats bounds the scratch one convolution chunk uses (im2col
+// columns, their gradient and the output block), in float32 elements. Images
+// are processed in chunks so a batch of large images does not need one huge
+// column matrix. The chunk size depends on the layer and input size only.
+const convChunkFloats = 1 << 21
+
+// Conv2dConfig describes a 2-D convolution. Weights are [Out, In, Kernel,
+// Kernel] as in MindSpore; there is no bias unless HasBias is set (MindSpore's
+// ResNet convolutions have none).
+type Conv2dConfig struct {
+	In, Out int
+	Kernel  int
+	Stride  int
+	Pad     tensor.Padding // zero value: MindSpore's pad_mode="same"
+	HasBias bool
+}
+
+// Conv2d is a 2-D convolution over NCHW batches, computed as im2col + GEMM.
+type Conv2d struct {
+	name   string
+	cfg    Conv2dConfig
+	weight *Param
+	bias   *Param
+	dev    *Device
+
+	x, y, dx *tensor.Tensor
+	geom     tensor.ConvGeom
+	chunk    int // images per chunk
+	// chunkFloats is convChunkFloats; tests lower it to exercise chunking.
+	chunkFloats int
+
+	cols   colJob
+	moves  moveJob
+	c2i    col2imJob
+	params []*Param
+}
+
+// NewConv2d builds a convolution whose parameters are named name+".weight"
+// (and name+".bias"), initialised from seed. dev may be nil (serial).
+func NewConv2d(name string, cfg Conv2dConfig, seed uint64, dev *Device) (*Conv2d, error) {
+	if cfg.In <= 0 || cfg.Out <= 0 || cfg.Kernel <= 0 || cfg.Stride <= 0 {
+		return nil, fmt.Errorf("conv %s: in %d, out %d, kernel %d, stride %d must be positive: %w",
+			name, cfg.In, cfg.Out, cfg.Kernel, cfg.Stride, ErrConfig)
+	}
+	if err := cfg.Pad.Validate(); err != nil {
+		return nil, fmt.Errorf("conv %s: %w", name, err)
+	}
+	c := &Conv2d{name: name, cfg: cfg, dev: orSerial(dev), chunkFloats: convChunkFloats}
+	var err error
+	if c.weight, err = newParam(name+".weight", true, cfg.Out, cfg.In, cfg.Kernel, cfg.Kernel); err != nil {
+		return nil, err
+	}
+	initKaimingNormalFanOut(c.weight, seed)
+	c.params = []*Param{c.weight}
+	if cfg.HasBias {
+		if c.bias, err = newParam(name+".bias", true, cfg.Out); err != nil {
+			return nil, err
+		}
+		c.params = append(c.params, c.bias)
+	}
+	return c, nil
+}
+
+// Params returns weight (and bias).
+func (c *Conv2d) Params() []*Param { return c.params }
+
+// Geometry returns the geometry of the last Forward.
+func (c *Conv2d) Geometry() tensor.ConvGeom { return c.geom }
+
+func (c *Conv2d) prepare(x *tensor.Tensor) error {
+	n, h, w := x.Dim(0), x.Dim(2), x.Dim(3)
+	g := c.geom
+	if c.y == nil || c.y.Dim(0) != n || g.H != h || g.W != w {
+		var err error
+		if g, err = tensor.NewConvGeom(c.cfg.In, h, w, c.cfg.Kernel, c.cfg.Kernel, c.cfg.Stride, c.cfg.Stride, c.cfg.Pad); err != nil {
+			return fmt.Errorf("conv %s: input %v: %w", c.name, x.Shape(), err)
+		}
+		c.geom = g
+	}
+	var err error
+	if c.y, err = ensure(c.y, n, c.cfg.Out, g.OutH, g.OutW); err != nil {
+		return fmt.Errorf("conv %s output: %w", c.name, err)
+	}
+	if c.dx, err = ensure(c.dx, x.Shape()...); err != nil {
+		return fmt.Errorf("conv %s input gradient: %w", c.name, err)
+	}
+	per := 2*g.ColRows()*g.ColCols() + c.cfg.Out*g.ColCols()
+	c.chunk = max(1, min(n, c.chunkFloats/max(1, per)))
+	return nil
+}
+
+// Forward computes the convolution of x, an [N In H W] batch.
+func (c *Conv2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
+	if err := checkImage("conv", c.name, x, c.cfg.In); err != nil {
+		return nil, err
+	}
+	if err := c.prepare(x); err != nil {
+		return nil, err
+	}
+	c.x = x
+	g, n := c.geom, x.Dim(0)
+	k, p, out := g.ColRows(), g.ColCols(), c.cfg.Out
+	w := c.dev.workers
+	for n0 := 0; n0 < n; n0 += c.chunk {
+		gg := min(c.chunk, n-n0)
+		ld := gg * p
+		buf := c.dev.scratchFloats(k*ld + out*ld)
+		col, res := buf[:k*ld], buf[k*ld:]
+		c.cols = colJob{col: col, ld: ld, img: x.Data(), n0: n0, g: g}
+		w.For(gg, 1, &c.cols)
+		w.Gemm(false, false, out, ld, k, 1, c.weight.Value.Data(), k, col, ld, 0, res, ld)
+		c.moves = moveJob{block: res, ld: ld, nchw: c.y.Data(), n0: n0, channels: out, plane: p, toNCHW: true}
+		if c.bias != nil {
+			c.moves.bias = c.bias.Value.Data()
+		}
+		w.For(gg, 1, &c.moves)
+	}
+	c.cols, c.moves = colJob{}, moveJob{}
+	return c.y, nil
+}
+
+// Backward computes the weight gradient and dL/dx for dy, an [N Out OH OW]
+// batch.
+func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	if err := checkGrad("conv", c.name, c.y, dy); err != nil {
+		return nil, err
+	}
+	if c.x == nil {
+		return nil, fmt.Errorf("conv %s: %w", c.name, ErrNoForward)
+	}
+	g, n := c.geom, c.x.Dim(0)
+	k, p, out := g.ColRows(), g.ColCols(), c.cfg.Out
+	w := c.dev.workers
+	wv, dw := c.weight.Value.Data(), c.weight.Grad.Data()
+	for n0 := 0; n0 < n; n0 += c.chunk {
+		gg := min(c.chunk, n-n0)
+		ld := gg * p
+		buf := c.dev.scratchFloats(2*k*ld + out*ld)
+		col, dcol, dres := buf[:k*ld], buf[k*ld:2*k*ld], buf[2*k*ld:]
+		c.cols = colJob{col: col, ld: ld, img: c.x.Data(), n0: n0, g: g}
+		w.For(gg, 1, &c.cols)
+		c.moves = moveJob{block: dres, ld: ld, nchw: dy.Data(), n0: n0, channels: out, plane: p}
+		w.For(gg, 1, &c.moves)
+		beta := float32(1)
+		if n0 == 0 {
+			beta = 0
+		}
+		w.Gemm(false, true, out, k, ld, 1, dres, ld, col, ld, beta, dw, k)
+		if c.bias != nil {
+			db := c.bias.Grad.Data()
+			for o := 0; o < out; o++ {
+				var s float32
+				if n0 > 0 {
+					s = db[o]
+				}
+				for _, v := range dres[o*ld : (o+1)*ld] {
+					s += v
+				}
+				db[o] = s
+			}
+		}
+		w.Gemm(true, false, k, ld, out, 1, wv, k, dres, ld, 0, dcol, ld)
+		c.c2i = col2imJob{img: c.dx.Data(), col: dcol, ld: ld, n0: n0, g: g}
+		w.For(gg, 1, &c.c2i)
+	}
+	c.cols, c.moves, c.c2i = colJob{}, moveJob{}, col2imJob{}
+	return c.dx, nil
+}
+
+// colJob runs Im2col for images n0+i, i in the range, into columns i·P.
+type colJob struct {
+	col, img []float32
+	ld, n0   int
+	g        tensor.ConvGeom
+}
+
+func (j *colJob) Range(lo, hi int) {
+	in, p := j.g.InLen(), j.g.ColCols()
+	for i := lo; i < hi; i++ {
+		tensor.Im2col(j.col[i*p:], j.ld, j.img[(j.n0+i)*in:], j.g)
+	}
+}
+
+// col2imJob zeroes and rebuilds dL/dx for images n0+i from column gradients.
+type col2imJob struct {
+	img, col []float32
+	ld, n0   int
+	g        tensor.ConvGeom
+}
+
+func (j *col2imJob) Range(lo, hi int) {
+	in, p := j.g.InLen(), j.g.ColCols()
+	for i := lo; i < hi; i++ {
+		dst := j.img[(j.n0+i)*in : (j.n0+i+1)*in]
+		clear(dst)
+		tensor.Col2im(dst, j.col[i*p:], j.ld, j.g)
+	}
+}
+
+// moveJob copies between a channel-major block [channels, chunk·plane] and
+// the NCHW tensor for images n0+i (adding a per-channel bias on the way in).
+type moveJob struct {
+	block, nchw, bias []float32
+	ld, n0            int
+	channels, plane   int
+	toNCHW            bool
+}
+
+func (j *moveJob) Range(lo, hi int) {
+	p := j.plane
+	for i := lo; i < hi; i++ {
+		for ch := 0; ch < j.channels; ch++ {
+			b := j.block[ch*j.ld+i*p : ch*j.ld+(i+1)*p]
+			t := j.nchw[((j.n0+i)*j.channels+ch)*p : ((j.n0+i)*j.channels+ch+1)*p]
+			if !j.toNCHW {
+				copy(b, t)
+				continue
+			}
+			if j.bias == nil {
+				copy(t, b)
+				continue
+			}
+			bv := j.bias[ch]
+			for q := range t {
+				t[q] = b[q] + bv
+			}
+		}
+	}
+}

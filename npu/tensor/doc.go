@@ -1,0 +1,39 @@
+// Package tensor provides float32 tensors and the numeric kernels of the
+// simulated NPU: a shape-checked tensor API, GEMM with transposed operands,
+// a worker pool that spreads kernels over the CPU cores, and im2col/col2im for
+// 2-D convolution.
+//
+// # Overview
+//
+// A Tensor is a shape plus a contiguous []float32 in row-major order. Images
+// use NCHW: element (n, c, h, w) of an N×C×H×W tensor is at
+// ((n*C+c)*H+h)*W+w. Matrices are rank-2 tensors, element (i, j) of an m×n
+// matrix at i*n+j.
+//
+// The destination is the receiver: dst.MatMul(a, b, false, true) writes a·bᵀ
+// into dst, so a training loop allocates its tensors once and reuses them.
+// Every method that takes tensors checks their shapes and returns an error
+// wrapping ErrShape on a mismatch; shapes that come from users never panic.
+//
+// # Kernels
+//
+// Gemm, Workers.Gemm, Im2col and Col2im work on plain []float32 with lengths
+// and strides. They never allocate, log or return errors: their callers (the
+// layers in npu/nn) derive every length from shapes they have already checked,
+// so a wrong length is a broken invariant and panics.
+//
+// All GEMMs go through one serial kernel, gemmSerial, over a row-major tile of
+// C. It calls gonum's float32 BLAS today; an optimized kernel replaces that one
+// function. The drivers above it (Gemm and Workers.Gemm) cut C into tiles and
+// K into blocks by a rule that depends only on m, n and k, never on the number
+// of workers, so a result is bit-identical whether one core or several
+// computed it.
+//
+// # Invariants
+//
+//   - Data() of a tensor has exactly Len() elements, the product of Shape().
+//   - Kernels never read or write outside the index ranges their arguments
+//     describe, and never retain a slice after returning.
+//   - Workers run one parallel operation at a time; the goroutine that owns a
+//     Workers value is the only one that calls it.
+package tensor

@@ -1,0 +1,211 @@
+package trainer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/optim"
+)
+
+// ErrMismatch is wrapped by the error of Restore when a checkpoint does not
+// fit the model.
+var ErrMismatch = errors.New("checkpoint does not match the model")
+
+// Snapshot returns the tensors a checkpoint holds: the model's parameters
+// in order, then the optimizer's state (nil opt: parameters only).
+func Snapshot(m *nn.Model, opt *optim.Momentum) ([]ckpt.Tensor, error) {
+	var out []ckpt.Tensor
+	for _, p := range m.Params() {
+		t, err := ckpt.NewFloat32(p.Name, dims64(p.Shape()), p.Value.Data())
+		if err != nil {
+			return nil, fmt.Errorf("parameter %s: %w", p.Name, err)
+		}
+		out = append(out, t)
+	}
+	if opt == nil {
+		return out, nil
+	}
+	for _, s := range opt.State() {
+		t, err := stateTensor(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func stateTensor(s optim.StateTensor) (ckpt.Tensor, error) {
+	switch {
+	case s.F32 != nil:
+		return ckpt.NewFloat32(s.Name, dims64(s.Shape), s.F32)
+	case s.I32 != nil:
+		data := make([]byte, 4*len(s.I32))
+		for i, v := range s.I32 {
+			binary.LittleEndian.PutUint32(data[4*i:], uint32(v))
+		}
+		return ckpt.Tensor{Name: s.Name, Dims: dims64(s.Shape), DType: ckpt.DTypeInt32, Data: data}, nil
+	}
+	return ckpt.Tensor{}, fmt.Errorf("optimizer state %s: no data", s.Name)
+}
+
+func dims64(shape []int) []int64 {
+	out := make([]int64, len(shape))
+	for i, d := range shape {
+		out[i] = int64(d)
+	}
+	return out
+}
+
+// RestoreOptions says what Restore requires of a checkpoint.
+type RestoreOptions struct {
+	// Optimizer, when non-nil, is restored too if the checkpoint holds its
+	// state (it must then hold all of it).
+	Optimizer *optim.Momentum
+	// RequireOptimizer fails when the checkpoint has no optimizer state
+	// (resuming an interrupted run needs it; starting from weights does not).
+	RequireOptimizer bool
+}
+
+// Restore loads tensors into the model (and optimizer). Every model
+// parameter must be present with the same shape and dtype "Float32";
+// tensors the model does not know are errors too. All mismatches are
+// reported at once.
+func Restore(m *nn.Model, tensors []ckpt.Tensor, opts RestoreOptions) error {
+	byName := make(map[string]ckpt.Tensor, len(tensors))
+	for _, t := range tensors {
+		byName[t.Name] = t
+	}
+	var problems []string
+	used := map[string]bool{}
+	load := func(name string, shape []int, dtype string, set func(ckpt.Tensor) error) {
+		t, ok := byName[name]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s: missing", name))
+			return
+		}
+		used[name] = true
+		if t.DType != dtype {
+			problems = append(problems, fmt.Sprintf("%s: dtype %s, the model wants %s", name, t.DType, dtype))
+			return
+		}
+		if !sameDims(t.Dims, shape) {
+			problems = append(problems, fmt.Sprintf("%s: shape %v, the model wants %v", name, t.Dims, shape))
+			return
+		}
+		if err := set(t); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	for _, p := range m.Params() {
+		dst := p.Value.Data()
+		load(p.Name, p.Shape(), nn.DType, func(t ckpt.Tensor) error { return copyFloats(dst, t) })
+	}
+	var state []optim.StateTensor
+	if opts.Optimizer != nil {
+		state = opts.Optimizer.State()
+	}
+	hasState := false
+	for _, s := range state {
+		if _, ok := byName[s.Name]; ok {
+			hasState = true
+		}
+	}
+	if opts.RequireOptimizer && !hasState {
+		problems = append(problems, "optimizer state: missing (the checkpoint holds weights only)")
+	}
+	if hasState {
+		for _, s := range state {
+			s := s
+			switch {
+			case s.F32 != nil:
+				load(s.Name, s.Shape, ckpt.DTypeFloat32, func(t ckpt.Tensor) error { return copyFloats(s.F32, t) })
+			case s.I32 != nil:
+				load(s.Name, s.Shape, ckpt.DTypeInt32, func(t ckpt.Tensor) error {
+					if len(t.Data) != 4*len(s.I32) {
+						return fmt.Errorf("%d bytes, want %d", len(t.Data), 4*len(s.I32))
+					}
+					for i := range s.I32 {
+						s.I32[i] = int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
+					}
+					return nil
+				})
+			}
+		}
+	}
+	var unknown []string
+	for name := range byName {
+		if !used[name] && !isOptimizerName(name, state) {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(unknown)
+	for _, n := range unknown {
+		problems = append(problems, fmt.Sprintf("%s: not a parameter of %s", n, m.Name()))
+	}
+	if len(problems) > 0 {
+		const most = 12
+		more := ""
+		if len(problems) > most {
+			more = fmt.Sprintf("; and %d more", len(problems)-most)
+			problems = problems[:most]
+		}
+		return fmt.Errorf("%w %s: %s%s", ErrMismatch, m.Name(), strings.Join(problems, "; "), more)
+	}
+	return nil
+}
+
+// isOptimizerName reports whether name is optimizer state a caller chose
+// not to restore (loading weights only is allowed).
+func isOptimizerName(name string, state []optim.StateTensor) bool {
+	if strings.HasPrefix(name, "moments.") {
+		return true
+	}
+	switch name {
+	case "global_step", "learning_rate", "momentum":
+		return true
+	}
+	for _, s := range state {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func sameDims(d []int64, shape []int) bool {
+	if len(d) != len(shape) {
+		// MindSpore r1.x stores a scalar with dims [0]; a [1] state tensor
+		// is still what it says.
+		return false
+	}
+	for i := range d {
+		if d[i] != int64(shape[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func copyFloats(dst []float32, t ckpt.Tensor) error {
+	src, err := t.Float32s()
+	if err != nil {
+		return err
+	}
+	if len(src) != len(dst) {
+		return fmt.Errorf("%d values, want %d", len(src), len(dst))
+	}
+	for i, v := range src {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("value %d is %v", i, v)
+		}
+	}
+	copy(dst, src)
+	return nil
+}

@@ -1,0 +1,400 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/data"
+	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/optim"
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// ErrConfig is wrapped by errors about a Config.
+var ErrConfig = errors.New("invalid training config")
+
+// ErrDiverged is returned when the loss stops being a finite number.
+var ErrDiverged = errors.New("training diverged")
+
+// Config is one device's training job.
+type Config struct {
+	DataDir string // a cifar-10-batches-bin directory
+	Model   string // "resnet20" (default) or "resnet50"
+
+	Epochs       int     // default 1
+	BatchSize    int     // per device; default 32
+	LearningRate float64 // peak rate; default 0.01 (the seeds' Momentum(…, 0.01, 0.9))
+	Momentum     float64 // default 0.9; set NoMomentum for 0
+	NoMomentum   bool
+	WeightDecay  float64
+	Schedule     string // "constant" (default), "cosine", "step", ... (optim.Schedule modes)
+	WarmupEpochs int
+	Seed         uint64 // model init, sampler and augmentation
+	Threads      int    // 0: GOMAXPROCS
+
+	// NumShards and ShardID select this device's share of the data
+	// (MindSpore's num_shards/shard_id); 0 and 0 mean all of it.
+	NumShards, ShardID int
+	// ShuffleBuffer is dataset.shuffle(buffer_size); 0 means the seeds' 10,
+	// -1 turns it off.
+	ShuffleBuffer int
+	// NoAugment turns off RandomCrop and RandomHorizontalFlip.
+	NoAugment bool
+
+	// CkptDir receives checkpoints ("" saves none). Prefix defaults to
+	// "CKP"; SaveCheckpointSteps 0 saves once per epoch; KeepCheckpointMax
+	// 0 keeps 5.
+	CkptDir             string
+	Prefix              string
+	SaveCheckpointSteps int
+	KeepCheckpointMax   int
+
+	// Init is a checkpoint file to start from: its weights, and its
+	// optimizer state when it has one.
+	Init string
+	// Resume continues from the newest checkpoint in CkptDir (if any),
+	// optimizer state included, so the result equals an uninterrupted run.
+	Resume bool
+
+	// Eval measures accuracy and loss on the test split after training.
+	Eval bool
+	// MaxSteps stops after this many steps in all (0: no limit).
+	MaxSteps int
+
+	// LogSteps prints a LossMonitor line every LogSteps steps; 0 prints one
+	// per epoch, as MindSpore does in dataset sink mode.
+	LogSteps int
+	// Log receives the LossMonitor lines (nil discards them).
+	Log io.Writer
+	// Reduce, when set, reduces the gradients of every step in place before
+	// the optimizer sees them: the data-parallel AllReduce (mean).
+	Reduce func(ctx context.Context, grads []float32) error
+	// Broadcast, when set, is called once after initialisation with all
+	// parameter values (parameter_broadcast from rank 0).
+	Broadcast func(ctx context.Context, values []float32) error
+	// OnStep is called after every step.
+	OnStep func(StepInfo)
+}
+
+// StepInfo describes one finished step.
+type StepInfo struct {
+	Epoch, StepInEpoch, StepsPerEpoch int // 1-based epoch and step
+	GlobalStep                        int
+	Loss                              float32
+	Checkpoint                        string // written after this step, or ""
+}
+
+// Result is what a training job produced.
+type Result struct {
+	Loss          float32 // of the last step
+	GlobalStep    int
+	Steps         int // steps run by this call (less than GlobalStep after a resume)
+	Seconds       float64
+	ImagesPerSec  float64 // this device's images per second of training
+	Checkpoint    string  // the last checkpoint written, or ""
+	Accuracy      float64 // held-out accuracy when Config.Eval, else NaN
+	EvalLoss      float64 // held-out mean loss when Config.Eval, else NaN
+	ResumedFrom   string  // checkpoint a Resume started from, or ""
+	StepsPerEpoch int
+}
+
+func (c *Config) defaults() error {
+	if c.Model == "" {
+		c.Model = "resnet20"
+	}
+	if c.Epochs == 0 {
+		c.Epochs = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 32
+	}
+	if c.LearningRate == 0 {
+		c.LearningRate = 0.01
+	}
+	if c.Momentum == 0 && !c.NoMomentum {
+		c.Momentum = 0.9
+	}
+	if c.Schedule == "" {
+		c.Schedule = "constant"
+	}
+	if c.NumShards == 0 {
+		c.NumShards = 1
+	}
+	switch {
+	case c.DataDir == "":
+		return fmt.Errorf("%w: no data directory", ErrConfig)
+	case c.Epochs < 0 || c.BatchSize < 0:
+		return fmt.Errorf("%w: epochs %d and batch size %d must be positive", ErrConfig, c.Epochs, c.BatchSize)
+	case !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0):
+		return fmt.Errorf("%w: learning rate %g must be positive", ErrConfig, c.LearningRate)
+	case c.Resume && c.CkptDir == "":
+		return fmt.Errorf("%w: resume needs a checkpoint directory", ErrConfig)
+	}
+	return nil
+}
+
+// NewModel builds the named model.
+func NewModel(name string, seed uint64, threads int) (*nn.Model, error) {
+	cfg := nn.ResNetConfig{Seed: seed, Threads: threads}
+	switch name {
+	case "resnet20", "":
+		return nn.NewResNet20(cfg)
+	case "resnet50":
+		return nn.NewResNet50(cfg)
+	}
+	return nil, fmt.Errorf("%w: unknown model %q (resnet20 or resnet50)", ErrConfig, name)
+}
+
+// Train runs one device's training job. It returns when the epochs are
+// done, MaxSteps is reached, or ctx is cancelled (then with ctx's error,
+// after the checkpoints written so far are complete).
+func Train(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	set, err := data.ReadDir(cfg.DataDir, data.SplitTrain)
+	if err != nil {
+		return nil, err
+	}
+	dcfg := data.SeedConfig(cfg.NumShards, cfg.ShardID, cfg.Seed)
+	dcfg.BatchSize = cfg.BatchSize
+	switch {
+	case cfg.ShuffleBuffer < 0:
+		dcfg.ShuffleBuffer = 0
+	case cfg.ShuffleBuffer > 0:
+		dcfg.ShuffleBuffer = cfg.ShuffleBuffer
+	}
+	if cfg.NoAugment {
+		dcfg.RandomCrop, dcfg.RandomFlip = false, false
+	}
+	pipe, err := data.NewPipeline(set, dcfg)
+	if err != nil {
+		return nil, err
+	}
+	steps := pipe.StepsPerEpoch()
+	if steps == 0 {
+		return nil, fmt.Errorf("%w: %d training images on this shard are fewer than one batch of %d", ErrConfig, pipe.SamplesPerEpoch(), cfg.BatchSize)
+	}
+
+	model, err := NewModel(cfg.Model, cfg.Seed, cfg.Threads)
+	if err != nil {
+		return nil, err
+	}
+	defer model.Close()
+	lrs, err := optim.LearningRates(optim.Schedule{
+		Mode: cfg.Schedule, LRMax: cfg.LearningRate, WarmupEpochs: cfg.WarmupEpochs,
+		TotalEpochs: cfg.Epochs, StepsPerEpoch: steps,
+	})
+	if err != nil {
+		return nil, err
+	}
+	opt, err := optim.NewMomentum(model.TrainableParams(), optim.MomentumConfig{
+		LearningRates: lrs, Momentum: float32(cfg.Momentum), WeightDecay: float32(cfg.WeightDecay),
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{StepsPerEpoch: steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
+
+	if cfg.Init != "" {
+		tensors, err := ckpt.Read(cfg.Init)
+		if err != nil {
+			return nil, fmt.Errorf("init: %w", err)
+		}
+		if err := Restore(model, tensors, RestoreOptions{Optimizer: opt}); err != nil {
+			return nil, fmt.Errorf("init from %s: %w", cfg.Init, err)
+		}
+	}
+	var mc *ckpt.ModelCheckpoint
+	if cfg.CkptDir != "" {
+		every := cfg.SaveCheckpointSteps
+		if every == 0 {
+			every = steps // once per epoch
+		}
+		mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
+			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	start := 0 // global steps already done
+	if cfg.Resume {
+		if latest, err := ckpt.Latest(cfg.CkptDir, mc.Prefix()); err == nil {
+			tensors, err := ckpt.Read(latest)
+			if err != nil {
+				return nil, fmt.Errorf("resume: %w", err)
+			}
+			if err := Restore(model, tensors, RestoreOptions{Optimizer: opt, RequireOptimizer: true}); err != nil {
+				return nil, fmt.Errorf("resume from %s: %w", latest, err)
+			}
+			start = opt.GlobalStep()
+			mc.ResumeAt(start)
+			res.ResumedFrom = latest
+		} else if !errors.Is(err, ckpt.ErrNoCheckpoint) {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
+	}
+	if cfg.Broadcast != nil && start == 0 {
+		if err := cfg.Broadcast(ctx, model.Values()); err != nil {
+			return nil, fmt.Errorf("parameter broadcast: %w", err)
+		}
+	}
+
+	loss := nn.NewSoftmaxCrossEntropyExpand()
+	loader := pipe.NewLoader()
+	batch := pipe.NewBatch()
+	c, h, w := pipe.ImageShape()
+	total := cfg.Epochs * steps
+	if cfg.MaxSteps > 0 {
+		total = min(total, start+cfg.MaxSteps)
+	}
+	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(model, opt) }
+	began := time.Now()
+	for g := start; g < total; g++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		epoch, step := g/steps, g%steps
+		if err := loader.Fill(batch, epoch, step); err != nil {
+			return res, err
+		}
+		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+		if err != nil {
+			return res, err
+		}
+		logits, err := model.Forward(x, true)
+		if err != nil {
+			return res, err
+		}
+		l, err := loss.Forward(logits, batch.Labels[:batch.N])
+		if err != nil {
+			return res, err
+		}
+		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
+			return res, fmt.Errorf("%w: loss is %v at epoch %d step %d (lower the learning rate)", ErrDiverged, l, epoch+1, step+1)
+		}
+		dlogits, err := loss.Backward()
+		if err != nil {
+			return res, err
+		}
+		if err := model.Backward(dlogits); err != nil {
+			return res, err
+		}
+		if cfg.Reduce != nil {
+			if err := cfg.Reduce(ctx, model.Grads()); err != nil {
+				return res, fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
+			}
+		}
+		opt.Step()
+		res.Loss, res.GlobalStep, res.Steps = l, g+1, res.Steps+1
+		info := StepInfo{Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: g + 1, Loss: l}
+		if (cfg.LogSteps > 0 && (g+1)%cfg.LogSteps == 0) || (cfg.LogSteps == 0 && step+1 == steps) {
+			LossMonitorLine(cfg.Log, epoch+1, step+1, l)
+		}
+		if mc != nil {
+			path, err := mc.StepEnd(epoch+1, g+1, steps, snapshot)
+			if err != nil {
+				return res, err
+			}
+			info.Checkpoint = path
+		}
+		if cfg.OnStep != nil {
+			cfg.OnStep(info)
+		}
+	}
+	res.Seconds = time.Since(began).Seconds()
+	if res.Seconds > 0 {
+		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize) / res.Seconds
+	}
+	if mc != nil && res.GlobalStep > 0 {
+		epoch := (res.GlobalStep - 1) / steps
+		if _, err := mc.End(epoch+1, res.GlobalStep, steps, snapshot); err != nil {
+			return res, err
+		}
+		res.Checkpoint = mc.Latest()
+	}
+	if cfg.Eval {
+		acc, el, err := Evaluate(ctx, model, cfg.DataDir, max(cfg.BatchSize, 100))
+		if err != nil {
+			return res, err
+		}
+		res.Accuracy, res.EvalLoss = acc, el
+	}
+	return res, nil
+}
+
+// LossMonitorLine writes MindSpore's LossMonitor line, e.g.
+// "epoch: 1 step: 156, loss is 2.0084016" (the loss as the shortest
+// float32 text, as numpy prints it).
+func LossMonitorLine(w io.Writer, epoch, step int, loss float32) {
+	if w == nil {
+		return
+	}
+	fmt.Fprintf(w, "epoch: %d step: %d, loss is %s\n", epoch, step, strconv.FormatFloat(float64(loss), 'g', -1, 32))
+}
+
+// Evaluate returns the accuracy and mean loss of model on the test split of
+// dataDir, without augmentation.
+func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
+	set, err := data.ReadDir(dataDir, data.SplitTest)
+	if err != nil {
+		return 0, 0, err
+	}
+	pipe, err := data.NewPipeline(set, data.EvalConfig(1, 0, batchSize))
+	if err != nil {
+		return 0, 0, err
+	}
+	loader := pipe.NewLoader()
+	batch := pipe.NewBatch()
+	loss := nn.NewSoftmaxCrossEntropyExpand()
+	c, h, w := pipe.ImageShape()
+	correct, seen := 0, 0
+	sum := 0.0
+	for step := 0; step < pipe.StepsPerEpoch(); step++ {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, err
+		}
+		if err := loader.Fill(batch, 0, step); err != nil {
+			return 0, 0, err
+		}
+		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+		if err != nil {
+			return 0, 0, err
+		}
+		logits, err := model.Forward(x, false)
+		if err != nil {
+			return 0, 0, err
+		}
+		l, err := loss.Forward(logits, batch.Labels[:batch.N])
+		if err != nil {
+			return 0, 0, err
+		}
+		sum += float64(l) * float64(batch.N)
+		classes := logits.Dim(1)
+		out := logits.Data()
+		for i := 0; i < batch.N; i++ {
+			row := out[i*classes : (i+1)*classes]
+			best := 0
+			for j := range row {
+				if row[j] > row[best] {
+					best = j
+				}
+			}
+			if int32(best) == batch.Labels[i] {
+				correct++
+			}
+		}
+		seen += batch.N
+	}
+	if seen == 0 {
+		return 0, 0, fmt.Errorf("evaluate: the test split of %s is empty", dataDir)
+	}
+	return float64(correct) / float64(seen), sum / float64(seen), nil
+}

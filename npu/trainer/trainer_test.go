@@ -1,0 +1,208 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/data"
+)
+
+// tinyData writes a small synthetic CIFAR set: 5 files of per images, and a
+// test file of 40.
+func tinyData(t *testing.T, per int) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := data.SynthConfig{Seed: 3, TrainPerBatch: per, TestRecords: 40}
+	if err := data.WriteSynthetic(context.Background(), dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func tinyConfig(dataDir, ckptDir string) Config {
+	return Config{
+		DataDir: dataDir, Epochs: 2, BatchSize: 8, LearningRate: 0.05, Seed: 7,
+		CkptDir: ckptDir, SaveCheckpointSteps: 3, KeepCheckpointMax: 10, Threads: 2,
+	}
+}
+
+func readAll(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = b
+	}
+	return out
+}
+
+// TestSameSeedBitIdenticalCheckpoints trains twice with the same config
+// (once on 1 thread, once on 2) and compares every checkpoint byte.
+func TestSameSeedBitIdenticalCheckpoints(t *testing.T) {
+	dataDir := tinyData(t, 8) // 40 images: 5 steps of 8 per epoch
+	a, b := t.TempDir(), t.TempDir()
+	var logA bytes.Buffer
+	cfgA := tinyConfig(dataDir, a)
+	cfgA.Log = &logA
+	cfgA.Threads = 1
+	resA, err := Train(context.Background(), cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Train(context.Background(), tinyConfig(dataDir, b)); err != nil {
+		t.Fatal(err)
+	}
+	filesA, filesB := readAll(t, a), readAll(t, b)
+	// Every 3 global steps (3, 6, 9), as MindSpore counts, and at the end (10).
+	want := []string{"CKP-1_3.ckpt", "CKP-2_1.ckpt", "CKP-2_4.ckpt", "CKP-2_5.ckpt"}
+	for _, name := range want {
+		if filesA[name] == nil {
+			t.Errorf("missing %s (have %v)", name, keys(filesA))
+			continue
+		}
+		if !bytes.Equal(filesA[name], filesB[name]) {
+			t.Errorf("%s differs between two runs with the same seed", name)
+		}
+	}
+	if resA.GlobalStep != 10 {
+		t.Errorf("global step %d, want 10", resA.GlobalStep)
+	}
+	// One LossMonitor line per epoch, in MindSpore's format.
+	lines := strings.Split(strings.TrimSpace(logA.String()), "\n")
+	re := regexp.MustCompile(`^epoch: [12] step: 5, loss is [0-9.]+(e-?[0-9]+)?$`)
+	if len(lines) != 2 || !re.MatchString(lines[0]) || !re.MatchString(lines[1]) {
+		t.Errorf("LossMonitor lines = %q", lines)
+	}
+	// The checkpoint holds parameters, then the optimizer state.
+	tensors, err := ckpt.Read(filepath.Join(a, "CKP-2_5.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, tt := range tensors {
+		names[tt.Name] = true
+	}
+	for _, n := range []string{"conv1.weight", "bn1.moving_mean", "end_point.weight", "moments.conv1.weight", "global_step", "learning_rate", "momentum"} {
+		if !names[n] {
+			t.Errorf("checkpoint lacks %s", n)
+		}
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestResumeEqualsUninterrupted stops after 3 steps, resumes, and expects the
+// same final checkpoint bytes as a run that was never stopped.
+func TestResumeEqualsUninterrupted(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	full, parted := t.TempDir(), t.TempDir()
+	if _, err := Train(context.Background(), tinyConfig(dataDir, full)); err != nil {
+		t.Fatal(err)
+	}
+	first := tinyConfig(dataDir, parted)
+	first.MaxSteps = 3
+	if res, err := Train(context.Background(), first); err != nil || res.GlobalStep != 3 {
+		t.Fatalf("first part: %v, %+v", err, res)
+	}
+	second := tinyConfig(dataDir, parted)
+	second.Resume = true
+	res, err := Train(context.Background(), second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(res.ResumedFrom, "CKP-1_3.ckpt") || res.Steps != 7 {
+		t.Errorf("resumed from %q after %d steps, want CKP-1_3.ckpt and 7 more steps", res.ResumedFrom, res.Steps)
+	}
+	a, b := readAll(t, full), readAll(t, parted)
+	if !bytes.Equal(a["CKP-2_5.ckpt"], b["CKP-2_5.ckpt"]) {
+		t.Error("final checkpoint of the resumed run differs from the uninterrupted one")
+	}
+}
+
+func TestRestoreReportsEveryMismatch(t *testing.T) {
+	m, err := NewModel("resnet20", 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tensors, err := Snapshot(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drop one, reshape one, retype one, add a stranger.
+	var bad []ckpt.Tensor
+	for _, tt := range tensors {
+		switch tt.Name {
+		case "conv1.weight":
+			continue
+		case "end_point.bias":
+			tt.Dims = []int64{5, 2}
+		case "bn1.gamma":
+			tt.DType = ckpt.DTypeFloat16
+			tt.Data = tt.Data[:len(tt.Data)/2]
+		}
+		bad = append(bad, tt)
+	}
+	stranger, _ := ckpt.NewFloat32("fc.weight", []int64{1}, []float32{1})
+	bad = append(bad, stranger)
+	err = Restore(m, bad, RestoreOptions{})
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("err = %v, want ErrMismatch", err)
+	}
+	for _, want := range []string{
+		"conv1.weight: missing",
+		"end_point.bias: shape [5 2], the model wants [10]",
+		"bn1.gamma: dtype Float16, the model wants Float32",
+		"fc.weight: not a parameter of resnet20",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if err := Restore(m, tensors, RestoreOptions{}); err != nil {
+		t.Errorf("restoring its own snapshot: %v", err)
+	}
+}
+
+func TestLossMonitorLine(t *testing.T) {
+	var b bytes.Buffer
+	LossMonitorLine(&b, 1, 156, 2.0084016)
+	if got := b.String(); got != "epoch: 1 step: 156, loss is 2.0084016\n" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestCancelStopsBetweenSteps(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := tinyConfig(dataDir, t.TempDir())
+	cfg.OnStep = func(s StepInfo) {
+		if s.GlobalStep == 2 {
+			cancel()
+		}
+	}
+	res, err := Train(ctx, cfg)
+	if !errors.Is(err, context.Canceled) || res.GlobalStep != 2 {
+		t.Errorf("err %v at step %d, want context.Canceled at step 2", err, res.GlobalStep)
+	}
+}

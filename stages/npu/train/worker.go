@@ -1,0 +1,103 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/trainer"
+)
+
+// RunWorker is the body of one rank process: it reads the job's
+// worker.json, takes its rank from RANK_ID/RANK_SIZE/DEVICE_ID as the
+// seeds' training scripts do, trains with checkpoints in ckpt_{rank}/ of
+// the current directory (device{rank}/), prints LossMonitor lines on
+// stdout (train.log{rank}) and writes result.json.
+func RunWorker(ctx context.Context, cfgPath string) error {
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	var cfg WorkerConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("worker config %s: %w", cfgPath, err)
+	}
+	rank, err := envInt("RANK_ID")
+	if err != nil {
+		return err
+	}
+	size, err := envInt("RANK_SIZE")
+	if err != nil {
+		return err
+	}
+	if _, err := envInt("DEVICE_ID"); err != nil {
+		return err
+	}
+	w := cfg.With
+	threads := cfg.Threads
+	if threads == 0 {
+		threads = max(runtime.NumCPU()/size, 1)
+	}
+	init := cfg.InitFile
+	if cfg.InitDir != "" {
+		dir := filepath.Join(cfg.InitDir, fmt.Sprintf("device%d", rank), fmt.Sprintf("ckpt_%d", rank))
+		if init, err = ckpt.Latest(dir, w.Prefix); err != nil {
+			return fmt.Errorf("init: rank %d: %w", rank, err)
+		}
+	}
+	eval := w.Eval == nil || *w.Eval
+	tc := trainer.Config{
+		DataDir: w.Data, Model: w.Model, Epochs: w.Epochs, BatchSize: w.BatchSize,
+		LearningRate: w.LearningRate, Momentum: w.Momentum, NoMomentum: w.Momentum == 0,
+		WeightDecay: w.WeightDecay, Schedule: w.LRSchedule, WarmupEpochs: w.WarmupEpochs,
+		Seed: cfg.Seed, Threads: threads,
+		NumShards: 1, ShardID: 0,
+		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: w.Prefix,
+		SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax,
+		Init: init, Resume: true, Eval: eval && rank == 0,
+		LogSteps: w.LogSteps, Log: os.Stdout,
+	}
+	res, err := trainer.Train(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if res.ResumedFrom != "" {
+		fmt.Printf("resumed from %s\n", res.ResumedFrom)
+	}
+	out := WorkerResult{
+		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
+		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
+	}
+	if res.Checkpoint != "" {
+		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
+	}
+	if !math.IsNaN(res.Accuracy) {
+		out.Accuracy = res.Accuracy
+		fmt.Printf("accuracy: %.4f, eval loss: %.4f\n", res.Accuracy, res.EvalLoss)
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile("result.json", data, 0o644)
+}
+
+func envInt(name string) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, fmt.Errorf("%s is not set: this command runs as a rank process started by npu/train", name)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, errors.New(name + "=" + v + " is not a rank number")
+	}
+	return n, nil
+}
