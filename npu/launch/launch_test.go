@@ -1,0 +1,137 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as a rank process: with LAUNCH_TEST_MODE
+// set it behaves as that mode says instead of running tests.
+func TestMain(m *testing.M) {
+	switch os.Getenv("LAUNCH_TEST_MODE") {
+	case "":
+		os.Exit(m.Run())
+	case "ok":
+		fmt.Printf("rank %s device %s size %s table %s\n", os.Getenv("RANK_ID"), os.Getenv("DEVICE_ID"), os.Getenv("RANK_SIZE"), os.Getenv("RANK_TABLE_FILE"))
+		os.Exit(0)
+	case "fail-rank-1":
+		if os.Getenv("RANK_ID") == "1" {
+			time.Sleep(200 * time.Millisecond)
+			fmt.Println("rank 1 gives up")
+			os.Exit(3)
+		}
+		fallthrough
+	case "sleep":
+		// Record the pid, then wait to be stopped.
+		_ = os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	os.Exit(2)
+}
+
+func job(t *testing.T, mode string, n int) Job {
+	t.Helper()
+	ranks := make([]Rank, n)
+	for i := range ranks {
+		ranks[i] = Rank{RankID: i, DeviceID: i}
+	}
+	return Job{
+		Path: os.Args[0], Args: []string{"-test.run=^$"}, Dir: t.TempDir(), RankSize: n, Ranks: ranks,
+		RankTable: "/tmp/rank_table_4pcs.json", Env: []string{"LAUNCH_TEST_MODE=" + mode}, Grace: time.Second,
+	}
+}
+
+func TestSeedsLayoutAndEnvironment(t *testing.T) {
+	j := job(t, "ok", 4)
+	if err := Run(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < 4; r++ {
+		log, err := os.ReadFile(LogPath(j.Dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("rank %d device %d size 4 table /tmp/rank_table_4pcs.json\n", r, r)
+		if !strings.HasPrefix(string(log), want) {
+			t.Errorf("train.log%d = %q, want %q", r, log, want)
+		}
+		env, err := os.ReadFile(filepath.Join(j.Dir, fmt.Sprintf("device%d/env%d.log", r, r)))
+		if err != nil || !strings.Contains(string(env), fmt.Sprintf("RANK_ID=%d\n", r)) || !strings.Contains(string(env), "RANK_SIZE=4\n") {
+			t.Errorf("env%d.log lacks the rank variables: %v", r, err)
+		}
+	}
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(st), ") Z ")
+}
+
+func rankPids(t *testing.T, dir string, n int) []int {
+	var pids []int
+	for r := 0; r < n; r++ {
+		b, err := os.ReadFile(filepath.Join(DeviceDir(dir, r), "pid"))
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(string(b))
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// TestOneRankFailingStopsTheOthers: rank 1 exits 3; the others, asleep, are
+// stopped and the error names rank 1 and quotes its log.
+func TestOneRankFailingStopsTheOthers(t *testing.T) {
+	j := job(t, "fail-rank-1", 4)
+	start := time.Now()
+	err := Run(context.Background(), j)
+	if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), "rank 1 (device 1) exit status 3") || !strings.Contains(err.Error(), "rank 1 gives up") {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("took %s", d)
+	}
+	for _, pid := range rankPids(t, j.Dir, 4) {
+		if alive(pid) {
+			t.Errorf("rank process %d still alive", pid)
+		}
+	}
+}
+
+func TestCancelStopsEveryRank(t *testing.T) {
+	j := job(t, "sleep", 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, j) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rankPids(t, j.Dir, 3)) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	for _, pid := range rankPids(t, j.Dir, 3) {
+		if alive(pid) {
+			t.Errorf("rank process %d still alive", pid)
+		}
+	}
+}
