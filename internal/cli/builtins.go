@@ -4,6 +4,7 @@ import (
 	"github.com/mspipe/mspipe/plugins"
 	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	execstage "github.com/mspipe/mspipe/stages/exec"
+	npueval "github.com/mspipe/mspipe/stages/npu/eval"
 	nputrain "github.com/mspipe/mspipe/stages/npu/train"
 )
 
@@ -16,6 +17,7 @@ func builtinStages() (*plugins.Registry, error) {
 		execstage.Info(),
 		cifarprepare.Info(),
 		nputrain.Info(),
+		npueval.Info(),
 	} {
 		if err := reg.Register(info); err != nil {
 			return nil, err

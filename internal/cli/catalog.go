@@ -20,7 +20,6 @@ import (
 	"github.com/mspipe/mspipe/spec"
 	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
 	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
-	npueval "github.com/mspipe/mspipe/stages/npu/eval"
 	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
 )
 
@@ -28,7 +27,6 @@ import (
 // build although their implementation has not landed yet: specs using them
 // validate, and running them fails with ErrNotImplemented.
 var declaredStages = [][]byte{
-	npueval.Descriptor,
 	npulaunch.Descriptor,
 	ckptintegrate.Descriptor,
 	ckptreshard.Descriptor,
