@@ -23,7 +23,8 @@
 //
 //   - Every plugin runs in its own process and process group; [Client.Close]
 //     (or the end of the context given to [Launch]) sends SIGTERM to the whole
-//     group, waits a grace period, then sends SIGKILL. No process survives it.
+//     group, waits a grace period, then sends SIGKILL to whatever of the group
+//     is left.
 //   - JSON values (`with`, outputs, log fields) keep integers distinct from
 //     floats: integers decode as int64, other numbers as float64, and a float
 //     with an integral value is encoded with a decimal point ("2.0").

@@ -77,7 +77,7 @@ type Client struct {
 	exited <-chan struct{}
 	tail   *stderrTail
 
-	stopWatch func() bool
+	closing   chan struct{} // closed when Close starts; ends the context watcher
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -87,7 +87,9 @@ var _ Stage = (*Client)(nil)
 // Launch starts the plugin process, completes the handshake (gRPC only,
 // automatic mutual TLS), reads the plugin's descriptor and checks that the
 // host can use it. The process lives until Close is called or ctx is done,
-// whichever comes first; either stops its whole process group.
+// whichever comes first; either stops its whole process group. The
+// handshake itself is bounded by StartTimeout rather than by ctx: go-plugin
+// offers no way to interrupt it.
 func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = DefaultStartTimeout
@@ -147,7 +149,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		pc.Kill()
 		return nil, startError(label, cfg, cmd, tail, err)
 	}
-	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail}
+	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, closing: make(chan struct{})}
 	raw, err := rpc.Dispense(PluginName)
 	if err != nil {
 		_ = c.Close()
@@ -159,7 +161,13 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		return nil, fmt.Errorf("%s: %w: dispensed %T", label, ErrIncompatible, raw)
 	}
 	c.stage, c.exited = stage, stage.exited
-	c.stopWatch = context.AfterFunc(ctx, func() { _ = c.Close() })
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = c.Close()
+		case <-c.closing:
+		}
+	}()
 
 	desc, err := c.describe(ctx)
 	if err != nil {
@@ -231,9 +239,7 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) terminate() error {
-	if c.stopWatch != nil {
-		c.stopWatch()
-	}
+	close(c.closing)
 	exited := c.exited
 	if exited == nil { // failed before the gRPC client existed
 		done := make(chan struct{})

@@ -30,6 +30,9 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("duration %q: %w", s, err)
 		}
+		if v < 0 {
+			return fmt.Errorf("duration %q is negative", s)
+		}
 		*d = Duration(v)
 		return nil
 	}
@@ -37,7 +40,7 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &secs); err != nil {
 		return fmt.Errorf("duration: want a string such as \"90s\" or a number of seconds, got %s", data)
 	}
-	if secs < 0 || secs > math.MaxInt64/float64(time.Second) {
+	if secs < 0 || secs >= math.MaxInt64/float64(time.Second) {
 		return fmt.Errorf("duration: %v seconds out of range", secs)
 	}
 	*d = Duration(secs * float64(time.Second))

@@ -2,10 +2,12 @@ package sdk
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -49,8 +51,9 @@ func validateJSON(schema map[string]any, data []byte) ([]plugins.Problem, error)
 		return nil, err
 	}
 	var problems []plugins.Problem
-	for _, unit := range verr.BasicOutput().Errors {
-		if unit.Error == nil {
+	units := verr.BasicOutput().Errors
+	for _, unit := range units {
+		if unit.Error == nil || hasCauses(unit, units) {
 			continue
 		}
 		p := plugins.Problem{Path: unit.InstanceLocation, Message: unit.Error.String()}
@@ -61,7 +64,22 @@ func validateJSON(schema map[string]any, data []byte) ([]plugins.Problem, error)
 	if len(problems) == 0 {
 		problems = append(problems, plugins.Problem{Message: verr.Error()})
 	}
+	// The validator's order follows map iteration; make it stable.
+	slices.SortFunc(problems, func(a, b plugins.Problem) int {
+		return cmp.Or(strings.Compare(a.Path, b.Path), strings.Compare(a.Message, b.Message))
+	})
 	return problems, nil
+}
+
+// hasCauses reports whether other units explain why unit failed, as for
+// "'anyOf' failed": the causes say more than the summary.
+func hasCauses(unit jsonschema.OutputUnit, units []jsonschema.OutputUnit) bool {
+	for _, u := range units {
+		if u.Error != nil && strings.HasPrefix(u.KeywordLocation, unit.KeywordLocation+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // applyDefaults returns v with the schema's defaults filled in where a

@@ -31,7 +31,12 @@ const (
 	stderrLines = 5        // stderr lines quoted in a failure
 	maxLine     = 64 << 10 // longer lines are split across log events
 	maxOutput   = 1 << 20  // bytes of the $MSPIPE_OUTPUT file
-	killGrace   = 5 * time.Second
+	// killGrace is how long a cancelled command has between SIGTERM and
+	// SIGKILL. It is shorter than the host's grace for the plugin
+	// (plugins.DefaultGrace), so that the command's whole group is gone
+	// before the host kills the plugin, which only takes the command itself
+	// along (Pdeathsig).
+	killGrace = 2 * time.Second
 )
 
 // Info returns the registry entry of the exec stage.

@@ -328,3 +328,37 @@ func TestDescriptorIsUsable(t *testing.T) {
 		t.Errorf("Info = %+v", info)
 	}
 }
+
+func TestRunCommandKillsAfterGrace(t *testing.T) {
+	work := t.TempDir()
+	pidFile := filepath.Join(work, "child.pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Both the shell and its child ignore SIGTERM: only SIGKILL stops them.
+		code, err := runCommand(ctx, []string{"/bin/sh", "-c", `trap "" TERM; sleep 300 & echo $! > child.pid; wait`},
+			work, os.Environ(), 100*time.Millisecond, func(string) {}, func(string) {})
+		done <- result{code, err}
+	}()
+	pid := readPid(t, pidFile)
+	cancel()
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Errorf("runCommand = %d, %v, want context.Canceled", r.code, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("runCommand did not return after SIGKILL")
+	}
+	waitGone(t, pid)
+}
+
+func TestKillGraceFitsHostGrace(t *testing.T) {
+	if killGrace >= plugins.DefaultGrace {
+		t.Errorf("killGrace %v must be shorter than the host's grace %v", killGrace, plugins.DefaultGrace)
+	}
+}

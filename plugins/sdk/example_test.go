@@ -1,0 +1,84 @@
+package sdk_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk"
+)
+
+// echoWith is the `with` block of the example stage.
+type echoWith struct {
+	Text  string `json:"text" jsonschema:"description=what to write,minLength=1"`
+	Times int    `json:"times,omitempty" jsonschema:"minimum=1,maximum=10,default=1"`
+}
+
+// echoStage writes text to a file in the work dir, Times times.
+var echoStage = sdk.Stage[echoWith]{
+	Name:        "acme/echo",
+	Version:     "1.0.0",
+	Description: "Write text to a file.",
+	Outputs:     []plugins.OutputSpec{{Name: "file", Type: plugins.TypePath}, {Name: "lines", Type: plugins.TypeInt}},
+	Execute: func(ctx context.Context, sc sdk.Context, w echoWith) (map[string]any, error) {
+		path := filepath.Join(sc.WorkDir(), "echo.txt")
+		if err := os.WriteFile(path, []byte(strings.Repeat(w.Text+"\n", w.Times)), 0o644); err != nil {
+			return nil, err
+		}
+		sc.Info("wrote", "lines", w.Times)
+		return map[string]any{"file": path, "lines": w.Times}, nil
+	},
+}
+
+// A plugin's main is one call; the binary, named mspipe-stage-acme-echo and
+// put in ./plugins, is then used with `uses: acme/echo`.
+func ExampleServe() {
+	sdk.Serve(echoStage)
+}
+
+func ExampleSchemaOf() {
+	schema, err := sdk.SchemaOf[echoWith]()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(schema))
+	// Output:
+	// {"$schema":"https://json-schema.org/draft/2020-12/schema","additionalProperties":false,"properties":{"text":{"description":"what to write","minLength":1,"type":"string"},"times":{"default":1,"maximum":10,"minimum":1,"type":"integer"}},"required":["text"],"type":"object"}
+}
+
+func ExampleStage_Validate() {
+	problems, _ := echoStage.Validate(context.Background(), map[string]any{"times": 20, "txt": "hi"})
+	for _, p := range problems {
+		fmt.Println(p)
+	}
+	// Output:
+	// additional properties 'txt' not allowed
+	// missing property 'text'
+	// /times: maximum: got 20, want 10
+}
+
+func ExampleStage_Run() {
+	work, _ := os.MkdirTemp("", "echo-example-")
+	defer os.RemoveAll(work)
+	req := plugins.RunRequest{WorkDir: work, With: map[string]any{"text": "hello", "times": 2}}
+	outputs, err := echoStage.Run(context.Background(), req, func(e plugins.Event) {
+		if e.Log != nil {
+			fmt.Println("log:", e.Log.Message, e.Log.Fields)
+		}
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	data, _ := os.ReadFile(outputs["file"].(string))
+	fmt.Printf("lines: %v\n%s", outputs["lines"], data)
+	// Output:
+	// log: wrote map[lines:2]
+	// lines: 2
+	// hello
+	// hello
+}

@@ -1,0 +1,268 @@
+package sdk
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mspipe/mspipe/plugins"
+)
+
+type trainWith struct {
+	Data    string   `json:"data" jsonschema:"minLength=1"`
+	Epochs  int      `json:"epochs,omitempty" jsonschema:"minimum=1,default=2"`
+	LR      float64  `json:"lr,omitempty" jsonschema:"exclusiveMinimum=0,default=0.1"`
+	Mode    string   `json:"mode,omitempty" jsonschema:"enum=stand_alone|data_parallel,default=stand_alone"`
+	Layers  []string `json:"layers,omitempty" jsonschema:"pattern=^[a-z]+$"`
+	Options struct {
+		Seed int `json:"seed,omitempty" jsonschema:"default=7"`
+	} `json:"options,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+func trainStage() Stage[trainWith] {
+	return Stage[trainWith]{
+		Name:    "npu/fake-train",
+		Version: "0.0.1",
+		Outputs: []plugins.OutputSpec{{Name: "epochs", Type: plugins.TypeInt}},
+		Check: func(w trainWith) []plugins.Problem {
+			if w.Mode == "data_parallel" && w.Epochs > 10 {
+				return []plugins.Problem{{Path: "/epochs", Message: "data_parallel runs at most 10 epochs here"}}
+			}
+			return nil
+		},
+		Execute: func(_ context.Context, sc Context, w trainWith) (map[string]any, error) {
+			sc.Info("training", "epochs", w.Epochs, "lr", w.LR, "seed", w.Options.Seed)
+			return map[string]any{"epochs": w.Epochs}, nil
+		},
+	}
+}
+
+func TestStageValidate(t *testing.T) {
+	s := trainStage()
+	tests := []struct {
+		name string
+		with map[string]any
+		want []plugins.Problem
+	}{
+		{"ok", map[string]any{"data": "d"}, nil},
+		{"ok with all", map[string]any{"data": "d", "epochs": int64(3), "lr": 0.5, "mode": "data_parallel", "layers": []any{"fc"}, "timeout": "90s"}, nil},
+		{"missing required", map[string]any{}, []plugins.Problem{{Path: "", Message: "missing property 'data'"}}},
+		{"wrong type", map[string]any{"data": "d", "epochs": "two"}, []plugins.Problem{{Path: "/epochs", Message: "got string, want integer"}}},
+		{"float for int", map[string]any{"data": "d", "epochs": 2.5}, []plugins.Problem{{Path: "/epochs", Message: "got number, want integer"}}},
+		{"minimum", map[string]any{"data": "d", "epochs": int64(0)}, []plugins.Problem{{Path: "/epochs", Message: "minimum: got 0, want 1"}}},
+		{"enum", map[string]any{"data": "d", "mode": "auto"}, []plugins.Problem{{Path: "/mode", Message: `value must be one of 'stand_alone', 'data_parallel'`}}},
+		{"item pattern", map[string]any{"data": "d", "layers": []any{"fc", "FC2"}}, []plugins.Problem{{Path: "/layers/1", Message: "'FC2' does not match pattern '^[a-z]+$'"}}},
+		{"unknown field", map[string]any{"data": "d", "epoch": int64(1)}, []plugins.Problem{{Path: "", Message: "additional properties 'epoch' not allowed"}}},
+		{"bad duration", map[string]any{"data": "d", "timeout": "soon"}, []plugins.Problem{
+			{Path: "/timeout", Message: "'soon' does not match pattern"}, {Path: "/timeout", Message: "got string, want number"}}},
+		{"check", map[string]any{"data": "d", "mode": "data_parallel", "epochs": int64(11)}, []plugins.Problem{{Path: "/epochs", Message: "data_parallel runs at most 10 epochs here"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := s.Validate(context.Background(), tt.with)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("problems = %v, want %v", got, tt.want)
+			}
+			for i := range got {
+				if got[i].Path != tt.want[i].Path || !strings.Contains(got[i].Message, tt.want[i].Message) {
+					t.Errorf("problem %d = %v, want %v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestStageRunAppliesDefaults(t *testing.T) {
+	s := trainStage()
+	var events []plugins.Event
+	with := map[string]any{"data": "d", "options": map[string]any{}}
+	out, err := s.Run(context.Background(), plugins.RunRequest{With: with}, func(e plugins.Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["epochs"] != 2 {
+		t.Errorf("outputs = %v", out)
+	}
+	if len(events) != 1 || !reflect.DeepEqual(events[0].Log.Fields, map[string]any{"epochs": 2, "lr": 0.1, "seed": 7}) {
+		t.Errorf("events = %+v", events[0].Log)
+	}
+	if len(with) != 2 || len(with["options"].(map[string]any)) != 0 {
+		t.Errorf("Run modified the caller's with: %v", with)
+	}
+	_, err = s.Run(context.Background(), plugins.RunRequest{With: map[string]any{"epochs": int64(0)}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "invalid with: missing property 'data'; /epochs: minimum: got 0, want 1") {
+		t.Errorf("invalid with: err = %v", err)
+	}
+	if _, err := (Stage[trainWith]{Name: "x"}).Run(context.Background(), plugins.RunRequest{}, nil); err == nil {
+		t.Error("Run without Execute succeeded")
+	}
+}
+
+func TestStageDescribe(t *testing.T) {
+	d, err := trainStage().Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "npu/fake-train" || d.Version != "0.0.1" || len(d.Outputs) != 1 || !reflect.DeepEqual(d.ProtocolVersions, []int{plugins.ProtocolVersion}) {
+		t.Errorf("descriptor = %+v", d)
+	}
+	if !strings.Contains(string(d.WithSchema), `"required":["data"]`) {
+		t.Errorf("schema = %s", d.WithSchema)
+	}
+}
+
+func TestContextEvents(t *testing.T) {
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "a.txt"), []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var events []plugins.Event
+	sc := NewContext(plugins.RunRequest{WorkDir: work, StageID: "s"}, func(e plugins.Event) { events = append(events, e) })
+	sc.Warn("odd", "k", 1, 2, "dangling")
+	sc.Progress(1, 4, "file", "")
+	sc.Metric("loss", 1.5, 3)
+	if err := sc.Artifact("a", "a.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Artifact("missing", "nope.txt"); err == nil || !strings.Contains(err.Error(), `artifact "missing"`) {
+		t.Errorf("missing artifact: err = %v", err)
+	}
+	if len(events) != 4 {
+		t.Fatalf("events = %+v", events)
+	}
+	if l := events[0].Log; l.Level != plugins.LevelWarn || !reflect.DeepEqual(l.Fields, map[string]any{"k": 1, "!BADKEY": "dangling"}) {
+		t.Errorf("log = %+v", l)
+	}
+	if p := events[1].Progress; p.Done != 1 || p.Total != 4 || p.Unit != "file" {
+		t.Errorf("progress = %+v", p)
+	}
+	if m := events[2].Metric; m.Name != "loss" || m.Value != 1.5 || m.Step != 3 {
+		t.Errorf("metric = %+v", m)
+	}
+	if a := events[3].Artifact; a.Path != "a.txt" || a.SHA256 != fmt.Sprintf("%x", sha256.Sum256([]byte("abc"))) {
+		t.Errorf("artifact = %+v", a)
+	}
+	for _, e := range events {
+		if time.Since(e.Time) > time.Minute {
+			t.Errorf("event time %v", e.Time)
+		}
+	}
+	if sc.WorkDir() != work || sc.Request().StageID != "s" {
+		t.Errorf("request = %+v", sc.Request())
+	}
+	NewContext(plugins.RunRequest{}, nil).Info("no sink") // must not panic
+}
+
+type panicky struct{ plugins.Stage }
+
+func (panicky) Validate(context.Context, map[string]any) ([]plugins.Problem, error) {
+	var m map[string]int
+	m["x"] = 1 // nil map write: a runtime panic
+	return nil, nil
+}
+
+func (panicky) Run(context.Context, plugins.RunRequest, func(plugins.Event)) (map[string]any, error) {
+	panic(fmt.Sprintf("boom %d", 42))
+}
+
+func TestServedRecoversPanics(t *testing.T) {
+	s := &served{stage: panicky{}, base: context.Background()}
+	var events []plugins.Event
+	_, err := s.Run(context.Background(), plugins.RunRequest{}, func(e plugins.Event) { events = append(events, e) })
+	if err == nil || !strings.Contains(err.Error(), "stage panicked: boom 42 (at stage_test.go:") || !strings.Contains(err.Error(), "panicky.Run)") {
+		t.Errorf("Run err = %v", err)
+	}
+	if len(events) != 1 || events[0].Log.Level != plugins.LevelError || !strings.Contains(events[0].Log.Fields["stack"].(string), "stage_test.go") {
+		t.Errorf("panic event = %+v", events)
+	}
+	_, err = s.Validate(context.Background(), nil)
+	if err == nil || !strings.Contains(err.Error(), "assignment to entry in nil map (at stage_test.go:") {
+		t.Errorf("Validate err = %v", err)
+	}
+}
+
+func TestServedDrain(t *testing.T) {
+	base, stop := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	s := &served{base: base, stage: Stage[struct{}]{Name: "x", Execute: func(ctx context.Context, _ Context, _ struct{}) (map[string]any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background(), plugins.RunRequest{}, nil)
+		errc <- err
+	}()
+	<-started
+	stop()
+	s.drain() // returns only once the running stage has returned
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("running stage ended with %v", err)
+		}
+	default:
+		t.Fatal("drain returned before the running stage")
+	}
+	if _, err := s.Run(context.Background(), plugins.RunRequest{}, nil); !errors.Is(err, errShuttingDown) {
+		t.Errorf("Run after drain = %v", err)
+	}
+}
+
+func TestServeContextNotLaunched(t *testing.T) {
+	t.Setenv(plugins.MagicCookieKey, "")
+	err := ServeContext(context.Background(), trainStage())
+	if !errors.Is(err, ErrNotLaunched) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"is an mspipe stage plugin", `stage "npu/fake-train" version 0.0.1`, "mspipe-stage-npu-fake-train", `"uses: npu/fake-train"`, "$MSPIPE_PLUGIN_PATH"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    time.Duration
+		wantErr string
+	}{
+		{`"90s"`, 90 * time.Second, ""},
+		{`"1h30m"`, 90 * time.Minute, ""},
+		{`30`, 30 * time.Second, ""},
+		{`0.5`, 500 * time.Millisecond, ""},
+		{`"soon"`, 0, `duration "soon"`},
+		{`-1`, 0, "out of range"},
+		{`"-5s"`, 0, "is negative"},
+		{`true`, 0, "want a string"},
+	}
+	for _, tt := range tests {
+		var d Duration
+		err := d.UnmarshalJSON([]byte(tt.in))
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: err = %v, want %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || time.Duration(d) != tt.want {
+			t.Errorf("%s = %v, %v, want %v", tt.in, d, err, tt.want)
+		}
+	}
+	if b, _ := Duration(90 * time.Second).MarshalJSON(); string(b) != `"1m30s"` {
+		t.Errorf("MarshalJSON = %s", b)
+	}
+}
