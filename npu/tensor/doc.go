@@ -22,12 +22,17 @@
 // layers in npu/nn) derive every length from shapes they have already checked,
 // so a wrong length is a broken invariant and panics.
 //
-// All GEMMs go through one serial kernel, gemmSerial, over a row-major tile of
-// C. It calls gonum's float32 BLAS today; an optimized kernel replaces that one
-// function. The drivers above it (Gemm and Workers.Gemm) cut C into tiles and
-// K into blocks by a rule that depends only on m, n and k, never on the number
-// of workers, so a result is bit-identical whether one core or several
-// computed it.
+// GEMM packs blocks of A and B into contiguous panels and runs a
+// register-blocked micro-kernel over them: AVX-512 (12×32 tiles of C) or
+// AVX2+FMA (6×16) in assembly on amd64, picked at run time from the CPU's
+// features, and a portable Go kernel (2×4) on other CPUs and architectures
+// and with the purego build tag. K is cut into blocks by a rule that depends
+// only on k, and each element of C is one chain of multiply-adds in order of
+// k per block, so a result is bit-identical
+// whether one core or several computed it and wherever a tile of C ends.
+// Different kernel families may differ in the last bits. Workers keep their
+// packing buffers; the package-level Gemm packs into smaller blocks on the
+// goroutine's stack, so neither allocates once warm.
 //
 // # Invariants
 //

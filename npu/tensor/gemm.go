@@ -23,9 +23,13 @@ const (
 	stackMC = 48
 	stackNC = 64
 
+	// directBRows is the most rows of C for which the kernel reads a plain
+	// B in place instead of packing it (see gemmJob.item).
+	directBRows = 48
+
 	// parallelFlops is the size (2·m·n·k) below which a product runs on the
 	// calling goroutine: waking a worker costs more than it saves.
-	parallelFlops = 1 << 20
+	parallelFlops = 1 << 23
 	// itemsPerWorker is how many pieces of C a parallel product is cut into
 	// per worker, so a core slowed by other load does not hold up the rest.
 	itemsPerWorker = 2
@@ -200,6 +204,7 @@ func (j *gemmJob) Range(lo, hi int) {
 
 // item computes rows i0..i1-1 and columns j0..j1-1 of C over all of K.
 func (j *gemmJob) item(s *gemmScratch, i0, i1, j0, j1 int) {
+	_, nr := j.arch.tile()
 	kc := (j.k + (j.k+gemmKC-1)/gemmKC - 1) / ((j.k + gemmKC - 1) / gemmKC) // nearly equal blocks
 	for l0 := 0; l0 < j.k; l0 += kc {
 		kk := min(kc, j.k-l0)
@@ -210,31 +215,49 @@ func (j *gemmJob) item(s *gemmScratch, i0, i1, j0, j1 int) {
 		for ic := i0; ic < i1; ic += s.mc {
 			mm := min(s.mc, i1-ic)
 			j.packA(s.a, ic, mm, l0, kk)
+			// With few rows a packed B panel is used too few times to pay
+			// for its copy: the kernel then reads whole panels of a plain
+			// B in place, and only a partial last panel is packed.
+			direct := !j.transB && mm <= directBRows
 			for jc := j0; jc < j1; jc += s.nc {
 				nn := min(s.nc, j1-jc)
-				j.packB(s.b, l0, kk, jc, nn)
-				j.block(s, ic, mm, jc, nn, kk, beta)
+				if direct {
+					if whole := nn / nr * nr; whole < nn {
+						j.packB(s.b, l0, kk, jc+whole, nn-whole)
+					}
+				} else {
+					j.packB(s.b, l0, kk, jc, nn)
+				}
+				j.block(s, ic, mm, jc, nn, l0, kk, beta, direct)
 			}
 		}
 	}
 }
 
 // block runs the micro-kernel over an mm×nn block of C at (ic, jc) from the
-// packed A and B blocks. A partial tile at the bottom or right edge is
-// computed in s.tile by the same kernel and copied out, so every element of
-// C gets the same arithmetic wherever a block boundary falls.
-func (j *gemmJob) block(s *gemmScratch, ic, mm, jc, nn, kk int, beta float32) {
+// packed A and B blocks; with direct, whole B panels come from op(B) itself
+// (rows l0.., not transposed) and only a partial last one from s.b. A short
+// panel at the bottom goes to a kernel for that many rows when the family
+// has one; any other partial tile is computed in s.tile by the full kernel
+// and copied out. Every kernel does the same arithmetic per element, so C's
+// bits do not depend on where a block or tile boundary falls.
+func (j *gemmJob) block(s *gemmScratch, ic, mm, jc, nn, l0, kk int, beta float32, direct bool) {
 	mr, nr := j.arch.tile()
 	ldc := j.ldc
 	for ir := 0; ir < mm; ir += mr {
 		ap := s.a[ir*kk : (ir+mr)*kk]
 		rows := min(mr, mm-ir)
 		for jr := 0; jr < nn; jr += nr {
-			bp := s.b[jr*kk : (jr+nr)*kk]
 			cols := min(nr, nn-jr)
+			bp, sb := s.b[jr*kk:(jr+nr)*kk], nr
+			if direct {
+				bp, sb = j.b[l0*j.ldb+jc+jr:], j.ldb
+				if cols < nr {
+					bp, sb = s.b[:nr*kk], nr
+				}
+			}
 			c := j.c[(ic+ir)*ldc+jc+jr:]
-			if rows == mr && cols == nr {
-				microKernel(j.arch, kk, ap, bp, nr, c, ldc, j.alpha, beta)
+			if cols == nr && microKernel(j.arch, rows, kk, ap, bp, sb, c, ldc, j.alpha, beta) {
 				continue
 			}
 			t := s.tile[:mr*nr]
@@ -243,7 +266,7 @@ func (j *gemmJob) block(s *gemmScratch, ic, mm, jc, nn, kk int, beta float32) {
 					copy(t[r*nr:r*nr+cols], c[r*ldc:r*ldc+cols])
 				}
 			}
-			microKernel(j.arch, kk, ap, bp, nr, t, nr, j.alpha, beta)
+			microKernel(j.arch, mr, kk, ap, bp, sb, t, nr, j.alpha, beta)
 			for r := 0; r < rows; r++ {
 				copy(c[r*ldc:r*ldc+cols], t[r*nr:r*nr+cols])
 			}

@@ -25,7 +25,7 @@ func (a gemmArch) String() string {
 // Tile shapes (rows × columns of C per micro-kernel call). avx512MR and
 // avx512NR must match the constants in gemm_gen.go.
 const (
-	genericMR, genericNR = 4, 4
+	genericMR, genericNR = 2, 4
 	avx2MR, avx2NR       = 6, 16
 	avx512MR, avx512NR   = 12, 32
 	maxMR, maxNR         = 12, 32 // the largest of each, for edge tiles
@@ -61,36 +61,30 @@ func (a gemmArch) tile() (mr, nr int) {
 //	}
 //
 // A is packed k-major (mr values per step of k); B rows are sb floats apart.
-// Here the 16 sums stay in registers and each is accumulated in order of l.
+// Here the 8 sums stay in registers and each is accumulated in order of l.
 func gemmKernelGeneric(k int, a, b []float32, sb int, c []float32, ldc int, alpha, beta float32) {
 	const mr = genericMR
-	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 float32
+	var c00, c01, c02, c03, c10, c11, c12, c13 float32
 	a = a[:k*mr]
+	b = b[:(k-1)*sb+genericNR]
 	for l := 0; l < k; l++ {
-		av := a[l*mr : l*mr+mr : l*mr+mr]
-		bv := b[l*sb : l*sb+4 : l*sb+4]
-		a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
-		b0, b1, b2, b3 := bv[0], bv[1], bv[2], bv[3]
+		ap := a[l*mr : l*mr+mr : l*mr+mr]
+		bp := b[l*sb : l*sb+genericNR : l*sb+genericNR]
+		a0, a1 := ap[0], ap[1]
+		b0 := bp[0]
 		c00 += a0 * b0
-		c01 += a0 * b1
-		c02 += a0 * b2
-		c03 += a0 * b3
 		c10 += a1 * b0
+		b1 := bp[1]
+		c01 += a0 * b1
 		c11 += a1 * b1
+		b2 := bp[2]
+		c02 += a0 * b2
 		c12 += a1 * b2
+		b3 := bp[3]
+		c03 += a0 * b3
 		c13 += a1 * b3
-		c20 += a2 * b0
-		c21 += a2 * b1
-		c22 += a2 * b2
-		c23 += a2 * b3
-		c30 += a3 * b0
-		c31 += a3 * b1
-		c32 += a3 * b2
-		c33 += a3 * b3
 	}
-	acc := [genericMR][genericNR]float32{
-		{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23}, {c30, c31, c32, c33},
-	}
+	acc := [genericMR][genericNR]float32{{c00, c01, c02, c03}, {c10, c11, c12, c13}}
 	for i := range acc {
 		row := c[i*ldc : i*ldc+genericNR : i*ldc+genericNR]
 		for j, v := range acc[i] {

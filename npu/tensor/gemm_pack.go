@@ -10,26 +10,16 @@ func (j *gemmJob) packA(dst []float32, ic, mm, l0, kk int) {
 		d := dst[p0*kk : (p0+mr)*kk]
 		rows := min(mr, mm-p0)
 		if j.transA {
-			// op(A)ᵀ is stored: each step of k is mr contiguous floats.
-			for l := 0; l < kk; l++ {
-				src := a[(l0+l)*lda+ic+p0:]
-				dl := d[l*mr : l*mr+mr]
-				copy(dl, src[:rows])
-				clear(dl[rows:])
+			// Aᵀ is stored: a step of k is rows contiguous floats.
+			src := a[l0*lda+ic+p0:]
+			if rows < mr || !packCopy(j.arch, d, src, lda, kk, mr) {
+				packCopyGo(d, src, lda, kk, mr, rows)
 			}
 			continue
 		}
-		for i := 0; i < rows; i++ {
-			src := a[(ic+p0+i)*lda+l0:]
-			src = src[:kk]
-			for l, v := range src {
-				d[l*mr+i] = v
-			}
-		}
-		for i := rows; i < mr; i++ {
-			for l := 0; l < kk; l++ {
-				d[l*mr+i] = 0
-			}
+		src := a[(ic+p0)*lda+l0:]
+		if rows < mr || !packTrans(j.arch, d, src, lda, kk, mr) {
+			packTransGo(d, src, lda, kk, mr, rows)
 		}
 	}
 }
@@ -44,25 +34,43 @@ func (j *gemmJob) packB(dst []float32, l0, kk, jc, nn int) {
 		d := dst[q0*kk : (q0+nr)*kk]
 		cols := min(nr, nn-q0)
 		if !j.transB {
-			for l := 0; l < kk; l++ {
-				src := b[(l0+l)*ldb+jc+q0:]
-				dl := d[l*nr : l*nr+nr]
-				copy(dl, src[:cols])
-				clear(dl[cols:])
+			src := b[l0*ldb+jc+q0:]
+			if cols < nr || !packCopy(j.arch, d, src, ldb, kk, nr) {
+				packCopyGo(d, src, ldb, kk, nr, cols)
 			}
 			continue
 		}
-		for c := 0; c < cols; c++ {
-			src := b[(jc+q0+c)*ldb+l0:]
-			src = src[:kk]
-			for l, v := range src {
-				d[l*nr+c] = v
-			}
+		// Bᵀ is stored: column j of op(B) is a row of b.
+		src := b[(jc+q0)*ldb+l0:]
+		if cols < nr || !packTrans(j.arch, d, src, ldb, kk, nr) {
+			packTransGo(d, src, ldb, kk, nr, cols)
 		}
-		for c := cols; c < nr; c++ {
-			for l := 0; l < kk; l++ {
-				d[l*nr+c] = 0
-			}
+	}
+}
+
+// packCopyGo copies rows rows of n floats, ld apart in src, into rows of
+// width floats in dst, zero-filling each to width. packCopy is its fast path
+// for n == width.
+func packCopyGo(dst, src []float32, ld, rows, width, n int) {
+	for r := 0; r < rows; r++ {
+		d := dst[r*width : r*width+width]
+		copy(d, src[r*ld:r*ld+n])
+		clear(d[n:])
+	}
+}
+
+// packTransGo sets dst[l*w+i] = src[i*ld+l] for i < n, l < k, and zero for
+// n <= i < w. packTrans is its fast path for n == w.
+func packTransGo(dst, src []float32, ld, k, w, n int) {
+	dst = dst[:k*w]
+	for i := 0; i < n; i++ {
+		for l, v := range src[i*ld : i*ld+k] {
+			dst[l*w+i] = v
+		}
+	}
+	for i := n; i < w; i++ {
+		for l := 0; l < k; l++ {
+			dst[l*w+i] = 0
 		}
 	}
 }

@@ -117,15 +117,25 @@ func TestGemmPanicsOnShortSlices(t *testing.T) {
 	Gemm(false, false, 2, 2, 2, 1, make([]float32, 3), 2, make([]float32, 4), 2, 0, make([]float32, 4), 2)
 }
 
-func TestGemmTilesDependOnlyOnSize(t *testing.T) {
-	for _, s := range [][3]int{{16, 144, 32768}, {64, 576, 2048}, {10, 10, 10}, {2048, 1000, 1}} {
-		mt, nt := gemmTiles(false, s[0], s[1], s[2])
-		if mt < 1 || nt < 1 || mt > tileM || nt > tileN {
-			t.Fatalf("tiles %d×%d for %v out of range", mt, nt, s)
-		}
-		if 2*s[0]*s[1]*s[2] >= parallelFlops && s[0] >= minTileM && s[1] >= 2*minTileN {
-			if tiles := ((s[0] + mt - 1) / mt) * ((s[1] + nt - 1) / nt); tiles < 4 {
-				t.Fatalf("large product %v has only %d tiles", s, tiles)
+func TestGemmItemsCoverC(t *testing.T) {
+	for _, s := range [][3]int{{16, 144, 32768}, {64, 576, 2048}, {10, 10, 10}, {2048, 1000, 1}, {512, 512, 512}, {16, 16384, 144}, {7, 9, 20000}} {
+		for _, p := range []int{1, 2, 3} {
+			for _, arch := range []gemmArch{archGeneric, archAVX2, archAVX512} {
+				mr, nr := arch.tile()
+				im, in := gemmItems(s[0], s[1], s[2], p, mr, nr)
+				if im < 1 || in < 1 {
+					t.Fatalf("%v p=%d %v: item %d×%d", s, p, arch, im, in)
+				}
+				if (im < s[0] && im%mr != 0) || (in < s[1] && in%nr != 0) {
+					t.Fatalf("%v p=%d %v: item %d×%d cuts through a %d×%d tile", s, p, arch, im, in, mr, nr)
+				}
+				items := ((s[0] + im - 1) / im) * ((s[1] + in - 1) / in)
+				if p == 1 && items != 1 {
+					t.Fatalf("%v one worker: %d items, want 1", s, items)
+				}
+				if p > 1 && 2*s[0]*s[1]*s[2] >= parallelFlops && (s[0] > 4*mr*p || s[1] > 2*nr*p) && items < p {
+					t.Fatalf("%v p=%d %v: %d items leave workers idle", s, p, arch, items)
+				}
 			}
 		}
 	}
@@ -174,7 +184,9 @@ func BenchmarkGemm(b *testing.B) {
 		{"conv_fwd_16x16384x144", false, false, 16, 16384, 144},
 		{"conv_dw_16x144x16384", false, true, 16, 144, 16384},
 		{"conv_dx_144x16384x16", true, false, 144, 16384, 16},
+		{"square_128", false, false, 128, 128, 128},
 		{"square_512", false, false, 512, 512, 512},
+		{"square_1024", false, false, 1024, 1024, 1024},
 	} {
 		for _, workers := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/w%d", s.name, workers), func(b *testing.B) {
