@@ -25,7 +25,7 @@ var ErrDiverged = errors.New("training diverged")
 // Config is one device's training job.
 type Config struct {
 	DataDir string // a cifar-10-batches-bin directory
-	Model   string // "resnet20" (default) or "resnet50"
+	Model   string // "resnet20" (default), "resnet50" or "cnn" (no BatchNorm)
 
 	Epochs       int     // default 1
 	BatchSize    int     // per device; default 32
@@ -147,8 +147,10 @@ func NewModel(name string, seed uint64, threads int) (*nn.Model, error) {
 		return nn.NewResNet20(cfg)
 	case "resnet50":
 		return nn.NewResNet50(cfg)
+	case "cnn":
+		return nn.NewCNN(cfg)
 	}
-	return nil, fmt.Errorf("%w: unknown model %q (resnet20 or resnet50)", ErrConfig, name)
+	return nil, fmt.Errorf("%w: unknown model %q (resnet20, resnet50 or cnn)", ErrConfig, name)
 }
 
 // Train runs one device's training job. It returns when the epochs are

@@ -5,9 +5,17 @@
 // train.log{i} written, checkpoints in device{i}/ckpt_{i}/ — and reports the
 // loss, accuracy and throughput.
 //
-// Modes: stand_alone (one device) works. data_parallel, semi_auto_parallel,
-// auto_parallel and hybrid_parallel are not implemented in this build: the
-// stage refuses them with a clear error instead of training something else.
+// Modes: stand_alone (one device) and data_parallel (every device trains a
+// full replica on its shard of the data; gradients are averaged by an
+// AllReduce over TCP between the rank processes, as HCCL does) work.
+// semi_auto_parallel, auto_parallel and hybrid_parallel are not implemented
+// in this build: the stage refuses them with a clear error instead of
+// training something else.
+//
+// BatchNorm in data_parallel keeps per-device statistics, as MindSpore does
+// by default: each device normalizes with its own batch's mean and variance
+// and updates its own moving statistics, so checkpoints of different ranks
+// differ in bn*.moving_mean and bn*.moving_variance only.
 package train
 
 import (
@@ -41,8 +49,8 @@ const WorkerCommand = "__npu-worker"
 // With is the stage's `with` block.
 type With struct {
 	Data                string             `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
-	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50,default=resnet20" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50"`
-	Mode                string             `json:"mode,omitempty" jsonschema:"enum=stand_alone|data_parallel|semi_auto_parallel|auto_parallel|hybrid_parallel,default=stand_alone" description:"MindSpore parallel_mode; only stand_alone is implemented in this build"`
+	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn,default=resnet20" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly)"`
+	Mode                string             `json:"mode,omitempty" jsonschema:"enum=stand_alone|data_parallel|semi_auto_parallel|auto_parallel|hybrid_parallel,default=stand_alone" description:"MindSpore parallel_mode; stand_alone and data_parallel are implemented in this build"`
 	Strategy            map[string][][]int `json:"strategy,omitempty" description:"shard strategy per operator (semi_auto_parallel; not implemented in this build)"`
 	Epochs              int                `json:"epochs,omitempty" jsonschema:"default=1,minimum=1"`
 	BatchSize           int                `json:"batch_size,omitempty" jsonschema:"default=32,minimum=1" description:"batch size per device"`
@@ -63,6 +71,8 @@ type With struct {
 	Eval                *bool              `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
+	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
+	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=0" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10)"`
 }
 
 // Info registers the stage as a built-in.
@@ -93,8 +103,8 @@ var ErrNotImplemented = errors.New("not implemented in this build")
 
 func check(w With) []plugins.Problem {
 	var out []plugins.Problem
-	if w.Mode != "stand_alone" {
-		out = append(out, plugins.Problem{Path: "/mode", Message: fmt.Sprintf("mode %s is %v (only stand_alone is)", w.Mode, ErrNotImplemented)})
+	if w.Mode != "stand_alone" && w.Mode != "data_parallel" {
+		out = append(out, plugins.Problem{Path: "/mode", Message: fmt.Sprintf("mode %s is %v (stand_alone and data_parallel are)", w.Mode, ErrNotImplemented)})
 	}
 	if len(w.Strategy) > 0 {
 		out = append(out, plugins.Problem{Path: "/strategy", Message: "shard strategies need semi_auto_parallel, which is " + ErrNotImplemented.Error()})
@@ -112,6 +122,13 @@ type WorkerConfig struct {
 	Threads  int    `json:"threads"`
 	InitFile string `json:"init_file,omitempty"` // "" or a file; a directory is resolved per rank
 	InitDir  string `json:"init_dir,omitempty"`
+	// BasePort is the port of rank 0's collective endpoint; rank r listens
+	// on its rank table device_ip, port BasePort+r.
+	BasePort int `json:"base_port,omitempty"`
+	// SecretFile holds the job secret (mode 0600) that lets ranks
+	// authenticate each other; it is not in the environment, because
+	// env{i}.log records the environment.
+	SecretFile string `json:"secret_file,omitempty"`
 }
 
 // WorkerResult is what a rank process leaves in result.json.
@@ -130,7 +147,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	req := sc.Request()
 	devices := max(req.Cluster.Devices, 1)
 	if w.Mode == "stand_alone" && devices != 1 {
-		return nil, fmt.Errorf("mode stand_alone trains on one device, but the stage's cluster has %d; set cluster: {devices: 1} on this stage (data_parallel is %v)", devices, ErrNotImplemented)
+		return nil, fmt.Errorf("mode stand_alone trains on one device, but the stage's cluster has %d: use mode data_parallel, or set cluster: {devices: 1} on this stage", devices)
 	}
 	if err := checkData(w.Data); err != nil {
 		return nil, err
@@ -148,6 +165,21 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		}
 	}
 	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads}
+	if w.Mode == "data_parallel" {
+		t, problems, err := ranktable.Load(rankTable)
+		if err != nil {
+			return nil, err
+		}
+		if problems.HasErrors() {
+			return nil, fmt.Errorf("rank table %s: %w", rankTable, problems.Err())
+		}
+		if cfg.BasePort, err = freeBasePort(t); err != nil {
+			return nil, err
+		}
+		if cfg.SecretFile, err = writeSecret(jobDir); err != nil {
+			return nil, err
+		}
+	}
 	if w.Init != "" {
 		st, err := os.Stat(w.Init)
 		if err != nil {

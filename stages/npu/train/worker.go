@@ -63,7 +63,14 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: w.Prefix,
 		SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax,
 		Init: init, Resume: true, Eval: eval && rank == 0,
-		LogSteps: w.LogSteps, Log: os.Stdout,
+		LogSteps: w.LogSteps, Log: os.Stdout, ShuffleBuffer: w.ShuffleBuffer,
+	}
+	if w.Mode == "data_parallel" {
+		comm, err := joinCollective(ctx, cfg, rank, &tc)
+		if err != nil {
+			return fmt.Errorf("rank %d: join the collective: %w", rank, err)
+		}
+		defer comm.Close()
 	}
 	res, err := trainer.Train(ctx, tc)
 	if err != nil {
