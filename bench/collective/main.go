@@ -1,0 +1,427 @@
+// Command collective measures AllReduce between rank processes on loopback
+// TCP beside the memcpy bandwidth of the same machine, and prints markdown
+// tables.
+//
+//	go run ./bench/collective                      # 2, 4, 8 ranks; mesh and ring; 1 KiB … 256 MiB
+//	go run ./bench/collective -ranks 8 -max 64MiB -profile /tmp/prof
+//
+// For each rank count it starts that many processes (this program,
+// re-executed), each inheriting its listening socket, and runs every size
+// with every algorithm. Times are the slowest rank's; bandwidths follow
+// nccl-tests: algbw = size / time, busbw = algbw × 2(n-1)/n. memcpy is Go's
+// copy() of a buffer of the same size (best of five trials), measured in
+// this process before the ranks start. Each rank first checks one AllReduce result exactly.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/collective"
+)
+
+const childEnv = "MSPIPE_BENCH_COLLECTIVE_CHILD"
+
+// result is one size measured by one rank group, printed by rank 0 as JSON.
+type result struct {
+	Ranks     int     `json:"ranks"`
+	Algorithm string  `json:"algorithm"`
+	Bytes     int     `json:"bytes"`
+	Iters     int     `json:"iters"`
+	Seconds   float64 `json:"seconds"` // per iteration, slowest rank
+}
+
+func main() {
+	if os.Getenv(childEnv) == "1" {
+		if err := child(); err != nil {
+			fmt.Fprintln(os.Stderr, "rank:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := parent(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/collective:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	ranks   []int
+	algs    []string
+	sizes   []int
+	budget  time.Duration
+	profile string
+	segment int
+}
+
+func parseOptions() (options, error) {
+	ranks := flag.String("ranks", "2,4,8", "comma-separated rank counts")
+	algs := flag.String("algorithms", "mesh,ring", "comma-separated algorithms")
+	minSize := flag.String("min", "1KiB", "smallest buffer")
+	maxSize := flag.String("max", "256MiB", "largest buffer (sizes grow by 4×)")
+	budget := flag.Duration("budget", 300*time.Millisecond, "measuring time per size (at least one iteration)")
+	profile := flag.String("profile", "", "directory for each rank's CPU profile")
+	segment := flag.String("segment", "1MiB", "frame payload size (Config.SegmentBytes)")
+	flag.Parse()
+	var o options
+	for _, s := range strings.Split(*ranks, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 2 || n > 64 {
+			return o, fmt.Errorf("-ranks: %q is not a rank count from 2 to 64", s)
+		}
+		o.ranks = append(o.ranks, n)
+	}
+	for _, s := range strings.Split(*algs, ",") {
+		if _, err := collective.ParseAlgorithm(s); err != nil {
+			return o, fmt.Errorf("-algorithms: %w", err)
+		}
+		o.algs = append(o.algs, s)
+	}
+	lo, err := parseSize(*minSize)
+	if err != nil {
+		return o, fmt.Errorf("-min: %w", err)
+	}
+	hi, err := parseSize(*maxSize)
+	if err != nil {
+		return o, fmt.Errorf("-max: %w", err)
+	}
+	for s := lo; s <= hi; s *= 4 {
+		o.sizes = append(o.sizes, s)
+	}
+	if len(o.sizes) == 0 {
+		return o, fmt.Errorf("-min %s is larger than -max %s", *minSize, *maxSize)
+	}
+	if o.segment, err = parseSize(*segment); err != nil {
+		return o, fmt.Errorf("-segment: %w", err)
+	}
+	o.budget, o.profile = *budget, *profile
+	return o, nil
+}
+
+func parseSize(s string) (int, error) {
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n*mult%4 != 0 {
+		return 0, fmt.Errorf("%q is not a positive size in bytes, a multiple of 4 (like 1KiB, 64MiB)", s)
+	}
+	return n * mult, nil
+}
+
+func parent() error {
+	o, err := parseOptions()
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	memcpy := make(map[int]float64)
+	for _, size := range o.sizes {
+		memcpy[size] = memcpyBandwidth(size, o.budget)
+	}
+	var results []result
+	for _, n := range o.ranks {
+		for _, alg := range o.algs {
+			rs, err := runGroup(n, alg, o)
+			if err != nil {
+				return fmt.Errorf("%d ranks, %s: %w", n, alg, err)
+			}
+			results = append(results, rs...)
+		}
+	}
+	printTables(o, results, memcpy)
+	fmt.Printf("\n%d-core machine, GOMAXPROCS %d per process; total run %v.\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Since(started).Round(time.Second))
+	return nil
+}
+
+// memcpyBandwidth times copy() between two touched buffers of size bytes
+// and returns the best of five trials, so that a busy machine makes the
+// comparison harder for AllReduce, not easier.
+func memcpyBandwidth(size int, budget time.Duration) float64 {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	best := 0.0
+	for range 5 {
+		iters := 0
+		start := time.Now()
+		for iters == 0 || time.Since(start) < budget/10 {
+			for range 1 + (1<<22)/size {
+				copy(dst, src)
+				iters++
+			}
+		}
+		best = max(best, float64(iters)*float64(size)/time.Since(start).Seconds()/1e9)
+	}
+	return best
+}
+
+// runGroup starts n rank processes that measure every size with alg and
+// returns rank 0's results.
+func runGroup(n int, alg string, o options) ([]result, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := collective.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	files := make([]*os.File, n)
+	addrs := make([]string, n)
+	for r := range files {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addrs[r] = ln.Addr().String()
+		files[r], err = ln.(*net.TCPListener).File()
+		ln.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	sizes := make([]string, len(o.sizes))
+	for i, s := range o.sizes {
+		sizes[i] = strconv.Itoa(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmds := make([]*exec.Cmd, n)
+	var out *bufio.Scanner
+	for r := range cmds {
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(), childEnv+"=1", "RANK="+strconv.Itoa(r), "ADDRS="+strings.Join(addrs, ","),
+			"SECRET="+hex.EncodeToString(secret), "ALGORITHM="+alg, "SIZES="+strings.Join(sizes, ","),
+			"BUDGET="+o.budget.String(), "PROFILE="+o.profile, "SEGMENT="+strconv.Itoa(o.segment))
+		cmd.ExtraFiles = []*os.File{files[r]}
+		cmd.Stderr = os.Stderr
+		if r == 0 {
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				return nil, err
+			}
+			out = bufio.NewScanner(stdout)
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		files[r].Close()
+		cmds[r] = cmd
+	}
+	var results []result
+	for out.Scan() {
+		var res result
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			return nil, fmt.Errorf("rank 0 printed %q: %w", out.Text(), err)
+		}
+		fmt.Fprintf(os.Stderr, "%d ranks %s %s: %.3g ms × %d\n", n, alg, sizeName(res.Bytes), res.Seconds*1e3, res.Iters)
+		results = append(results, res)
+	}
+	var errs []error
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(results) != len(o.sizes) {
+		return nil, fmt.Errorf("rank 0 reported %d of %d sizes", len(results), len(o.sizes))
+	}
+	return results, nil
+}
+
+func child() error {
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	addrs := strings.Split(os.Getenv("ADDRS"), ",")
+	secret, err := hex.DecodeString(os.Getenv("SECRET"))
+	if err != nil {
+		return err
+	}
+	alg, err := collective.ParseAlgorithm(os.Getenv("ALGORITHM"))
+	if err != nil {
+		return err
+	}
+	budget, err := time.ParseDuration(os.Getenv("BUDGET"))
+	if err != nil {
+		return err
+	}
+	segment, err := strconv.Atoi(os.Getenv("SEGMENT"))
+	if err != nil {
+		return err
+	}
+	var sizes []int
+	for _, s := range strings.Split(os.Getenv("SIZES"), ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return err
+		}
+		sizes = append(sizes, n)
+	}
+	if dir := os.Getenv("PROFILE"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-n%d-%s-rank%d.pprof", len(addrs), alg, rank)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	file := os.NewFile(3, "listener")
+	ln, err := net.FileListener(file)
+	file.Close()
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := collective.Init(ctx, collective.Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
+		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, Listener: ln})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n := len(addrs)
+	buf := make([]float32, slices.Max(sizes)/4)
+	clear(buf) // touch every page before timing
+	agreed := make([]float32, 1)
+	for _, size := range sizes {
+		b := buf[:size/4]
+		// One checked call: ranks contribute rank+1, the sum is n(n+1)/2.
+		for i := range b {
+			b[i] = float32(rank + 1)
+		}
+		t0 := time.Now()
+		if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
+			return err
+		}
+		first := time.Since(t0)
+		want := float32(n * (n + 1) / 2)
+		for i, v := range b {
+			if v != want {
+				return fmt.Errorf("%d bytes: element %d = %v after AllReduce, want %v", size, i, v, want)
+			}
+		}
+		clear(b)
+		// Agree on the iteration count from the slowest first call.
+		agreed[0] = float32(first.Seconds())
+		if err := c.AllReduce(ctx, agreed, collective.Max); err != nil {
+			return err
+		}
+		iters := max(1, min(2000, int(budget.Seconds()/float64(agreed[0]))))
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		t0 = time.Now()
+		for range iters {
+			if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
+				return err
+			}
+		}
+		agreed[0] = float32(time.Since(t0).Seconds())
+		if err := c.AllReduce(ctx, agreed, collective.Max); err != nil {
+			return err
+		}
+		if rank == 0 {
+			line, _ := json.Marshal(result{Ranks: n, Algorithm: alg.String(), Bytes: size, Iters: iters, Seconds: float64(agreed[0]) / float64(iters)})
+			fmt.Println(string(line))
+		}
+	}
+	return nil
+}
+
+func sizeName(b int) string {
+	switch {
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return strconv.Itoa(b>>20) + " MiB"
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return strconv.Itoa(b>>10) + " KiB"
+	}
+	return strconv.Itoa(b) + " B"
+}
+
+func printTables(o options, results []result, memcpy map[int]float64) {
+	find := func(n int, alg string, size int) (result, bool) {
+		for _, r := range results {
+			if r.Ranks == n && r.Algorithm == alg && r.Bytes == size {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	for _, n := range o.ranks {
+		factor := 2 * float64(n-1) / float64(n)
+		fmt.Printf("\n### AllReduce (sum, float32), %d rank processes, loopback TCP\n\n", n)
+		head, rule := "| size | memcpy GB/s |", "|---:|---:|"
+		for _, alg := range o.algs {
+			head += fmt.Sprintf(" %s time | %s algbw GB/s | %s busbw GB/s |", alg, alg, alg)
+			rule += "---:|---:|---:|"
+		}
+		fmt.Println(head + " best busbw / memcpy |")
+		fmt.Println(rule + "---:|")
+		for _, size := range o.sizes {
+			row := fmt.Sprintf("| %s | %.2f |", sizeName(size), memcpy[size])
+			best := 0.0
+			for _, alg := range o.algs {
+				r, _ := find(n, alg, size)
+				algbw := float64(size) / r.Seconds / 1e9
+				best = max(best, algbw*factor)
+				row += fmt.Sprintf(" %s | %.3f | %.3f |", duration(r.Seconds), algbw, algbw*factor)
+			}
+			fmt.Printf("%s %.1f%% |\n", row, 100*best/memcpy[size])
+		}
+	}
+	const target = 64 << 20
+	if !slices.Contains(o.ranks, 8) || !slices.Contains(o.sizes, target) {
+		return
+	}
+	fmt.Printf("\nTarget (8 ranks, 64 MiB, busbw ≥ 30%% of memcpy %.2f GB/s):", memcpy[target])
+	for _, alg := range o.algs {
+		r, _ := find(8, alg, target)
+		busbw := float64(target) / r.Seconds / 1e9 * 2 * 7 / 8
+		verdict := "not met"
+		if busbw >= 0.3*memcpy[target] {
+			verdict = "met"
+		}
+		fmt.Printf(" %s %.3f GB/s = %.1f%% (%s);", alg, busbw, 100*busbw/memcpy[target], verdict)
+	}
+	fmt.Println()
+}
+
+func duration(s float64) string {
+	switch {
+	case s < 1e-3:
+		return fmt.Sprintf("%.0f µs", s*1e6)
+	case s < 1:
+		return fmt.Sprintf("%.1f ms", s*1e3)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}

@@ -1,0 +1,107 @@
+// Package collective provides the collective communication of the
+// simulated Ascend devices, as HCCL does on hardware: AllReduce,
+// ReduceScatter, AllGather, Broadcast, Barrier and AllToAll on []float32
+// between rank processes connected by TCP.
+//
+// The simplest use builds the configuration of one rank from a rank table
+// and reduces gradients in place:
+//
+//	cfg, err := collective.FromRankTable(table, rankID, collective.DefaultBasePort)
+//	if err != nil { ... }
+//	cfg.Secret = jobSecret                   // the same bytes on every rank
+//	comm, err := collective.Init(ctx, cfg)  // waits for every rank to connect
+//	if err != nil { ... }
+//	defer comm.Close()
+//	err = comm.AllReduce(ctx, grads, collective.Mean)
+//
+// # Connections
+//
+// Rank r listens on Addrs[r] (from a rank table: the device_ip of rank r,
+// port base+r). Every pair of ranks shares two TCP connections, dialed by
+// the higher rank: a data connection for collective frames and a control
+// connection for heartbeats, abort notices and goodbyes. Init retries
+// refused connections until the connect timeout, since ranks start at
+// different times. Each connection starts with a handshake that carries a
+// protocol magic and version, the rank size, both ranks, a hash of the
+// address list and fresh nonces, authenticated both ways with an HMAC-SHA256
+// of the job secret (see handshake.go). A process without the secret is
+// refused and cannot join; ranks with different secrets, rank sizes or
+// address lists fail Init with ErrAuth or ErrMismatch naming the peer.
+// Addresses must be loopback unless Config.AllowRemote is set, so a rank
+// table meant for hardware never sends traffic from a development machine.
+//
+// # Reduction order
+//
+// Results never depend on timing: every element is reduced by one rank in a
+// fixed order, and every rank receives that rank's result, so all ranks hold
+// the same bits and a run repeated gives the same bits.
+//
+// With Mesh (the default), element i belongs to chunk c (the buffer is cut
+// into Size() nearly equal chunks) and rank c computes
+//
+//	((x0[i] op x1[i]) op x2[i]) ... op x(n-1)[i]
+//
+// in rank order, where xp is rank p's buffer: exactly what a single process
+// reducing the ranks' buffers one after the other in rank order computes. A
+// data-parallel run whose ranks AllReduce their gradient sums therefore
+// matches, bit for bit, a stand-alone run that adds the same per-rank sums
+// in rank order. Mean is that Sum divided by Size() (one float32 division
+// per element); Max and Min return NaN if any contribution is NaN.
+//
+// With Ring, chunk c starts at rank c+1 and travels the ring to its owner
+// c, so it is reduced in the order x(c+1), x(c+2), ..., x(n-1), x0, ..., xc:
+// fixed, but a rotation of rank order that differs from chunk to chunk, so
+// results may differ in the last bits from a sequential sum and from Mesh.
+//
+// ReduceScatter uses the same orders; AllGather, Broadcast and AllToAll only
+// move data. Results also depend on Size() (through the chunk boundaries
+// for Ring), never on the segment size.
+//
+// # Algorithms and wire format
+//
+// Both algorithms move 2(n-1)/n of the buffer in and out of every rank for
+// AllReduce, the minimum. Mesh sends each chunk straight to its owner and
+// each result straight to every rank (one step each way); Ring sends only to
+// the next rank (n-1 steps each way). Buffers are cut into segments
+// (Config.SegmentBytes, default 1 MiB; at most 64 per chunk), and each
+// segment is sent on as soon as it is ready, so reduction, forwarding and
+// transfer overlap. A frame is a 32-byte header (call number, collective,
+// element count, offset, reduce op or root) and the float32 values
+// little-endian, written with one writev straight from the caller's buffer
+// and read straight into it on little-endian hosts; steady-state calls
+// allocate nothing. TCP_NODELAY is set on every connection. Broadcast
+// pipelines the buffer along the ring from the root; Barrier and AllToAll
+// exchange directly between every pair.
+//
+// # Failures
+//
+// Every wait is bounded by Config.Timeout. A rank reports a dead peer
+// (connection closed or reset) or a silent one (no frame and no heartbeat
+// within the timeout) as a *PeerError naming the rank and its address:
+//
+//	collective: allreduce: rank 3 (127.1.0.4:29503) closed the connection
+//	collective: allreduce: rank 3 (127.1.0.4:29503) did not answer within 30s
+//
+// The rank that notices sends an abort notice naming the culprit to every
+// other rank over the control connections, so ranks that were waiting on
+// someone else fail at once with the same culprit, "(reported by rank 4)".
+// Heartbeats (four per timeout) also say which rank their sender is
+// waiting for, so a rank that times out waiting on a peer follows the chain
+// of waits to its end and blames the rank that waits for nobody, or whose
+// heartbeats stopped: every rank of a stuck job names the same root cause.
+// Calls on one rank that cannot take part (bad arguments, a canceled
+// context) fail the communicator too and tell the peers why.
+//
+// After any failure the communicator is broken: every later call fails at
+// once with ErrBroken wrapping the cause. Close says goodbye to the peers,
+// closes every connection and waits for every goroutine of the
+// communicator.
+//
+// # Concurrency
+//
+// Collectives must be called in the same order with matching arguments on
+// every rank; a mismatch is detected from the frame headers and reported as
+// ErrOutOfStep with both calls. One collective runs at a time per
+// communicator (a concurrent call fails with ErrBusy); Close may be called
+// from any goroutine. Buffers must not be touched while a call runs.
+package collective

@@ -1,0 +1,273 @@
+package collective
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The multi-process tests re-execute the test binary as rank processes
+// (TestHelperProcess), each with its listener inherited as fd 3, so no
+// port can be taken between choosing it and listening on it.
+
+const helperEnv = "MSPIPE_COLLECTIVE_HELPER"
+
+// helperCounts are the AllReduce lengths the "hash" mode reduces.
+var helperCounts = []int{0, 1, 7, 1000, 1<<20 + 3}
+
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		t.Skip("runs only as a rank process of the multi-process tests")
+	}
+	err := helperMain()
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(3)
+	}
+	os.Exit(0)
+}
+
+func helperMain() error {
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	secret, _ := hex.DecodeString(os.Getenv("SECRET"))
+	timeout, _ := time.ParseDuration(os.Getenv("TIMEOUT"))
+	alg, err := ParseAlgorithm(os.Getenv("ALGORITHM"))
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(3, "listener")
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	addrs := strings.Split(os.Getenv("ADDRS"), ",")
+	c, err := Init(context.Background(), Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
+		Timeout: timeout, Algorithm: alg, Listener: ln})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	switch os.Getenv("MODE") {
+	case "hash":
+		for _, count := range helperCounts {
+			buf := make([]float32, count)
+			fill(buf, 11, rank, Sum)
+			if err := c.AllReduce(context.Background(), buf, Sum); err != nil {
+				return err
+			}
+			fmt.Printf("hash %d %s\n", count, hashFloats(buf))
+		}
+		return nil
+	case "loop":
+		buf := make([]float32, 1<<22)
+		fmt.Println("ready")
+		for i := 0; ; i++ {
+			if err := c.AllReduce(context.Background(), buf, Sum); err != nil {
+				return err
+			}
+			if i == 0 {
+				fmt.Println("running")
+			}
+		}
+	}
+	return fmt.Errorf("unknown MODE %q", os.Getenv("MODE"))
+}
+
+func hashFloats(f []float32) string {
+	h := sha256.New()
+	var b [4]byte
+	for _, v := range f {
+		bits := math.Float32bits(v)
+		b[0], b[1], b[2], b[3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
+		h.Write(b[:])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// rankProc is one rank process and the lines it printed.
+type rankProc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string
+	exited chan struct{}
+	when   time.Time // when it exited
+}
+
+func (p *rankProc) output() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines...)
+}
+
+func (p *rankProc) waitLine(t *testing.T, prefix string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		for _, l := range p.output() {
+			if strings.HasPrefix(l, prefix) {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("rank process did not print %q within %v; output %q", prefix, d, p.output())
+}
+
+// startRanks starts n rank processes in the given mode; they are killed at
+// cleanup if still running.
+func startRanks(t *testing.T, n int, alg Algorithm, mode string, timeout time.Duration) ([]*rankProc, []string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	lns, addrs := listeners(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	procs := make([]*rankProc, n)
+	for r := range procs {
+		file, err := lns[r].(*net.TCPListener).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[r].Close()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$")
+		cmd.Env = append(os.Environ(), helperEnv+"=1", "RANK="+strconv.Itoa(r), "ADDRS="+strings.Join(addrs, ","),
+			"SECRET="+hex.EncodeToString(testSecret), "TIMEOUT="+timeout.String(), "ALGORITHM="+alg.String(), "MODE="+mode)
+		cmd.ExtraFiles = []*os.File{file}
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		file.Close()
+		p := &rankProc{cmd: cmd, exited: make(chan struct{})}
+		procs[r] = p
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				p.mu.Lock()
+				p.lines = append(p.lines, sc.Text())
+				p.mu.Unlock()
+			}
+			cmd.Wait()
+			p.when = time.Now()
+			close(p.exited)
+		}()
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return procs, addrs
+}
+
+// Rank processes reduce the same inputs to the same bits, equal to the
+// documented order computed here.
+func TestMultiProcessAllReduceAgrees(t *testing.T) {
+	for _, tc := range []struct {
+		alg   Algorithm
+		n     int
+		order func(n, c, j int) int
+	}{{Mesh, 4, rankOrder}, {Ring, 3, ringOrder}} {
+		t.Run(tc.alg.String(), func(t *testing.T) {
+			procs, _ := startRanks(t, tc.n, tc.alg, "hash", 10*time.Second)
+			for r, p := range procs {
+				<-p.exited
+				if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+					t.Fatalf("rank %d exited with %d: %q", r, code, p.output())
+				}
+			}
+			for i, count := range helperCounts {
+				want := hashFloats(orderRef(tc.n, count, Sum, tc.order, func(r, i int) float32 { return value(11, r, i, Sum) }))
+				for r, p := range procs {
+					out := p.output()
+					if len(out) != len(helperCounts) || out[i] != fmt.Sprintf("hash %d %s", count, want) {
+						t.Fatalf("rank %d printed %q, want hash %d %s", r, out, count, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Killing one rank process in the middle of collectives fails every other
+// rank within the timeout, each naming the dead rank.
+func TestKilledRankFailsEveryOtherRank(t *testing.T) {
+	const n, victim = 4, 2
+	timeout := 2 * time.Second
+	procs, addrs := startRanks(t, n, Mesh, "loop", timeout)
+	for _, p := range procs {
+		p.waitLine(t, "running", 20*time.Second)
+	}
+	time.Sleep(100 * time.Millisecond)
+	killed := time.Now()
+	procs[victim].cmd.Process.Kill()
+	want := fmt.Sprintf("error: collective: allreduce: rank %d (%s) closed the connection", victim, addrs[victim])
+	checkSurvivors(t, procs, victim, killed, timeout, want)
+}
+
+// Stopping one rank process (SIGSTOP: alive, but silent) fails every other
+// rank after the timeout, each naming the stopped rank.
+func TestStoppedRankFailsEveryOtherRank(t *testing.T) {
+	const n, victim = 4, 1
+	timeout := 2 * time.Second
+	procs, addrs := startRanks(t, n, Ring, "loop", timeout)
+	for _, p := range procs {
+		p.waitLine(t, "running", 20*time.Second)
+	}
+	time.Sleep(100 * time.Millisecond)
+	stopped := time.Now()
+	procs[victim].cmd.Process.Signal(syscall.SIGSTOP)
+	want := fmt.Sprintf("error: collective: allreduce: rank %d (%s) did not answer within 2s", victim, addrs[victim])
+	checkSurvivors(t, procs, victim, stopped, timeout, want)
+}
+
+// checkSurvivors waits for every rank but victim to exit with an error
+// line starting with want, no later than the timeout (plus scheduling
+// slack on a loaded machine) after the fault.
+func checkSurvivors(t *testing.T, procs []*rankProc, victim int, fault time.Time, timeout time.Duration, want string) {
+	t.Helper()
+	limit := time.After(timeout + 10*time.Second)
+	for r, p := range procs {
+		if r == victim {
+			continue
+		}
+		select {
+		case <-p.exited:
+		case <-limit:
+			t.Fatalf("rank %d still running %v after the fault; output %q", r, time.Since(fault), p.output())
+		}
+		out := p.output()
+		last := out[len(out)-1]
+		if !strings.HasPrefix(last, want) {
+			t.Errorf("rank %d: last line %q, want %q...", r, last, want)
+		}
+		if code := p.cmd.ProcessState.ExitCode(); code != 3 {
+			t.Errorf("rank %d: exit code %d, want 3", r, code)
+		}
+		if took := p.when.Sub(fault); took > timeout+timeout/2 {
+			t.Errorf("rank %d failed %v after the fault, want at most about the %v timeout", r, took, timeout)
+		} else {
+			t.Logf("rank %d failed %v after the fault: %s", r, took.Round(time.Millisecond), last)
+		}
+	}
+}
