@@ -38,6 +38,10 @@ type Job struct {
 	Env       []string
 	// Grace is how long ranks get after SIGTERM before SIGKILL (default 5s).
 	Grace time.Duration
+	// PeerFailWait is how long the other ranks may take to notice a failed
+	// rank on their own (a collective naming the dead peer) before they are
+	// stopped; 0 stops them at once. Cancelling ctx always stops them at once.
+	PeerFailWait time.Duration
 }
 
 // DeviceDir is the directory of a rank inside the job directory.
@@ -120,6 +124,9 @@ func Run(ctx context.Context, job Job) error {
 			kill.Reset(job.Grace)
 		})
 	}
+	// After a failure, peers get PeerFailWait to fail by themselves.
+	peerWait := time.NewTimer(time.Hour)
+	peerWait.Stop()
 	done := ctx.Done()
 	for remaining := len(procs); remaining > 0; {
 		select {
@@ -129,10 +136,14 @@ func Run(ctx context.Context, job Job) error {
 			e.p.log.Close()
 			if e.err != nil && first == nil && !stopping {
 				first = e.p
+				if job.PeerFailWait > 0 {
+					peerWait.Reset(job.PeerFailWait)
+				} else {
+					stop()
+				}
 			}
-			if e.err != nil {
-				stop()
-			}
+		case <-peerWait.C:
+			stop()
 		case <-done:
 			done = nil
 			stop()
@@ -143,6 +154,7 @@ func Run(ctx context.Context, job Job) error {
 		}
 	}
 	kill.Stop()
+	peerWait.Stop()
 	// Ranks may have left children in their groups: make sure none survive.
 	for _, p := range procs {
 		signalGroup(p.cmd, syscall.SIGKILL)

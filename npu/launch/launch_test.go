@@ -111,6 +111,26 @@ func TestOneRankFailingStopsTheOthers(t *testing.T) {
 	}
 }
 
+// TestPeerFailWaitLetsPeersFailOnTheirOwn: with PeerFailWait the sleeping
+// peers are stopped only after the wait, not at once.
+func TestPeerFailWaitLetsPeersFailOnTheirOwn(t *testing.T) {
+	j := job(t, "fail-rank-1", 3)
+	j.PeerFailWait = 1500 * time.Millisecond
+	start := time.Now()
+	err := Run(context.Background(), j)
+	if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("err = %v", err)
+	}
+	if d := time.Since(start); d < 1500*time.Millisecond || d > 20*time.Second {
+		t.Errorf("returned after %s, want the peer wait (1.5s) and not much more", d)
+	}
+	for _, pid := range rankPids(t, j.Dir, 3) {
+		if alive(pid) {
+			t.Errorf("rank process %d still alive", pid)
+		}
+	}
+}
+
 func TestCancelStopsEveryRank(t *testing.T) {
 	j := job(t, "sleep", 3)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -17,6 +17,13 @@ import (
 // defaultCollectiveTimeout bounds every wait for a peer rank.
 const defaultCollectiveTimeout = 60 * time.Second
 
+func collectiveTimeout(w With) time.Duration {
+	if w.CollectiveTimeout > 0 {
+		return time.Duration(w.CollectiveTimeout)
+	}
+	return defaultCollectiveTimeout
+}
+
 // freeBasePort picks a port range in which every rank's device_ip:port can
 // be bound now, so that concurrent jobs on one machine do not collide. A
 // rank table naming addresses of other machines cannot be checked here;
@@ -79,10 +86,7 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	if cc.Secret, err = os.ReadFile(cfg.SecretFile); err != nil {
 		return nil, fmt.Errorf("job secret: %w", err)
 	}
-	cc.Timeout = time.Duration(cfg.With.CollectiveTimeout)
-	if cc.Timeout == 0 {
-		cc.Timeout = defaultCollectiveTimeout
-	}
+	cc.Timeout = collectiveTimeout(cfg.With)
 	comm, err := collective.Init(ctx, cc)
 	if err != nil {
 		return nil, err

@@ -217,10 +217,16 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		defer close(tailDone)
 		followLog(tailCtx, launch.LogPath(jobDir, 0), func(line string) { sc.Info(line) })
 	}()
-	runErr := launch.Run(ctx, launch.Job{
+	job := launch.Job{
 		Path: self, Args: []string{WorkerCommand, cfgPath},
 		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
-	})
+	}
+	if w.Mode == "data_parallel" {
+		// Let the other ranks see a dead peer in their collectives (and say
+		// so in their logs) before stopping them.
+		job.PeerFailWait = collectiveTimeout(w) + 5*time.Second
+	}
+	runErr := launch.Run(ctx, job)
 	stopTail()
 	<-tailDone
 	if runErr != nil {

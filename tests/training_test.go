@@ -1,0 +1,103 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rankPid finds the live rank process with RANK_ID=rank among the
+// workspace's processes.
+func (w *workspace) rankPid(rank int) int {
+	for _, pid := range w.taggedProcesses() {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte("__npu-worker")) && bytes.Contains(env, []byte("\x00RANK_ID="+strconv.Itoa(rank)+"\x00")) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestKillingOneRankFailsEveryRank kills rank 2 of a 4-device data-parallel
+// job mid-training: the other ranks fail in their collectives naming rank
+// 2, the stage fails with a reason naming it, and no process is left.
+func TestKillingOneRankFailsEveryRank(t *testing.T) {
+	w := newWorkspace(t)
+	w.write("dp.yaml", `version: 1
+name: dp
+cluster: {devices: 4}
+stages:
+  prepare: {uses: cifar/prepare, with: {train_images: 2560, test_images: 40, shards: 4}}
+  train:
+    uses: npu/train
+    needs: prepare
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, epochs: 50, batch_size: 8, log_steps: 1, collective_timeout: 5s}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := w.command(ctx, "run", "dp.yaml")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until rank 2 has trained a few steps.
+	var pid int
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 2 never trained\n%s", stderr.String())
+		}
+		logs, _ := filepath.Glob(filepath.Join(w.dir, "runs", "*", "stages", "train", "device2", "train.log2"))
+		if len(logs) == 1 {
+			if data, _ := os.ReadFile(logs[0]); bytes.Count(data, []byte("loss is")) >= 3 {
+				pid = w.rankPid(2)
+				break
+			}
+		}
+	}
+	if pid == 0 {
+		t.Fatal("rank 2's process not found")
+	}
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, stderr.String())
+	}
+	if d := time.Since(killed); d > 60*time.Second {
+		t.Errorf("mspipe took %s after the kill, with a 5s collective timeout", d)
+	}
+	if pids := w.waitNoProcesses(5 * time.Second); len(pids) > 0 {
+		t.Errorf("processes left behind: %v", pids)
+	}
+	id := strings.TrimSpace(stdout.String())
+	train := w.state(id).Stages["train"]
+	t.Logf("train stage: %s", train.Reason)
+	if train.Status != "failed" || !strings.Contains(train.Reason, "rank 2 (device 2)") {
+		t.Errorf("train = %s: %s; want failed naming rank 2", train.Status, train.Reason)
+	}
+	// Every surviving rank failed in a collective that names rank 2.
+	for _, r := range []int{0, 1, 3} {
+		log, _ := os.ReadFile(filepath.Join(w.dir, "runs", id, "stages", "train", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		if !bytes.Contains(log, []byte("rank 2")) {
+			tail := string(log)
+			if len(tail) > 400 {
+				tail = tail[len(tail)-400:]
+			}
+			t.Errorf("rank %d's log does not name rank 2:\n%s", r, tail)
+		}
+	}
+}
