@@ -5,6 +5,7 @@ import (
 	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	execstage "github.com/mspipe/mspipe/stages/exec"
 	npueval "github.com/mspipe/mspipe/stages/npu/eval"
+	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
 	nputrain "github.com/mspipe/mspipe/stages/npu/train"
 )
 
@@ -18,6 +19,7 @@ func builtinStages() (*plugins.Registry, error) {
 		cifarprepare.Info(),
 		nputrain.Info(),
 		npueval.Info(),
+		npulaunch.Info(),
 	} {
 		if err := reg.Register(info); err != nil {
 			return nil, err

@@ -20,14 +20,12 @@ import (
 	"github.com/mspipe/mspipe/spec"
 	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
 	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
-	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
 )
 
 // declaredStages are built-in stages whose declaration ships with this
 // build although their implementation has not landed yet: specs using them
 // validate, and running them fails with ErrNotImplemented.
 var declaredStages = [][]byte{
-	npulaunch.Descriptor,
 	ckptintegrate.Descriptor,
 	ckptreshard.Descriptor,
 }
