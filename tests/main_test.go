@@ -92,7 +92,13 @@ type result struct {
 // run runs mspipe to completion (at most two minutes).
 func (w *workspace) run(args ...string) result {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return w.runFor(120, args...)
+}
+
+// runFor runs mspipe to completion, for at most the given seconds.
+func (w *workspace) runFor(seconds int, args ...string) result {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second)
 	defer cancel()
 	cmd := w.command(ctx, args...)
 	var out, errb bytes.Buffer
