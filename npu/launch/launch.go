@@ -127,6 +127,7 @@ func Run(ctx context.Context, job Job) error {
 	// After a failure, peers get PeerFailWait to fail by themselves.
 	peerWait := time.NewTimer(time.Hour)
 	peerWait.Stop()
+	var failedOnce []*proc
 	done := ctx.Done()
 	for remaining := len(procs); remaining > 0; {
 		select {
@@ -134,13 +135,21 @@ func Run(ctx context.Context, job Job) error {
 			remaining--
 			e.p.err = e.err
 			e.p.log.Close()
-			if e.err != nil && first == nil && !stopping {
-				first = e.p
+			if e.err != nil && !stopping {
+				// A rank killed by a signal we did not send is the cause;
+				// ranks that exit because a peer vanished are its effect,
+				// and they may be reaped first.
+				if first == nil || (killedBySignal(e.err) && !killedBySignal(first.err)) {
+					first = e.p
+				}
 				if job.PeerFailWait > 0 {
-					peerWait.Reset(job.PeerFailWait)
+					if len(failedOnce) == 0 {
+						peerWait.Reset(job.PeerFailWait)
+					}
 				} else {
 					stop()
 				}
+				failedOnce = append(failedOnce, e.p)
 			}
 		case <-peerWait.C:
 			stop()
@@ -193,6 +202,16 @@ func start(job Job, r Rank) (*proc, error) {
 		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
 	}
 	return &proc{rank: r, cmd: cmd, log: log}, nil
+}
+
+func killedBySignal(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled()
+		}
+	}
+	return false
 }
 
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
