@@ -58,53 +58,16 @@ type reluJob struct {
 }
 
 func (j *reluJob) Range(lo, hi int) {
-	a, out := j.a[lo:hi], j.out[lo:hi]
 	if j.forward {
-		for i, v := range a {
-			out[i] = max(v, 0)
-		}
+		tensor.Affine(j.out[lo:hi], j.a[lo:hi], nil, 1, 0, true)
 		return
 	}
-	b := j.b[lo:hi]
-	for i, v := range a {
-		if v > 0 {
-			out[i] = b[i]
-		} else {
-			out[i] = 0
-		}
-	}
-}
-
-// addReLUJob computes out = max(a+b, 0) (forward) or out = b where a > 0
-// (backward): the tail of a residual block.
-type addReLUJob struct {
-	a, b, out []float32
-	forward   bool
-}
-
-func (j *addReLUJob) Range(lo, hi int) {
-	a, b, out := j.a[lo:hi], j.b[lo:hi], j.out[lo:hi]
-	if j.forward {
-		for i, v := range a {
-			out[i] = max(v+b[i], 0)
-		}
-		return
-	}
-	for i, v := range a {
-		if v > 0 {
-			out[i] = b[i]
-		} else {
-			out[i] = 0
-		}
-	}
+	tensor.ReLUGrad(j.out[lo:hi], j.b[lo:hi], j.a[lo:hi])
 }
 
 // addJob computes out = a + b.
 type addJob struct{ a, b, out []float32 }
 
 func (j *addJob) Range(lo, hi int) {
-	a, b, out := j.a[lo:hi], j.b[lo:hi], j.out[lo:hi]
-	for i, v := range a {
-		out[i] = v + b[i]
-	}
+	tensor.AddTo(j.out[lo:hi], j.a[lo:hi], j.b[lo:hi])
 }

@@ -30,6 +30,7 @@ type BatchNorm2d struct {
 	x, y, dx                    *tensor.Tensor
 	batchMean, batchInvStd      []float32
 	trained                     bool
+	relu                        bool // the last forward was fused with a ReLU
 	job                         bnJob
 	params                      []*Param
 }
@@ -71,6 +72,13 @@ func (b *BatchNorm2d) Params() []*Param { return b.params }
 // Forward normalises x, an [N C H W] batch; train selects batch statistics
 // (and updates the moving ones) over moving statistics.
 func (b *BatchNorm2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
+	return b.forward(x, train, false, nil)
+}
+
+// forward is Forward followed by ReLU when relu is set, with the elements of
+// residual (x's shape) added before the ReLU when it is not nil: the fused
+// tails of a convolution unit and of a residual block.
+func (b *BatchNorm2d) forward(x *tensor.Tensor, train, relu bool, residual []float32) (*tensor.Tensor, error) {
 	if err := checkImage("batchnorm", b.name, x, b.cfg.Channels); err != nil {
 		return nil, err
 	}
@@ -81,30 +89,51 @@ func (b *BatchNorm2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, err
 	if b.dx, err = ensure(b.dx, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("batchnorm %s input gradient: %w", b.name, err)
 	}
-	b.x, b.trained = x, train
-	b.job = bnJob{b: b, n: x.Dim(0), plane: x.Dim(2) * x.Dim(3), forward: true, train: train}
+	if residual != nil && len(residual) != x.Len() {
+		return nil, fmt.Errorf("batchnorm %s: residual of %d elements for input %v: %w", b.name, len(residual), x.Shape(), tensor.ErrShape)
+	}
+	b.x, b.trained, b.relu = x, train, relu
+	b.job = bnJob{b: b, n: x.Dim(0), plane: x.Dim(2) * x.Dim(3), forward: true, train: train, residual: residual}
 	b.dev.workers.For(b.cfg.Channels, 1, &b.job)
 	b.job = bnJob{}
 	return b.y, nil
 }
 
 // Backward writes the gamma and beta gradients and returns dL/dx. After an
-// inference Forward the moving statistics are constants of the map.
+// inference Forward the moving statistics are constants of the map. After a
+// forward fused with a ReLU it back-propagates through both.
 func (b *BatchNorm2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	return b.backward(dy, nil)
+}
+
+// backward is Backward; after a forward with relu, the gradient dy masked by
+// the ReLU is written to masked when it is not nil (else to dx, overwritten
+// afterwards), for a caller that needs it too.
+func (b *BatchNorm2d) backward(dy *tensor.Tensor, masked []float32) (*tensor.Tensor, error) {
 	if err := checkGrad("batchnorm", b.name, b.y, dy); err != nil {
 		return nil, err
 	}
 	b.job = bnJob{b: b, n: b.x.Dim(0), plane: b.x.Dim(2) * b.x.Dim(3), dy: dy.Data(), train: b.trained}
+	if b.relu {
+		b.job.mask, b.job.masked = b.y.Data(), b.dx.Data()
+		if masked != nil {
+			b.job.masked = masked[:dy.Len()]
+		}
+	}
 	b.dev.workers.For(b.cfg.Channels, 1, &b.job)
 	b.job = bnJob{}
 	return b.dx, nil
 }
 
-// bnJob runs the forward or backward pass for channels lo..hi-1.
+// bnJob runs the forward or backward pass for channels lo..hi-1. Each
+// channel is summed plane by plane in image order, so its statistics do not
+// depend on which worker ran it.
 type bnJob struct {
 	b              *BatchNorm2d
 	n, plane       int
 	dy             []float32
+	residual       []float32
+	mask, masked   []float32 // backward through a fused ReLU: its output, and where the masked dy goes
 	forward, train bool
 }
 
@@ -128,26 +157,26 @@ func (j *bnJob) stats(c int) (mean, invStd float64) {
 	return float64(b.batchMean[c]), float64(b.batchInvStd[c])
 }
 
+// planes returns the slice of channel c in image i of data.
+func (j *bnJob) planeOf(data []float32, i, c int) []float32 {
+	off := (i*j.b.cfg.Channels + c) * j.plane
+	return data[off : off+j.plane]
+}
+
 func (j *bnJob) forwardChannel(c int) {
 	b, x, y := j.b, j.b.x.Data(), j.b.y.Data()
-	stride, p := b.cfg.Channels*j.plane, j.plane
 	if j.train {
-		var sum float64
+		// One pass: Σx and Σx² in float64 lose nothing that matters unless
+		// mean²/variance approaches 1e9.
+		var sum, sq float64
 		for i := 0; i < j.n; i++ {
-			for _, v := range x[i*stride+c*p : i*stride+(c+1)*p] {
-				sum += float64(v)
-			}
+			s, q := tensor.SumSquares(j.planeOf(x, i, c))
+			sum += s
+			sq += q
 		}
-		count := float64(j.n * p)
+		count := float64(j.n * j.plane)
 		mean := sum / count
-		var sq float64
-		for i := 0; i < j.n; i++ {
-			for _, v := range x[i*stride+c*p : i*stride+(c+1)*p] {
-				d := float64(v) - mean
-				sq += d * d
-			}
-		}
-		variance := sq / count
+		variance := max(0, sq/count-mean*mean)
 		b.batchMean[c] = float32(mean)
 		b.batchInvStd[c] = float32(1 / math.Sqrt(variance+float64(b.cfg.Eps)))
 		m := b.cfg.Momentum
@@ -160,53 +189,48 @@ func (j *bnJob) forwardChannel(c int) {
 	shift := float64(b.beta.Value.Data()[c]) - mean*scale
 	s, t := float32(scale), float32(shift)
 	for i := 0; i < j.n; i++ {
-		xs := x[i*stride+c*p : i*stride+(c+1)*p]
-		ys := y[i*stride+c*p : i*stride+(c+1)*p]
-		for q, v := range xs {
-			ys[q] = v*s + t
+		var r []float32
+		if j.residual != nil {
+			r = j.planeOf(j.residual, i, c)
 		}
+		tensor.Affine(j.planeOf(y, i, c), j.planeOf(x, i, c), r, s, t, b.relu)
 	}
 }
 
 func (j *bnJob) backwardChannel(c int) {
-	b, x, dx, dy := j.b, j.b.x.Data(), j.b.dx.Data(), j.dy
-	stride, p := b.cfg.Channels*j.plane, j.plane
+	b, x, dx := j.b, j.b.x.Data(), j.b.dx.Data()
 	mean, invStd := j.stats(c)
-	var sumDy, sumDyXhat float64
+	d := j.dy
+	var out, mask []float32
+	var sumDy, sumDyX float64
 	for i := 0; i < j.n; i++ {
-		xs := x[i*stride+c*p : i*stride+(c+1)*p]
-		ds := dy[i*stride+c*p : i*stride+(c+1)*p]
-		for q, g := range ds {
-			sumDy += float64(g)
-			sumDyXhat += float64(g) * (float64(xs[q]) - mean) * invStd
+		if j.mask != nil {
+			out, mask = j.planeOf(j.masked, i, c), j.planeOf(j.mask, i, c)
 		}
+		s, sx := tensor.GradSums(out, j.planeOf(j.dy, i, c), j.planeOf(x, i, c), mask)
+		sumDy += s
+		sumDyX += sx
 	}
+	if j.mask != nil {
+		d = j.masked
+	}
+	// Σdy·xhat = invStd·(Σdy·x − mean·Σdy), the products exact in float64.
+	sumDyXhat := invStd * (sumDyX - mean*sumDy)
 	b.beta.Grad.Data()[c] = float32(sumDy)
 	b.gamma.Grad.Data()[c] = float32(sumDyXhat)
-	gamma := float64(b.gamma.Value.Data()[c])
+	k := float64(b.gamma.Value.Data()[c]) * invStd
 	if !j.train {
 		// y = gamma·(x−mean)·invStd + beta with constant statistics.
-		k := float32(gamma * invStd)
 		for i := 0; i < j.n; i++ {
-			ds := dy[i*stride+c*p : i*stride+(c+1)*p]
-			dxs := dx[i*stride+c*p : i*stride+(c+1)*p]
-			for q, g := range ds {
-				dxs[q] = g * k
-			}
+			tensor.Affine(j.planeOf(dx, i, c), j.planeOf(d, i, c), nil, float32(k), 0, false)
 		}
 		return
 	}
-	// dx = gamma·invStd·(dy − mean(dy) − xhat·mean(dy·xhat))
-	count := float64(j.n * p)
-	k := gamma * invStd
+	// dx = k·(dy − mean(dy) − xhat·mean(dy·xhat)), xhat = (x−mean)·invStd.
+	count := float64(j.n * j.plane)
 	mDy, mDyXhat := sumDy/count, sumDyXhat/count
+	a, bb, cc := float32(k), float32(-k*invStd*mDyXhat), float32(-k*mDy)
 	for i := 0; i < j.n; i++ {
-		xs := x[i*stride+c*p : i*stride+(c+1)*p]
-		ds := dy[i*stride+c*p : i*stride+(c+1)*p]
-		dxs := dx[i*stride+c*p : i*stride+(c+1)*p]
-		for q, g := range ds {
-			xhat := (float64(xs[q]) - mean) * invStd
-			dxs[q] = float32(k * (float64(g) - mDy - xhat*mDyXhat))
-		}
+		tensor.LinearComb(j.planeOf(dx, i, c), j.planeOf(d, i, c), j.planeOf(x, i, c), a, bb, cc, float32(mean))
 	}
 }

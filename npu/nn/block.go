@@ -9,17 +9,20 @@ import (
 // ResidualBlock is y = ReLU(main(x) + shortcut(x)), where shortcut is the
 // identity or, when the block changes stride or width, MindSpore's
 // down_sample_layer: a 1×1 convolution (index 0) and a BatchNorm2d (index 1).
+//
+// The main path's last BatchNorm2d computes the sum and the final ReLU in
+// the same pass (its output is the block's), and the gradient of the sum is
+// added to the first convolution's input gradient as it is written.
 type ResidualBlock struct {
-	name    string
-	main    *Sequential
-	down    *Sequential // nil: identity shortcut
-	dev     *Device
-	sum     *tensor.Tensor // ReLU(main + shortcut), the block output
-	dsum    *tensor.Tensor // gradient at the input of the final ReLU
-	dx      *tensor.Tensor
-	addRelu addReLUJob
-	add     addJob
-	params  []*Param
+	name   string
+	main   *Sequential
+	head   *Sequential  // main without its last layer
+	last   *BatchNorm2d // main's last layer
+	first  *Conv2d      // main's first layer
+	down   *Sequential  // nil: identity shortcut
+	dev    *Device
+	dsum   *tensor.Tensor // gradient at the input of the final ReLU
+	params []*Param
 }
 
 // BlockConfig describes one residual block.
@@ -84,7 +87,8 @@ func newResidualBlock(name string, cfg BlockConfig, convs []Conv2dConfig, bnName
 			layers = append(layers, NewReLU(fmt.Sprintf("%s.relu%d", name, i+1), dev))
 		}
 	}
-	b := &ResidualBlock{name: name, main: NewSequential(name, layers...), dev: dev}
+	b := &ResidualBlock{name: name, main: NewSequential(name, layers...), dev: dev,
+		head: NewSequential(name, layers[:len(layers)-1]...), first: layers[0].(*Conv2d), last: layers[len(layers)-1].(*BatchNorm2d)}
 	if cfg.Stride != 1 || cfg.In != cfg.Out {
 		conv, err := NewConv2d(name+".down_sample_layer.0", Conv2dConfig{In: cfg.In, Out: cfg.Out, Kernel: 1, Stride: cfg.Stride}, seed, dev)
 		if err != nil {
@@ -108,7 +112,7 @@ func (b *ResidualBlock) Params() []*Param { return b.params }
 
 // Forward computes ReLU(main(x) + shortcut(x)).
 func (b *ResidualBlock) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
-	h, err := b.main.Forward(x, train)
+	h, err := b.head.Forward(x, train)
 	if err != nil {
 		return nil, err
 	}
@@ -121,30 +125,23 @@ func (b *ResidualBlock) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, e
 	if !tensor.SameShape(h, s) {
 		return nil, fmt.Errorf("block %s: main path %v and shortcut %v differ: %w", b.name, h.Shape(), s.Shape(), tensor.ErrShape)
 	}
-	if b.sum, err = ensure(b.sum, h.Shape()...); err != nil {
-		return nil, fmt.Errorf("block %s output: %w", b.name, err)
-	}
 	if b.dsum, err = ensure(b.dsum, h.Shape()...); err != nil {
 		return nil, fmt.Errorf("block %s gradient: %w", b.name, err)
 	}
-	if b.dx, err = ensure(b.dx, x.Shape()...); err != nil {
-		return nil, fmt.Errorf("block %s input gradient: %w", b.name, err)
-	}
-	b.addRelu = addReLUJob{a: h.Data(), b: s.Data(), out: b.sum.Data(), forward: true}
-	b.dev.workers.For(h.Len(), elementGrain, &b.addRelu)
-	b.addRelu = addReLUJob{}
-	return b.sum, nil
+	return b.last.forward(h, train, true, s.Data())
 }
 
 // Backward returns dL/dx, the sum of the gradients through both paths.
 func (b *ResidualBlock) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
-	if err := checkGrad("block", b.name, b.sum, dy); err != nil {
+	if b.dsum == nil {
+		return nil, fmt.Errorf("block %s: %w", b.name, ErrNoForward)
+	}
+	if err := checkGrad("block", b.name, b.last.y, dy); err != nil {
 		return nil, err
 	}
-	b.addRelu = addReLUJob{a: b.sum.Data(), b: dy.Data(), out: b.dsum.Data()}
-	b.dev.workers.For(dy.Len(), elementGrain, &b.addRelu)
-	b.addRelu = addReLUJob{}
-	dmain, err := b.main.Backward(b.dsum)
+	// The last BatchNorm2d masks dy by the final ReLU into dsum, the
+	// gradient of the sum, which the shortcut needs too.
+	dh, err := b.last.backward(dy, b.dsum.Data())
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +151,8 @@ func (b *ResidualBlock) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 			return nil, err
 		}
 	}
-	b.add = addJob{a: dmain.Data(), b: dshort.Data(), out: b.dx.Data()}
-	b.dev.workers.For(b.dx.Len(), elementGrain, &b.add)
-	b.add = addJob{}
-	return b.dx, nil
+	if dh, err = b.head.backwardTo(dh, 1); err != nil {
+		return nil, err
+	}
+	return b.first.backward(dh, dshort.Data())
 }

@@ -37,11 +37,31 @@ type Conv2d struct {
 	// chunkFloats is convChunkFloats; tests lower it to exercise chunking.
 	chunkFloats int
 
+	// shift runs 3×3 stride-1 pad-1 convolutions without im2col (nil:
+	// im2col + GEMM); xs is the input in its layout, kept for Backward.
+	shift *tensor.Conv3x3
+	xs    []float32
+	// shiftMinIn is the fewest input channels for which the shift kernels
+	// beat im2col (each tap is a product with K = In); tests change it.
+	shiftMinIn int
+	// skipInputGrad is set on a model's first layer: nothing consumes the
+	// gradient of the input images, so Backward leaves dx alone.
+	skipInputGrad bool
+
 	cols   colJob
 	moves  moveJob
 	c2i    col2imJob
-	params []*Param
+	dwPart []float32 // one chunk's weight gradient, when there are several
+	// keepCols holds the whole batch's im2col columns from Forward for
+	// Backward (nil: both build them chunk by chunk in scratch).
+	keepCols, colBuf []float32
+	rowOffs          []int
+	params           []*Param
 }
+
+// defaultShiftMinIn is shiftMinIn's default: below 8 input channels a tap's
+// product is too short for the micro-kernel and im2col's K = 9·In wins.
+const defaultShiftMinIn = 8
 
 // NewConv2d builds a convolution whose parameters are named name+".weight"
 // (and name+".bias"), initialised from seed. dev may be nil (serial).
@@ -53,7 +73,7 @@ func NewConv2d(name string, cfg Conv2dConfig, seed uint64, dev *Device) (*Conv2d
 	if err := cfg.Pad.Validate(); err != nil {
 		return nil, fmt.Errorf("conv %s: %w", name, err)
 	}
-	c := &Conv2d{name: name, cfg: cfg, dev: orSerial(dev), chunkFloats: convChunkFloats}
+	c := &Conv2d{name: name, cfg: cfg, dev: orSerial(dev), chunkFloats: convChunkFloats, shiftMinIn: defaultShiftMinIn}
 	var err error
 	if c.weight, err = newParam(name+".weight", true, cfg.Out, cfg.In, cfg.Kernel, cfg.Kernel); err != nil {
 		return nil, err
@@ -94,6 +114,31 @@ func (c *Conv2d) prepare(x *tensor.Tensor) error {
 	}
 	per := 2*g.ColRows()*g.ColCols() + c.cfg.Out*g.ColCols()
 	c.chunk = max(1, min(n, c.chunkFloats/max(1, per)))
+	// When the whole batch's columns are small enough, Forward builds them
+	// once in a buffer of the layer and Backward reuses them.
+	c.keepCols = nil
+	if cols := g.ColRows() * g.ColCols() * n; cols <= 2*c.chunkFloats {
+		c.chunk = n
+		if cap(c.colBuf) < cols {
+			c.colBuf = make([]float32, cols)
+		}
+		c.keepCols = c.colBuf[:cols]
+	}
+	shift := g.KH == 3 && g.KW == 3 && g.StrideH == 1 && g.StrideW == 1 && c.cfg.In >= c.shiftMinIn &&
+		max(c.cfg.In, c.cfg.Out) <= tensor.MaxConv3x3Channels &&
+		g.PadTop == 1 && g.PadBottom == 1 && g.PadLeft == 1 && g.PadRight == 1
+	switch {
+	case !shift:
+		c.shift, c.xs = nil, nil
+	case c.shift == nil || c.shift.N != n || c.shift.H != h || c.shift.W != w:
+		if c.shift, err = tensor.NewConv3x3(n, h, w, c.cfg.In, c.cfg.Out); err != nil {
+			return fmt.Errorf("conv %s: input %v: %w", c.name, x.Shape(), err)
+		}
+		c.xs = make([]float32, c.shift.Len(c.cfg.In))
+	}
+	if len(c.rowOffs) < c.cfg.Out+g.ColRows() {
+		c.rowOffs = make([]int, c.cfg.Out+g.ColRows())
+	}
 	return nil
 }
 
@@ -109,11 +154,25 @@ func (c *Conv2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	g, n := c.geom, x.Dim(0)
 	k, p, out := g.ColRows(), g.ColCols(), c.cfg.Out
 	w := c.dev.workers
+	if s := c.shift; s != nil {
+		ys := c.dev.scratchFloats(s.Len(out))
+		s.Pack(w, c.xs, x.Data(), c.cfg.In)
+		s.Forward(w, ys, c.xs, c.weight.Value.Data())
+		var bias []float32
+		if c.bias != nil {
+			bias = c.bias.Value.Data()
+		}
+		s.Unpack(w, c.y.Data(), ys, out, bias, nil)
+		return c.y, nil
+	}
 	for n0 := 0; n0 < n; n0 += c.chunk {
 		gg := min(c.chunk, n-n0)
 		ld := gg * p
 		buf := c.dev.scratchFloats(k*ld + out*ld)
 		col, res := buf[:k*ld], buf[k*ld:]
+		if c.keepCols != nil {
+			col, res = c.keepCols, buf[:out*ld]
+		}
 		c.cols = colJob{col: col, ld: ld, img: x.Data(), n0: n0, g: g}
 		w.For(gg, 1, &c.cols)
 		w.Gemm(false, false, out, ld, k, 1, c.weight.Value.Data(), k, col, ld, 0, res, ld)
@@ -130,6 +189,12 @@ func (c *Conv2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 // Backward computes the weight gradient and dL/dx for dy, an [N Out OH OW]
 // batch.
 func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	return c.backward(dy, nil)
+}
+
+// backward is Backward with add (dx's shape, or nil) added to dL/dx: a
+// residual block's shortcut gradient.
+func (c *Conv2d) backward(dy *tensor.Tensor, add []float32) (*tensor.Tensor, error) {
 	if err := checkGrad("conv", c.name, c.y, dy); err != nil {
 		return nil, err
 	}
@@ -140,39 +205,70 @@ func (c *Conv2d) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	k, p, out := g.ColRows(), g.ColCols(), c.cfg.Out
 	w := c.dev.workers
 	wv, dw := c.weight.Value.Data(), c.weight.Grad.Data()
+	if c.bias != nil {
+		c.biasGrad(dy.Data(), n, p)
+	}
+	if s := c.shift; s != nil {
+		buf := c.dev.scratchFloats(s.Len(out) + s.Len(c.cfg.In))
+		dys, dxs := buf[:s.Len(out)], buf[s.Len(out):]
+		s.Pack(w, dys, dy.Data(), out)
+		s.BackwardWeights(w, dw, dys, c.xs)
+		if !c.skipInputGrad {
+			s.BackwardData(w, dxs, dys, wv)
+			s.Unpack(w, c.dx.Data(), dxs, c.cfg.In, nil, add)
+		}
+		return c.dx, nil
+	}
+	if len(c.dwPart) < len(dw) && c.chunk < n {
+		c.dwPart = make([]float32, len(dw))
+	}
 	for n0 := 0; n0 < n; n0 += c.chunk {
 		gg := min(c.chunk, n-n0)
 		ld := gg * p
 		buf := c.dev.scratchFloats(2*k*ld + out*ld)
 		col, dcol, dres := buf[:k*ld], buf[k*ld:2*k*ld], buf[2*k*ld:]
-		c.cols = colJob{col: col, ld: ld, img: c.x.Data(), n0: n0, g: g}
-		w.For(gg, 1, &c.cols)
+		if c.keepCols != nil {
+			col = c.keepCols
+		} else {
+			c.cols = colJob{col: col, ld: ld, img: c.x.Data(), n0: n0, g: g}
+			w.For(gg, 1, &c.cols)
+		}
 		c.moves = moveJob{block: dres, ld: ld, nchw: dy.Data(), n0: n0, channels: out, plane: p}
 		w.For(gg, 1, &c.moves)
-		beta := float32(1)
+		// dW = dres·colᵀ: both run along the pixels, which the dot kernels
+		// read in place.
 		if n0 == 0 {
-			beta = 0
-		}
-		w.Gemm(false, true, out, k, ld, 1, dres, ld, col, ld, beta, dw, k)
-		if c.bias != nil {
-			db := c.bias.Grad.Data()
-			for o := 0; o < out; o++ {
-				var s float32
-				if n0 > 0 {
-					s = db[o]
-				}
-				for _, v := range dres[o*ld : (o+1)*ld] {
-					s += v
-				}
-				db[o] = s
+			w.GemmNT(out, k, ld, dres, ld, col, ld, dw, k, c.rowOffs)
+		} else {
+			part := c.dwPart[:len(dw)]
+			w.GemmNT(out, k, ld, dres, ld, col, ld, part, k, c.rowOffs)
+			for i, v := range part {
+				dw[i] += v
 			}
 		}
+		if c.skipInputGrad {
+			continue
+		}
 		w.Gemm(true, false, k, ld, out, 1, wv, k, dres, ld, 0, dcol, ld)
-		c.c2i = col2imJob{img: c.dx.Data(), col: dcol, ld: ld, n0: n0, g: g}
+		c.c2i = col2imJob{img: c.dx.Data(), col: dcol, ld: ld, n0: n0, g: g, add: add}
 		w.For(gg, 1, &c.c2i)
 	}
 	c.cols, c.moves, c.c2i = colJob{}, moveJob{}, col2imJob{}
 	return c.dx, nil
+}
+
+// biasGrad writes the bias gradient: the sum of dy over each channel.
+func (c *Conv2d) biasGrad(dy []float32, n, plane int) {
+	db, out := c.bias.Grad.Data(), c.cfg.Out
+	for o := 0; o < out; o++ {
+		var s float32
+		for i := 0; i < n; i++ {
+			for _, v := range dy[(i*out+o)*plane : (i*out+o+1)*plane] {
+				s += v
+			}
+		}
+		db[o] = s
+	}
 }
 
 // colJob runs Im2col for images n0+i, i in the range, into columns i·P.
@@ -189,18 +285,23 @@ func (j *colJob) Range(lo, hi int) {
 	}
 }
 
-// col2imJob zeroes and rebuilds dL/dx for images n0+i from column gradients.
+// col2imJob rebuilds dL/dx for images n0+i from column gradients, starting
+// from zero or from add's images.
 type col2imJob struct {
-	img, col []float32
-	ld, n0   int
-	g        tensor.ConvGeom
+	img, col, add []float32
+	ld, n0        int
+	g             tensor.ConvGeom
 }
 
 func (j *col2imJob) Range(lo, hi int) {
 	in, p := j.g.InLen(), j.g.ColCols()
 	for i := lo; i < hi; i++ {
 		dst := j.img[(j.n0+i)*in : (j.n0+i+1)*in]
-		clear(dst)
+		if j.add != nil {
+			copy(dst, j.add[(j.n0+i)*in:(j.n0+i+1)*in])
+		} else {
+			clear(dst)
+		}
 		tensor.Col2im(dst, j.col[i*p:], j.ld, j.g)
 	}
 }

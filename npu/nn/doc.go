@@ -61,6 +61,18 @@
 // momentum 0.9 keeps 90% of the old value). Inference uses the moving
 // statistics.
 //
+// # Fused passes
+//
+// Inside a Sequential, a BatchNorm2d followed by a ReLU normalises and
+// clamps in one pass, and their backward masks and sums in one. The last
+// BatchNorm2d of a ResidualBlock also adds the shortcut and applies the
+// block's ReLU; the shortcut's gradient is added to the block's input
+// gradient as the first convolution writes it. 3×3 stride-1 "same"
+// convolutions with at least 8 input channels skip im2col (tensor.Conv3x3);
+// the others keep the whole batch's im2col columns from Forward for
+// Backward when they fit. The model's first convolution computes no input
+// gradient: nothing consumes the gradient of the images.
+//
 // # Threads and determinism
 //
 // A Model owns a Device: a worker pool (ResNetConfig.Threads goroutines) and

@@ -143,7 +143,7 @@ func runGradCheck(t *testing.T, tc gradCase, dev *Device) {
 }
 
 func gradCases() []gradCase {
-	conv := func(cfg Conv2dConfig, chunkFloats int) func(*testing.T, *Device) Layer {
+	conv := func(cfg Conv2dConfig, chunkFloats, shiftMinIn int) func(*testing.T, *Device) Layer {
 		return func(t *testing.T, dev *Device) Layer {
 			c, err := NewConv2d("c", cfg, 1, dev)
 			if err != nil {
@@ -151,6 +151,9 @@ func gradCases() []gradCase {
 			}
 			if chunkFloats > 0 {
 				c.chunkFloats = chunkFloats
+			}
+			if shiftMinIn > 0 {
+				c.shiftMinIn = shiftMinIn
 			}
 			return c
 		}
@@ -166,18 +169,27 @@ func gradCases() []gradCase {
 		cfg         Conv2dConfig
 		n, h, w     int
 		chunkFloats int
+		shiftMinIn  int // 0: the default; 1 forces the shift kernels, 1000 im2col
 	}{
-		{"conv3x3_same", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 2, 6, 5, 0},
-		{"conv3x3_s2_same", Conv2dConfig{In: 2, Out: 3, Kernel: 3, Stride: 2}, 2, 7, 6, 0},
-		{"conv1x1_s2", Conv2dConfig{In: 4, Out: 3, Kernel: 1, Stride: 2}, 2, 5, 5, 0},
-		{"conv7x7_s2_same", Conv2dConfig{In: 2, Out: 2, Kernel: 7, Stride: 2}, 1, 9, 8, 0},
+		{"conv3x3_same", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 2, 6, 5, 0, 0},
+		{"conv3x3_s2_same", Conv2dConfig{In: 2, Out: 3, Kernel: 3, Stride: 2}, 2, 7, 6, 0, 0},
+		{"conv1x1_s2", Conv2dConfig{In: 4, Out: 3, Kernel: 1, Stride: 2}, 2, 5, 5, 0, 0},
+		{"conv7x7_s2_same", Conv2dConfig{In: 2, Out: 2, Kernel: 7, Stride: 2}, 1, 9, 8, 0, 0},
 		{"conv_pad_bias", Conv2dConfig{In: 2, Out: 3, Kernel: 3, Stride: 2, HasBias: true,
-			Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 2, Left: 0, Right: 1}}, 2, 5, 6, 0},
-		{"conv_valid", Conv2dConfig{In: 2, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadValid}}, 2, 5, 5, 0},
+			Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 2, Left: 0, Right: 1}}, 2, 5, 6, 0, 0},
+		{"conv_valid", Conv2dConfig{In: 2, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadValid}}, 2, 5, 5, 0, 0},
 		// One image per chunk: the weight gradient accumulates over chunks.
-		{"conv_chunked", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1, HasBias: true}, 3, 5, 5, 1},
+		{"conv_chunked", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1, HasBias: true}, 3, 5, 5, 1, 0},
+		// 3×3 stride-1 pad-1 convolutions through the shift kernels: forced
+		// for few channels, by default from 8, rows of 8 (the assembly
+		// layout copies) and with a bias; and the same shape through im2col.
+		{"conv3x3_shift_forced", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 2, 6, 5, 0, 1},
+		{"conv3x3_shift", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 1}, 2, 3, 8, 0, 0},
+		{"conv3x3_shift_bias", Conv2dConfig{In: 2, Out: 3, Kernel: 3, Stride: 1, HasBias: true,
+			Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 1}}, 2, 4, 3, 0, 1},
+		{"conv3x3_im2col", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 1}, 2, 3, 8, 0, 1000},
 	} {
-		cases = append(cases, gradCase{cc.name, conv(cc.cfg, cc.chunkFloats), []int{cc.n, cc.cfg.In, cc.h, cc.w}, true, convRef(cc.n, cc.h, cc.w, cc.cfg)})
+		cases = append(cases, gradCase{cc.name, conv(cc.cfg, cc.chunkFloats, cc.shiftMinIn), []int{cc.n, cc.cfg.In, cc.h, cc.w}, true, convRef(cc.n, cc.h, cc.w, cc.cfg)})
 	}
 	for _, train := range []bool{true, false} {
 		cases = append(cases, gradCase{fmt.Sprintf("batchnorm_train_%t", train),
@@ -190,6 +202,20 @@ func gradCases() []gradCase {
 			}, []int{3, 3, 2, 3}, train,
 			func(x []float64, p map[string][]float64) []float64 {
 				return refBN(ref4{x, 3, 3, 2, 3}, p, "bn", 1e-5, train).d
+			}})
+	}
+	for _, train := range []bool{true, false} {
+		// A BatchNorm2d followed by a ReLU runs fused inside a Sequential.
+		cases = append(cases, gradCase{fmt.Sprintf("batchnorm_relu_train_%t", train),
+			func(t *testing.T, dev *Device) Layer {
+				b, err := NewBatchNorm2d("bn", BatchNorm2dConfig{Channels: 3, Eps: 1e-5, Momentum: 0.9}, dev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return NewSequential("s", b, NewReLU("r", dev))
+			}, []int{2, 3, 3, 6}, train,
+			func(x []float64, p map[string][]float64) []float64 {
+				return refReLU(refBN(ref4{x, 2, 3, 3, 6}, p, "bn", 1e-5, train)).d
 			}})
 	}
 	cases = append(cases,
@@ -303,5 +329,44 @@ func TestSoftmaxCrossEntropyGradient(t *testing.T) {
 	}
 	if e := maxRelErr(dx.Data(), num, 1e-3); e > gradTol {
 		t.Fatalf("dL/dlogits: relative error %g", e)
+	}
+}
+
+// TestConvKernelChoice pins which convolutions take the shift kernels, so
+// the gradient cases above cover both paths.
+func TestConvKernelChoice(t *testing.T) {
+	dev := NewDevice(1)
+	defer dev.Close()
+	for _, tc := range []struct {
+		name       string
+		cfg        Conv2dConfig
+		shiftMinIn int
+		shift      bool
+	}{
+		{"3x3_same_8ch", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 1}, 0, true},
+		{"3x3_same_3ch", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 0, false},
+		{"3x3_same_3ch_forced", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 1, true},
+		{"3x3_explicit_1111", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 1}}, 0, true},
+		{"3x3_explicit_uneven", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 2, Left: 1, Right: 1}}, 0, false},
+		{"3x3_stride2", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 2}, 0, false},
+		{"3x3_valid", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadValid}}, 0, false},
+		{"1x1", Conv2dConfig{In: 8, Out: 2, Kernel: 1, Stride: 1}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewConv2d("c", tc.cfg, 1, dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.shiftMinIn > 0 {
+				c.shiftMinIn = tc.shiftMinIn
+			}
+			x, _ := tensor.New(2, tc.cfg.In, 5, 6)
+			if _, err := c.Forward(x, true); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.shift != nil; got != tc.shift {
+				t.Fatalf("shift kernels used: %t, want %t", got, tc.shift)
+			}
+		})
 	}
 }

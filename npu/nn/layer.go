@@ -62,11 +62,19 @@ func NewSequential(name string, layers ...Layer) *Sequential {
 // Layers returns the chained layers.
 func (s *Sequential) Layers() []Layer { return s.layers }
 
-// Forward runs every layer in order.
+// Forward runs every layer in order. A BatchNorm2d followed by a ReLU runs
+// as one pass over the data.
 func (s *Sequential) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	var err error
-	for _, l := range s.layers {
-		if x, err = l.Forward(x, train); err != nil {
+	for i := 0; i < len(s.layers); i++ {
+		if bn := s.bnReLU(i); bn != nil {
+			if x, err = bn.forward(x, train, true, nil); err != nil {
+				return nil, err
+			}
+			i++
+			continue
+		}
+		if x, err = s.layers[i].Forward(x, train); err != nil {
 			return nil, err
 		}
 	}
@@ -75,13 +83,40 @@ func (s *Sequential) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, erro
 
 // Backward runs every layer's Backward in reverse order.
 func (s *Sequential) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
+	return s.backwardTo(dy, 0)
+}
+
+// backwardTo runs the Backward of layers len−1 down to lo.
+func (s *Sequential) backwardTo(dy *tensor.Tensor, lo int) (*tensor.Tensor, error) {
 	var err error
-	for i := len(s.layers) - 1; i >= 0; i-- {
+	for i := len(s.layers) - 1; i >= lo; i-- {
+		if i > lo {
+			if bn := s.bnReLU(i - 1); bn != nil {
+				if dy, err = bn.backward(dy, nil); err != nil {
+					return nil, err
+				}
+				i--
+				continue
+			}
+		}
 		if dy, err = s.layers[i].Backward(dy); err != nil {
 			return nil, err
 		}
 	}
 	return dy, nil
+}
+
+// bnReLU returns layer i when it is a BatchNorm2d followed by a ReLU, the
+// pair Forward fuses.
+func (s *Sequential) bnReLU(i int) *BatchNorm2d {
+	if i+1 >= len(s.layers) {
+		return nil
+	}
+	bn, ok := s.layers[i].(*BatchNorm2d)
+	if _, relu := s.layers[i+1].(*ReLU); !ok || !relu {
+		return nil
+	}
+	return bn
 }
 
 // Params returns the parameters of every layer, in layer order.

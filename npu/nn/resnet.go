@@ -79,6 +79,9 @@ func (m *Model) Backward(dlogits *tensor.Tensor) error {
 
 func newModel(name string, dev *Device, layers []Layer) (*Model, error) {
 	m := &Model{name: name, net: NewSequential(name, layers...), dev: dev}
+	if c, ok := layers[0].(*Conv2d); ok {
+		c.skipInputGrad = true // Backward's result is dropped: no one needs dL/dimages
+	}
 	m.params = m.net.Params()
 	var err error
 	if m.values, m.grads, err = Pack(m.params); err != nil {

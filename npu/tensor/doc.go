@@ -17,7 +17,9 @@
 //
 // # Kernels
 //
-// Gemm, Workers.Gemm, Im2col and Col2im work on plain []float32 with lengths
+// Gemm, Workers.Gemm, Workers.GemmNT, Conv3x3, Im2col, Col2im and the
+// element-wise kernels (SumSquares, Affine, GradSums, LinearComb, ReLUGrad,
+// AddTo) work on plain []float32 with lengths
 // and strides. They never allocate, log or return errors: their callers (the
 // layers in npu/nn) derive every length from shapes they have already checked,
 // so a wrong length is a broken invariant and panics.
@@ -33,6 +35,21 @@
 // Different kernel families may differ in the last bits. Workers keep their
 // packing buffers; the package-level Gemm packs into smaller blocks on the
 // goroutine's stack, so neither allocates once warm.
+//
+// Workers.GemmNT computes A·Bᵀ when both run along a long K, as a weight
+// gradient does, with dot-product kernels that read the rows in place
+// (AVX-512 4×4 and AVX2 2×4 tiles of vector partial sums, a Go fallback).
+//
+// Conv3x3 runs 3×3, stride-1, pad-1 convolutions without im2col: the batch
+// sits channel-major with a zero column per row and a zero row per image,
+// so each kernel tap is the input shifted by a constant. The forward pass
+// and the input gradient run the GEMM micro-kernels over the taps (an
+// AVX-512 kernel reads them in place, other families pack a tile of taps
+// into an L1 panel first, with the same bits), and the weight gradient is a
+// GemmNT of the padded output gradient with the shifted inputs.
+//
+// The element-wise kernels of BatchNorm, ReLU and residual sums have AVX2
+// loops in assembly; sums are taken in float64.
 //
 // # Invariants
 //

@@ -23,6 +23,7 @@ type Workers struct {
 	done   chan struct{}
 	job    forJob
 	gemm   gemmJob
+	dot    dotJob
 	closed bool
 }
 
