@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/mspipe/mspipe/pipeline"
 	"github.com/spf13/cobra"
 )
 
@@ -21,26 +20,21 @@ RUN is a run id or "latest" (the default).`,
   mspipe logs 20261123-054012-a1b2c3 prepare`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store := &pipeline.Store{Dir: runsDir(cmd)}
-			id, err := runArg(store, args)
-			if err != nil {
-				return usageErr(err)
-			}
-			dir, err := store.RunDir(id)
-			if err != nil {
-				return usageErr(err)
-			}
-			st, err := pipeline.LoadState(dir)
+			_, dir, st, err := openRun(cmd, args)
 			if err != nil {
 				return err
 			}
+			id := st.ID
 			w := cmd.OutOrStdout()
 			if len(args) == 2 {
 				ss, ok := st.Stages[args[1]]
 				if !ok {
 					return usageErr(fmt.Errorf("run %s has no stage %q (stages: %v)", id, args[1], st.Order))
 				}
-				return copyLog(w, filepath.Join(dir, ss.Log))
+				if err := copyLog(w, filepath.Join(dir, ss.Log)); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "stage %s of run %s has no log: it is %s (%s)\n", args[1], id, ss.Status, ss.Reason)
+				}
+				return nil
 			}
 			for _, sid := range st.Order {
 				ss := st.Stages[sid]

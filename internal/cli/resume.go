@@ -23,19 +23,11 @@ default).`,
   mspipe resume 20261123-054012-a1b2c3`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store := &pipeline.Store{Dir: runsDir(cmd)}
-			id, err := runArg(store, args)
-			if err != nil {
-				return usageErr(err)
-			}
-			dir, err := store.RunDir(id)
-			if err != nil {
-				return usageErr(err)
-			}
-			st, err := pipeline.LoadState(dir)
+			store, dir, st, err := openRun(cmd, args)
 			if err != nil {
 				return err
 			}
+			id := st.ID
 			env, err := newStageEnv(st.SpecDir)
 			if err != nil {
 				return err
@@ -69,4 +61,23 @@ func runArg(store *pipeline.Store, args []string) (string, error) {
 		return store.Latest()
 	}
 	return args[0], nil
+}
+
+// openRun finds the run args[0] names (default: the latest) and reads its
+// state; a missing run is a usage error, a corrupt state an error.
+func openRun(cmd *cobra.Command, args []string) (*pipeline.Store, string, *pipeline.RunState, error) {
+	store := &pipeline.Store{Dir: runsDir(cmd)}
+	id, err := runArg(store, args)
+	if err != nil {
+		return nil, "", nil, usageErr(err)
+	}
+	dir, err := store.RunDir(id)
+	if err != nil {
+		return nil, "", nil, usageErr(err)
+	}
+	st, err := pipeline.LoadState(dir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return store, dir, st, nil
 }

@@ -13,6 +13,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
 // ErrRankFailed is wrapped by the error Run returns when a rank failed.
@@ -231,4 +234,19 @@ func logTail(path string) string {
 		lines = lines[len(lines)-5:]
 	}
 	return ": " + strings.Join(lines, " | ")
+}
+
+// LocalRankTable writes a rank table for devices simulated devices on this
+// machine (loopback device IPs) into dir as rank_table_{N}pcs.json, the
+// seeds' name, and returns its path.
+func LocalRankTable(dir string, devices int) (string, error) {
+	t, err := ranktable.Generate(ranktable.GenerateOptions{Devices: devices, Scheme: ranktable.SchemeLocal})
+	if err != nil {
+		return "", fmt.Errorf("generate a rank table for %d devices: %w", devices, err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("rank_table_%dpcs.json", devices))
+	if err := atomicfile.WriteFile(path, t.Encode(), 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
 }

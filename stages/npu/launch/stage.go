@@ -11,12 +11,9 @@ import (
 	"context"
 	"fmt"
 	osexec "os/exec"
-	"path/filepath"
 	"sort"
 
-	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/launch"
-	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 	execstage "github.com/mspipe/mspipe/stages/exec"
@@ -56,12 +53,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	jobDir := sc.WorkDir()
 	table := req.Cluster.RankTable
 	if table == "" {
-		t, err := ranktable.Generate(ranktable.GenerateOptions{Devices: devices, Scheme: ranktable.SchemeLocal})
-		if err != nil {
-			return nil, err
-		}
-		table = filepath.Join(jobDir, fmt.Sprintf("rank_table_%dpcs.json", devices))
-		if err := atomicfile.WriteFile(table, t.Encode(), 0o644); err != nil {
+		var err error
+		if table, err = launch.LocalRankTable(jobDir, devices); err != nil {
 			return nil, err
 		}
 	}

@@ -155,12 +155,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	jobDir := sc.WorkDir()
 	rankTable := req.Cluster.RankTable
 	if rankTable == "" {
-		t, err := ranktable.Generate(ranktable.GenerateOptions{Devices: devices, Scheme: ranktable.SchemeLocal})
-		if err != nil {
-			return nil, fmt.Errorf("generate a rank table for %d devices: %w", devices, err)
-		}
-		rankTable = filepath.Join(jobDir, fmt.Sprintf("rank_table_%dpcs.json", devices))
-		if err := atomicfile.WriteFile(rankTable, t.Encode(), 0o644); err != nil {
+		var err error
+		if rankTable, err = launch.LocalRankTable(jobDir, devices); err != nil {
 			return nil, err
 		}
 	}
