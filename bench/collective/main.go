@@ -7,14 +7,16 @@
 //
 // For each rank count it starts that many processes (this program,
 // re-executed), each inheriting its listening socket, and runs every size
-// with every algorithm. Times are the slowest rank's; bandwidths follow
-// nccl-tests: algbw = size / time, busbw = algbw × 2(n-1)/n. memcpy is Go's
+// with every algorithm. A time is the median over at least three
+// iterations of the slowest rank's time for that iteration; bandwidths
+// follow nccl-tests: algbw = size / time, busbw = algbw × 2(n-1)/n. memcpy is Go's
 // copy() of a buffer of the same size (best of five trials), measured in
 // this process before the ranks start. Each rank first checks one AllReduce result exactly.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -32,6 +34,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/collective"
 )
 
@@ -43,7 +46,7 @@ type result struct {
 	Algorithm string  `json:"algorithm"`
 	Bytes     int     `json:"bytes"`
 	Iters     int     `json:"iters"`
-	Seconds   float64 `json:"seconds"` // per iteration, slowest rank
+	Seconds   float64 `json:"seconds"` // median iteration of the slowest rank
 }
 
 func main() {
@@ -67,6 +70,7 @@ type options struct {
 	budget  time.Duration
 	profile string
 	segment int
+	sockbuf int
 }
 
 func parseOptions() (options, error) {
@@ -77,6 +81,7 @@ func parseOptions() (options, error) {
 	budget := flag.Duration("budget", 300*time.Millisecond, "measuring time per size (at least one iteration)")
 	profile := flag.String("profile", "", "directory for each rank's CPU profile")
 	segment := flag.String("segment", "1MiB", "frame payload size (Config.SegmentBytes)")
+	sockbuf := flag.Int("sockbuf", 0, "data socket buffer bytes (Config.SocketBuffer; 0 default, -1 kernel autotuning)")
 	flag.Parse()
 	var o options
 	for _, s := range strings.Split(*ranks, ",") {
@@ -109,12 +114,12 @@ func parseOptions() (options, error) {
 	if o.segment, err = parseSize(*segment); err != nil {
 		return o, fmt.Errorf("-segment: %w", err)
 	}
-	o.budget, o.profile = *budget, *profile
+	o.budget, o.profile, o.sockbuf = *budget, *profile, *sockbuf
 	return o, nil
 }
 
-func parseSize(s string) (int, error) {
-	mult := 1
+func parseSize(text string) (int, error) {
+	s, mult := text, 1
 	for _, u := range []struct {
 		suffix string
 		mult   int
@@ -126,7 +131,7 @@ func parseSize(s string) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n <= 0 || n*mult%4 != 0 {
-		return 0, fmt.Errorf("%q is not a positive size in bytes, a multiple of 4 (like 1KiB, 64MiB)", s)
+		return 0, fmt.Errorf("%q is not a positive size in bytes, a multiple of 4 (like 1KiB, 64MiB)", text)
 	}
 	return n * mult, nil
 }
@@ -152,7 +157,8 @@ func parent() error {
 		}
 	}
 	printTables(o, results, memcpy)
-	fmt.Printf("\n%d-core machine, GOMAXPROCS %d per process; total run %v.\n",
+	fmt.Printf("\nTimes are medians of the slowest rank's iteration time; algbw = size/time, busbw = algbw × 2(n-1)/n;\n"+
+		"memcpy is the best of five copy() trials. %d-core machine, GOMAXPROCS %d per process; total run %v.\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Since(started).Round(time.Second))
 	return nil
 }
@@ -218,7 +224,7 @@ func runGroup(n int, alg string, o options) ([]result, error) {
 		cmd := exec.CommandContext(ctx, exe)
 		cmd.Env = append(os.Environ(), childEnv+"=1", "RANK="+strconv.Itoa(r), "ADDRS="+strings.Join(addrs, ","),
 			"SECRET="+hex.EncodeToString(secret), "ALGORITHM="+alg, "SIZES="+strings.Join(sizes, ","),
-			"BUDGET="+o.budget.String(), "PROFILE="+o.profile, "SEGMENT="+strconv.Itoa(o.segment))
+			"BUDGET="+o.budget.String(), "PROFILE="+o.profile, "SEGMENT="+strconv.Itoa(o.segment), "SOCKBUF="+strconv.Itoa(o.sockbuf))
 		cmd.ExtraFiles = []*os.File{files[r]}
 		cmd.Stderr = os.Stderr
 		if r == 0 {
@@ -240,7 +246,7 @@ func runGroup(n int, alg string, o options) ([]result, error) {
 		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 			return nil, fmt.Errorf("rank 0 printed %q: %w", out.Text(), err)
 		}
-		fmt.Fprintf(os.Stderr, "%d ranks %s %s: %.3g ms × %d\n", n, alg, sizeName(res.Bytes), res.Seconds*1e3, res.Iters)
+		fmt.Fprintf(os.Stderr, "%d ranks %s %s: median %.3g ms of %d\n", n, alg, sizeName(res.Bytes), res.Seconds*1e3, res.Iters)
 		results = append(results, res)
 	}
 	var errs []error
@@ -258,7 +264,7 @@ func runGroup(n int, alg string, o options) ([]result, error) {
 	return results, nil
 }
 
-func child() error {
+func child() (err error) {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
 	addrs := strings.Split(os.Getenv("ADDRS"), ",")
 	secret, err := hex.DecodeString(os.Getenv("SECRET"))
@@ -277,6 +283,10 @@ func child() error {
 	if err != nil {
 		return err
 	}
+	sockbuf, err := strconv.Atoi(os.Getenv("SOCKBUF"))
+	if err != nil {
+		return err
+	}
 	var sizes []int
 	for _, s := range strings.Split(os.Getenv("SIZES"), ",") {
 		n, err := strconv.Atoi(s)
@@ -286,15 +296,17 @@ func child() error {
 		sizes = append(sizes, n)
 	}
 	if dir := os.Getenv("PROFILE"); dir != "" {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-n%d-%s-rank%d.pprof", len(addrs), alg, rank)))
-		if err != nil {
+		var prof bytes.Buffer
+		if err := pprof.StartCPUProfile(&prof); err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		path := filepath.Join(dir, fmt.Sprintf("cpu-n%d-%s-rank%d.pprof", len(addrs), alg, rank))
+		defer func() {
+			pprof.StopCPUProfile()
+			if werr := atomicfile.WriteFile(path, prof.Bytes(), 0o644); werr != nil && err == nil {
+				err = werr
+			}
+		}()
 	}
 	file := os.NewFile(3, "listener")
 	ln, err := net.FileListener(file)
@@ -304,7 +316,7 @@ func child() error {
 	}
 	ctx := context.Background()
 	c, err := collective.Init(ctx, collective.Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
-		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, Listener: ln})
+		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, SocketBuffer: sockbuf, Listener: ln})
 	if err != nil {
 		return err
 	}
@@ -336,22 +348,29 @@ func child() error {
 		if err := c.AllReduce(ctx, agreed, collective.Max); err != nil {
 			return err
 		}
-		iters := max(1, min(2000, int(budget.Seconds()/float64(agreed[0]))))
+		iters := max(3, min(2000, int(budget.Seconds()/float64(agreed[0]))))
 		if err := c.Barrier(ctx); err != nil {
 			return err
 		}
+		// Each rank times every iteration; the slowest rank's time per
+		// iteration, then the median over iterations, resists the spikes
+		// of a shared machine better than one total.
+		times := make([]float32, iters)
 		t0 = time.Now()
-		for range iters {
+		for i := range times {
 			if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
 				return err
 			}
+			now := time.Now()
+			times[i] = float32(now.Sub(t0).Seconds())
+			t0 = now
 		}
-		agreed[0] = float32(time.Since(t0).Seconds())
-		if err := c.AllReduce(ctx, agreed, collective.Max); err != nil {
+		if err := c.AllReduce(ctx, times, collective.Max); err != nil {
 			return err
 		}
 		if rank == 0 {
-			line, _ := json.Marshal(result{Ranks: n, Algorithm: alg.String(), Bytes: size, Iters: iters, Seconds: float64(agreed[0]) / float64(iters)})
+			slices.Sort(times)
+			line, _ := json.Marshal(result{Ranks: n, Algorithm: alg.String(), Bytes: size, Iters: iters, Seconds: float64(times[iters/2])})
 			fmt.Println(string(line))
 		}
 	}

@@ -70,15 +70,18 @@ func TestAllReduceLargeBitIdenticalAcrossRuns(t *testing.T) {
 		order func(n, c, j int) int
 	}{{Mesh, 8, rankOrder}, {Ring, 3, ringOrder}} {
 		t.Run(fmt.Sprintf("%v/n=%d", tc.alg, tc.n), func(t *testing.T) {
-			comms := group(t, tc.n, func(c *Config) { c.Algorithm = tc.alg })
+			comms := group(t, tc.n, func(c *Config) { c.Algorithm, c.Timeout = tc.alg, 30*time.Second })
 			want := orderRef(tc.n, count, Sum, tc.order, func(r, i int) float32 { return value(seed, r, i, Sum) })
 			bufs := make([][]float32, tc.n)
 			for r := range bufs {
 				bufs[r] = make([]float32, count)
 			}
 			for run := 0; run < 2; run++ {
-				mustAll(t, onAll(comms, func(r int, c *Comm) error {
+				onAll(comms, func(r int, c *Comm) error {
 					fill(bufs[r], seed, r, Sum)
+					return nil
+				})
+				mustAll(t, onAll(comms, func(r int, c *Comm) error {
 					return c.AllReduce(context.Background(), bufs[r], Sum)
 				}))
 				for r := range bufs {
@@ -328,7 +331,7 @@ func TestAllReduceDoesNotAllocate(t *testing.T) {
 }
 
 func TestSingleRankNeedsNoNetwork(t *testing.T) {
-	c, err := Init(context.Background(), Config{Rank: 0, Size: 1, Addrs: []string{"127.0.0.1:1"}, Secret: testSecret})
+	c, err := Init(context.Background(), Config{Rank: 0, Size: 1, Addrs: []string{"127.0.0.1:1"}, Secret: testSecret()})
 	if err != nil {
 		t.Fatal(err)
 	}

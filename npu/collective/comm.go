@@ -30,7 +30,7 @@ type Comm struct {
 	rank      int
 	size      int
 	timeout   time.Duration
-	grace     time.Duration // how long a rank that saw a symptom waits for the root cause
+	grace     time.Duration // how long a closed connection waits for the control connection to explain it
 	heartbeat time.Duration
 	segElems  int
 	zeroCopy  bool // host order is wire order: frames read and write float32 memory directly
@@ -254,10 +254,7 @@ func (c *Comm) noticeFor(cause error) abortNotice {
 		return abortNotice{culprit: int32(c.rank), code: abortAborted, text: cause.Error()}
 	}
 	a := abortNotice{culprit: int32(pe.Rank), code: abortAborted}
-	var detail string
-	if s := pe.Err.Error(); len(s) > 0 {
-		detail = s
-	}
+	detail := pe.Err.Error()
 	switch {
 	case errors.Is(pe.Err, ErrPeerTimeout):
 		a.code, a.timeout = abortTimeout, int64(c.timeout)
@@ -361,6 +358,9 @@ func (c *Comm) peerFailure(p *peer, err error) error {
 	case <-t.C:
 	}
 	t.Stop()
+	if c.isBroken.Load() {
+		return c.Err()
+	}
 	reason := ErrPeerClosed
 	if p.getState() == stateLeft {
 		reason = ErrPeerLeft
@@ -510,18 +510,20 @@ func (c *Comm) ctrlLoop(p *peer) {
 				p.setState(stateLost)
 				return
 			}
+			// Record the cause before marking the peer resolved: a
+			// collective that saw p's data connection close is waiting on
+			// either, and must find the cause, not blame the messenger.
 			a, err := decodeAbort(buf, c.size)
 			if err != nil {
-				p.setState(stateAborted)
 				c.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: err, Via: -1})
-				return
+			} else {
+				c.fail(c.noticeError(a, p.rank))
 			}
 			p.setState(stateAborted)
-			c.fail(c.noticeError(a, p.rank))
 			return
 		default:
-			p.setState(stateAborted)
 			c.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("%w: control frame of kind %d with %d bytes", ErrProtocol, h.kind, h.nbytes), Via: -1})
+			p.setState(stateAborted)
 			return
 		}
 	}

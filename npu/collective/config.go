@@ -18,6 +18,9 @@ const (
 	// DefaultSegmentBytes is the frame payload size large buffers are cut
 	// into, so that ranks forward one segment while receiving the next.
 	DefaultSegmentBytes = 1 << 20
+	// DefaultSocketBuffer is the send and receive buffer size requested for
+	// data connections when Config.SocketBuffer is zero.
+	DefaultSocketBuffer = 1 << 20
 	// DefaultBasePort is the port of rank 0 when ranks are placed from a
 	// rank table; rank r listens on DefaultBasePort+r.
 	DefaultBasePort = 29500
@@ -116,6 +119,14 @@ type Config struct {
 	// SegmentBytes is the frame payload size (default DefaultSegmentBytes,
 	// a multiple of 4 between 1 KiB and 256 MiB).
 	SegmentBytes int
+	// SocketBuffer is the SO_SNDBUF and SO_RCVBUF size requested for data
+	// connections (default DefaultSocketBuffer; the kernel doubles it and
+	// caps it at net.core.wmem_max/rmem_max); -1 leaves the kernel's
+	// autotuning on. A fixed size bounds kernel memory: Mesh lets up to n-1
+	// peers queue data for one rank at a time, and autotuned windows then
+	// grow to tcp_rmem's maximum (32 MiB here), enough for eight ranks to
+	// push the host into TCP memory pressure, where it drops packets.
+	SocketBuffer int
 	// Listener, if set, is an open listener for Addrs[Rank] that Init uses
 	// instead of listening itself (tests and launchers pass inherited
 	// sockets this way). Init closes it when it returns.
@@ -221,6 +232,9 @@ func (c *Config) Validate() error {
 	if s := c.SegmentBytes; s != 0 && (s < 1024 || s > 256<<20 || s%4 != 0) {
 		return bad("segment size %d, want a multiple of 4 from 1024 to %d", s, 256<<20)
 	}
+	if s := c.SocketBuffer; s < -1 || s > 1<<30 || (s > 0 && s < 4096) {
+		return bad("socket buffer %d, want -1, 0 or 4096 to %d bytes", s, 1<<30)
+	}
 	return nil
 }
 
@@ -234,6 +248,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SegmentBytes == 0 {
 		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
 	}
 	return c
 }

@@ -69,7 +69,10 @@
 // element count, offset, reduce op or root) and the float32 values
 // little-endian, written with one writev straight from the caller's buffer
 // and read straight into it on little-endian hosts; steady-state calls
-// allocate nothing. TCP_NODELAY is set on every connection. Broadcast
+// allocate nothing. TCP_NODELAY is set on every connection, and data
+// connections get fixed 1 MiB socket buffers (Config.SocketBuffer): with
+// kernel autotuning, eight Mesh ranks on one host let receive windows grow
+// until the host hit TCP memory pressure and dropped packets. Broadcast
 // pipelines the buffer along the ring from the root; Barrier and AllToAll
 // exchange directly between every pair.
 //
@@ -101,7 +104,9 @@
 //
 // Collectives must be called in the same order with matching arguments on
 // every rank; a mismatch is detected from the frame headers and reported as
-// ErrOutOfStep with both calls. One collective runs at a time per
+// ErrOutOfStep with both calls. A call whose buffers are empty returns at
+// once without communicating (a rank whose peers pass non-empty buffers is
+// then reported by them as not answering). One collective runs at a time per
 // communicator (a concurrent call fails with ErrBusy); Close may be called
 // from any goroutine. Buffers must not be touched while a call runs.
 package collective

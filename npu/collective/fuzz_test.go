@@ -13,10 +13,10 @@ import (
 // handshake. Without the secret nothing may get in: every input must be
 // refused as a stray (never accepted, never failing Init, never panicking).
 func FuzzServerHandshake(f *testing.F) {
-	cfg := Config{Rank: 0, Size: 2, Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, Secret: testSecret}
+	cfg := Config{Rank: 0, Size: 2, Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, Secret: testSecret()}
 	hs := newHandshaker(&cfg)
 	var hello [helloLen]byte
-	copy(hello[:], handshakeMagic[:])
+	copy(hello[:], handshakeMagic)
 	binary.LittleEndian.PutUint16(hello[6:], protocolVersion)
 	hello[8] = byte(connData)
 	binary.LittleEndian.PutUint32(hello[12:], 2)

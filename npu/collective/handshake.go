@@ -34,7 +34,7 @@ const (
 	nonceLen        = 32
 )
 
-var handshakeMagic = [6]byte{'M', 'S', 'C', 'O', 'L', 'L'}
+const handshakeMagic = "MSCOLL"
 
 // connKind tells the data connection of a pair from its control connection.
 type connKind uint8
@@ -132,7 +132,7 @@ func (h *handshaker) statusError(status uint8, peerSize int) error {
 // client runs the dialer's side on conn, which should reach rank target.
 func (h *handshaker) client(conn net.Conn, target int, kind connKind) error {
 	var hello [helloLen]byte
-	copy(hello[0:6], handshakeMagic[:])
+	copy(hello[0:6], handshakeMagic)
 	binary.LittleEndian.PutUint16(hello[6:], protocolVersion)
 	hello[8] = byte(kind)
 	binary.LittleEndian.PutUint32(hello[12:], uint32(h.size))
@@ -143,7 +143,7 @@ func (h *handshaker) client(conn net.Conn, target int, kind connKind) error {
 		return &handshakeError{fatal: true, err: fmt.Errorf("collective: init: nonce: %w", err)}
 	}
 	retry := func(err error) error {
-		return &handshakeError{err: h.peer(target, fmt.Errorf("%w: handshake: %w", ErrPeerClosed, err))}
+		return &handshakeError{err: h.peer(target, fmt.Errorf("%w during the handshake (%w)", ErrPeerClosed, err))}
 	}
 	if _, err := conn.Write(hello[:]); err != nil {
 		return retry(err)
@@ -152,7 +152,7 @@ func (h *handshaker) client(conn net.Conn, target int, kind connKind) error {
 	if _, err := io.ReadFull(conn, ch[:]); err != nil {
 		return retry(err)
 	}
-	if [6]byte(ch[0:6]) != handshakeMagic {
+	if string(ch[0:6]) != handshakeMagic {
 		return &handshakeError{fatal: true, err: h.peer(target, fmt.Errorf("%w: not an mspipe collective endpoint", ErrProtocol))}
 	}
 	if v := binary.LittleEndian.Uint16(ch[6:]); v != protocolVersion {
@@ -222,11 +222,11 @@ func (h *handshaker) server(conn net.Conn) (rank int, kind connKind, rej *reject
 	if _, err := io.ReadFull(conn, hello[:]); err != nil {
 		return reject("no hello: " + err.Error())
 	}
-	if [6]byte(hello[0:6]) != handshakeMagic {
+	if string(hello[0:6]) != handshakeMagic {
 		return reject("not an mspipe collective client")
 	}
 	var ch [challengeLen]byte
-	copy(ch[0:6], handshakeMagic[:])
+	copy(ch[0:6], handshakeMagic)
 	binary.LittleEndian.PutUint16(ch[6:], protocolVersion)
 	binary.LittleEndian.PutUint32(ch[12:], uint32(h.size))
 	binary.LittleEndian.PutUint32(ch[16:], uint32(h.rank))

@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-var testSecret = []byte("mspipe-collective-test-secret-0123")
+// testSecret returns the job secret of the tests' jobs.
+func testSecret() []byte { return []byte("mspipe-collective-test-secret-0123") }
 
 // listeners opens n loopback listeners on free ports.
 func listeners(t testing.TB, n int) ([]net.Listener, []string) {
@@ -37,7 +38,7 @@ func configs(t testing.TB, n int, mod func(*Config)) []Config {
 	lns, addrs := listeners(t, n)
 	cfgs := make([]Config, n)
 	for r := range cfgs {
-		cfgs[r] = Config{Rank: r, Size: n, Addrs: addrs, Secret: testSecret, Timeout: 5 * time.Second, Listener: lns[r]}
+		cfgs[r] = Config{Rank: r, Size: n, Addrs: addrs, Secret: testSecret(), Timeout: 5 * time.Second, Listener: lns[r]}
 		if mod != nil {
 			mod(&cfgs[r])
 		}

@@ -167,6 +167,10 @@ func connect(parent context.Context, cfg *Config) ([]link, error) {
 				_ = tc.SetNoDelay(true)
 			}
 		}
+		if tc, ok := l.data.(*net.TCPConn); ok && cfg.SocketBuffer > 0 {
+			_ = tc.SetReadBuffer(cfg.SocketBuffer)
+			_ = tc.SetWriteBuffer(cfg.SocketBuffer)
+		}
 	}
 	return links, nil
 }
@@ -244,6 +248,10 @@ func (k *connector) dial(target int, kind connKind) {
 				k.deliver(connEvent{err: err})
 				return
 			}
+		}
+		var pe *PeerError
+		if errors.As(err, &pe) {
+			err = pe.Err // the PeerError wrapper would repeat "collective: init: rank ..."
 		}
 		k.mu.Lock()
 		k.dialErr[target] = err

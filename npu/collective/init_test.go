@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,7 +17,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	good := Config{Rank: 1, Size: 2, Addrs: []string{"127.0.0.1:5000", "127.1.0.2:5001"}, Secret: testSecret}
+	good := Config{Rank: 1, Size: 2, Addrs: []string{"127.0.0.1:5000", "127.1.0.2:5001"}, Secret: testSecret()}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -38,6 +39,8 @@ func TestValidate(t *testing.T) {
 		{"connect timeout", func(c *Config) { c.ConnectTimeout = -time.Second }, "connect timeout -1s"},
 		{"algorithm", func(c *Config) { c.Algorithm = 7 }, "unknown algorithm(7)"},
 		{"segment", func(c *Config) { c.SegmentBytes = 1002 }, "segment size 1002, want a multiple of 4"},
+		{"socket buffer", func(c *Config) { c.SocketBuffer = 100 }, "socket buffer 100, want -1, 0 or 4096"},
+		{"autotuned socket buffer", func(c *Config) { c.SocketBuffer = -1 }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
@@ -66,7 +69,7 @@ func TestFromRankTable(t *testing.T) {
 	if cfg.Rank != 3 || cfg.Size != 8 || cfg.Addrs[0] != "127.1.0.1:29500" || cfg.Addrs[7] != "127.1.0.8:29507" {
 		t.Fatalf("config %+v", cfg)
 	}
-	cfg.Secret = testSecret
+	cfg.Secret = testSecret()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +84,7 @@ func TestFromRankTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Secret = testSecret
+	cfg.Secret = testSecret()
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `"192.1.27.6:40000" is not a loopback address`) {
 		t.Fatalf("seeds table: %v, want a loopback error", err)
 	}
@@ -113,7 +116,7 @@ func TestInitFromRankTable(t *testing.T) {
 			if cfgs[r], err = FromRankTable(table, r, base); err != nil {
 				t.Fatal(err)
 			}
-			cfgs[r].Secret, cfgs[r].Timeout = testSecret, 5*time.Second
+			cfgs[r].Secret, cfgs[r].Timeout = testSecret(), 5*time.Second
 		}
 		comms, errs := initAll(cfgs)
 		if errors.Is(errs[0], syscall.EADDRINUSE) || errors.Is(errs[1], syscall.EADDRINUSE) {
@@ -163,7 +166,7 @@ func TestInitRetriesUntilPeersStart(t *testing.T) {
 	for _, r := range []int{2, 1, 0} { // the listeners the others dial come up last
 		go func() {
 			var err error
-			comms[r], err = Init(context.Background(), Config{Rank: r, Size: 3, Addrs: addrs, Secret: testSecret, Timeout: 5 * time.Second})
+			comms[r], err = Init(context.Background(), Config{Rank: r, Size: 3, Addrs: addrs, Secret: testSecret(), Timeout: 5 * time.Second})
 			errs <- err
 		}()
 		time.Sleep(300 * time.Millisecond)
@@ -178,7 +181,7 @@ func TestInitRetriesUntilPeersStart(t *testing.T) {
 }
 
 func TestInitTimesOutNamingMissingRanks(t *testing.T) {
-	cfgs := configs(t, 4, func(c *Config) { c.ConnectTimeout = 500 * time.Millisecond })
+	cfgs := configs(t, 4, func(c *Config) { c.ConnectTimeout = 1500 * time.Millisecond })
 	cfgs[2].Listener.Close()
 	cfgs[3].Listener.Close()
 	comms, errs := initAll(cfgs[:2])
@@ -208,7 +211,7 @@ func TestInitCanceled(t *testing.T) {
 // rank it tried to join refuses it and reports the refusal when its own
 // wait for the real rank ends.
 func TestWrongSecretIsRefused(t *testing.T) {
-	cfgs := configs(t, 2, func(c *Config) { c.ConnectTimeout = 800 * time.Millisecond })
+	cfgs := configs(t, 2, func(c *Config) { c.ConnectTimeout = 1500 * time.Millisecond })
 	cfgs[1].Secret = []byte("not-the-job-secret-at-all")
 	start := time.Now()
 	_, errs := initAll(cfgs)
@@ -303,4 +306,25 @@ func TestStrayConnectionsAreRefused(t *testing.T) {
 	comms := []*Comm{c0, c1}
 	defer closeAll(comms)
 	mustAll(t, onAll(comms, func(r int, c *Comm) error { return c.Barrier(context.Background()) }))
+}
+
+// Data connections get the configured socket buffers (Linux reports twice
+// the requested size), which bounds the kernel memory a job can pin.
+func TestSocketBufferIsApplied(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("SO_RCVBUF accounting is Linux's")
+	}
+	comms := group(t, 2, func(c *Config) { c.SocketBuffer = 64 << 10 })
+	raw, err := comms[0].peers[1].data.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rcv, snd int
+	raw.Control(func(fd uintptr) {
+		rcv, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+		snd, _ = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF)
+	})
+	if rcv != 128<<10 || snd != 128<<10 {
+		t.Fatalf("SO_RCVBUF %d, SO_SNDBUF %d, want %d each", rcv, snd, 128<<10)
+	}
 }
