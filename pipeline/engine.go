@@ -297,7 +297,9 @@ func (r *runner) schedule(ctx context.Context) {
 			continue
 		}
 		if len(running) == 0 {
-			if len(ready) == 0 && !r.progressPossible() {
+			// Nothing runs: stop unless a skip just made a stage ready. After
+			// cancellation nothing new starts, so stop at once.
+			if ctx.Err() != nil || (len(ready) == 0 && !r.progressPossible()) {
 				return
 			}
 			if len(ready) == 0 {
