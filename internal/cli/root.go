@@ -80,7 +80,10 @@ the per-rank checkpoint slices, reshard them for a new cluster size, retrain.
 
 Every stage runs as its own plugin process; devices are simulated on the CPU,
 one process per device, with real collectives between them.`,
-		Example: `  mspipe validate examples/             # check every pipeline in a directory
+		Example: `  mspipe run examples/standalone.yaml    # train on one simulated device
+  mspipe run examples/data-parallel.yaml # 8 devices, one process each
+  mspipe validate examples/              # check every pipeline in a directory
+  mspipe resume                          # continue the latest failed run
   mspipe schema > pipeline.schema.json   # the JSON Schema for editors and CI
   mspipe ranktable generate --devices 8  # an HCCL rank table for one 8-device host`,
 		SilenceUsage:  true,
