@@ -29,10 +29,14 @@ type BatchNorm2d struct {
 	dev                         *Device
 	x, y, dx                    *tensor.Tensor
 	batchMean, batchInvStd      []float32
-	trained                     bool
-	relu                        bool // the last forward was fused with a ReLU
-	job                         bnJob
-	params                      []*Param
+	// coef holds a pass's per-channel coefficients, coefPerChannel each;
+	// sums the per-plane sums of one, [image][channel][2].
+	coef    []float32
+	sums    []float64
+	trained bool
+	relu    bool // the last forward was fused with a ReLU
+	job     bnJob
+	params  []*Param
 }
 
 // NewBatchNorm2d builds a BatchNorm2d with parameters name.moving_mean,
@@ -63,6 +67,7 @@ func NewBatchNorm2d(name string, cfg BatchNorm2dConfig, dev *Device) (*BatchNorm
 	}
 	b.batchMean = make([]float32, cfg.Channels)
 	b.batchInvStd = make([]float32, cfg.Channels)
+	b.coef = make([]float32, coefPerChannel*cfg.Channels)
 	return b, nil
 }
 
@@ -93,10 +98,51 @@ func (b *BatchNorm2d) forward(x *tensor.Tensor, train, relu bool, residual []flo
 		return nil, fmt.Errorf("batchnorm %s: residual of %d elements for input %v: %w", b.name, len(residual), x.Shape(), tensor.ErrShape)
 	}
 	b.x, b.trained, b.relu = x, train, relu
-	b.job = bnJob{b: b, n: x.Dim(0), plane: x.Dim(2) * x.Dim(3), forward: true, train: train, residual: residual}
-	b.dev.workers.For(b.cfg.Channels, 1, &b.job)
+	n := x.Dim(0)
+	if len(b.sums) != 2*n*b.cfg.Channels {
+		b.sums = make([]float64, 2*n*b.cfg.Channels)
+	}
+	b.job = bnJob{b: b, n: n, plane: x.Dim(2) * x.Dim(3), forward: true, train: train, residual: residual}
+	if train {
+		b.job.phase = bnSums
+		b.dev.workers.For(n, 1, &b.job)
+		b.batchStats(n, b.job.plane)
+	}
+	for c := 0; c < b.cfg.Channels; c++ {
+		mean, invStd := b.job.stats(c)
+		scale := float64(b.gamma.Value.Data()[c]) * invStd
+		shift := float64(b.beta.Value.Data()[c]) - mean*scale
+		b.coef[coefPerChannel*c], b.coef[coefPerChannel*c+1] = float32(scale), float32(shift)
+	}
+	b.job.phase = bnApply
+	b.dev.workers.For(n, 1, &b.job)
 	b.job = bnJob{}
 	return b.y, nil
+}
+
+// batchStats turns the per-plane sums of x (n images of plane pixels per
+// channel) into the batch mean and 1/sqrt(var+eps) of each channel and
+// updates the moving statistics. Each channel's planes are added in image
+// order, whoever summed them.
+func (b *BatchNorm2d) batchStats(n, plane int) {
+	ch, count := b.cfg.Channels, n*plane
+	m := b.cfg.Momentum
+	mm, mv := b.mean.Value.Data(), b.variance.Value.Data()
+	for c := 0; c < ch; c++ {
+		// One pass: Σx and Σx² in float64 lose nothing that matters unless
+		// mean²/variance approaches 1e9.
+		var sum, sq float64
+		for i := 0; i < n; i++ {
+			sum += b.sums[2*(i*ch+c)]
+			sq += b.sums[2*(i*ch+c)+1]
+		}
+		mean := sum / float64(count)
+		variance := max(0, sq/float64(count)-mean*mean)
+		b.batchMean[c] = float32(mean)
+		b.batchInvStd[c] = float32(1 / math.Sqrt(variance+float64(b.cfg.Eps)))
+		mm[c] = m*mm[c] + (1-m)*float32(mean)
+		mv[c] = m*mv[c] + (1-m)*float32(variance)
+	}
 }
 
 // Backward writes the gamma and beta gradients and returns dL/dx. After an
@@ -113,21 +159,61 @@ func (b *BatchNorm2d) backward(dy *tensor.Tensor, masked []float32) (*tensor.Ten
 	if err := checkGrad("batchnorm", b.name, b.y, dy); err != nil {
 		return nil, err
 	}
-	b.job = bnJob{b: b, n: b.x.Dim(0), plane: b.x.Dim(2) * b.x.Dim(3), dy: dy.Data(), train: b.trained}
+	n, ch := b.x.Dim(0), b.cfg.Channels
+	b.job = bnJob{b: b, n: n, plane: b.x.Dim(2) * b.x.Dim(3), dy: dy.Data(), train: b.trained}
 	if b.relu {
 		b.job.mask, b.job.masked = b.y.Data(), b.dx.Data()
 		if masked != nil {
 			b.job.masked = masked[:dy.Len()]
 		}
 	}
-	b.dev.workers.For(b.cfg.Channels, 1, &b.job)
+	b.job.phase = bnSums
+	b.dev.workers.For(n, 1, &b.job)
+	count := float64(n * b.job.plane)
+	for c := 0; c < ch; c++ {
+		mean, invStd := b.job.stats(c)
+		var sumDy, sumDyX float64
+		for i := 0; i < n; i++ {
+			sumDy += b.sums[2*(i*ch+c)]
+			sumDyX += b.sums[2*(i*ch+c)+1]
+		}
+		// Σdy·xhat = invStd·(Σdy·x − mean·Σdy), the products exact in float64.
+		sumDyXhat := invStd * (sumDyX - mean*sumDy)
+		b.beta.Grad.Data()[c] = float32(sumDy)
+		b.gamma.Grad.Data()[c] = float32(sumDyXhat)
+		k := float64(b.gamma.Value.Data()[c]) * invStd
+		co := b.coef[coefPerChannel*c : coefPerChannel*(c+1)]
+		if !b.trained {
+			// y = gamma·(x−mean)·invStd + beta with constant statistics.
+			co[0] = float32(k)
+			continue
+		}
+		// dx = k·(dy − mean(dy) − xhat·mean(dy·xhat)), xhat = (x−mean)·invStd.
+		mDy, mDyXhat := sumDy/count, sumDyXhat/count
+		co[0], co[1], co[2], co[3] = float32(k), float32(-k*invStd*mDyXhat), float32(-k*mDy), float32(mean)
+	}
+	b.job.phase = bnApply
+	b.dev.workers.For(n, 1, &b.job)
 	b.job = bnJob{}
 	return b.dx, nil
 }
 
-// bnJob runs the forward or backward pass for channels lo..hi-1. Each
-// channel is summed plane by plane in image order, so its statistics do not
-// depend on which worker ran it.
+// coefPerChannel is how many coefficients a pass keeps per channel: the
+// forward's scale and shift, the backward's LinearComb a, b, c and mean.
+const coefPerChannel = 4
+
+// Passes of bnJob: per-plane sums, then the per-plane map that uses the
+// per-channel coefficients derived from them.
+const (
+	bnSums = iota
+	bnApply
+)
+
+// bnJob runs one pass of the forward or backward over images lo..hi-1, all
+// channels, so each worker keeps to the same images as the convolutions
+// around it. Statistics over the batch are per-plane sums that batchStats
+// and backward add up per channel in image order afterwards, so they do
+// not depend on which worker ran which image.
 type bnJob struct {
 	b              *BatchNorm2d
 	n, plane       int
@@ -135,14 +221,46 @@ type bnJob struct {
 	residual       []float32
 	mask, masked   []float32 // backward through a fused ReLU: its output, and where the masked dy goes
 	forward, train bool
+	phase          int
 }
 
 func (j *bnJob) Range(lo, hi int) {
-	for c := lo; c < hi; c++ {
-		if j.forward {
-			j.forwardChannel(c)
-		} else {
-			j.backwardChannel(c)
+	b := j.b
+	ch := b.cfg.Channels
+	x := b.x.Data()
+	for i := lo; i < hi; i++ {
+		for c := 0; c < ch; c++ {
+			off := (i*ch + c) * j.plane
+			xp := x[off : off+j.plane]
+			co := b.coef[coefPerChannel*c : coefPerChannel*(c+1)]
+			sums := b.sums[2*(i*ch+c) : 2*(i*ch+c)+2]
+			switch {
+			case j.forward && j.phase == bnSums:
+				sums[0], sums[1] = tensor.SumSquares(xp)
+			case j.forward:
+				var r []float32
+				if j.residual != nil {
+					r = j.residual[off : off+j.plane]
+				}
+				tensor.Affine(b.y.Data()[off:off+j.plane], xp, r, co[0], co[1], b.relu)
+			case j.phase == bnSums:
+				var out, mask []float32
+				if j.mask != nil {
+					out, mask = j.masked[off:off+j.plane], j.mask[off:off+j.plane]
+				}
+				sums[0], sums[1] = tensor.GradSums(out, j.dy[off:off+j.plane], xp, mask)
+			default:
+				d := j.dy
+				if j.mask != nil {
+					d = j.masked
+				}
+				dx := b.dx.Data()[off : off+j.plane]
+				if !j.train {
+					tensor.Affine(dx, d[off:off+j.plane], nil, co[0], 0, false)
+				} else {
+					tensor.LinearComb(dx, d[off:off+j.plane], xp, co[0], co[1], co[2], co[3])
+				}
+			}
 		}
 	}
 }
@@ -155,82 +273,4 @@ func (j *bnJob) stats(c int) (mean, invStd float64) {
 		return float64(b.mean.Value.Data()[c]), 1 / math.Sqrt(v+float64(b.cfg.Eps))
 	}
 	return float64(b.batchMean[c]), float64(b.batchInvStd[c])
-}
-
-// planes returns the slice of channel c in image i of data.
-func (j *bnJob) planeOf(data []float32, i, c int) []float32 {
-	off := (i*j.b.cfg.Channels + c) * j.plane
-	return data[off : off+j.plane]
-}
-
-func (j *bnJob) forwardChannel(c int) {
-	b, x, y := j.b, j.b.x.Data(), j.b.y.Data()
-	if j.train {
-		// One pass: Σx and Σx² in float64 lose nothing that matters unless
-		// mean²/variance approaches 1e9.
-		var sum, sq float64
-		for i := 0; i < j.n; i++ {
-			s, q := tensor.SumSquares(j.planeOf(x, i, c))
-			sum += s
-			sq += q
-		}
-		count := float64(j.n * j.plane)
-		mean := sum / count
-		variance := max(0, sq/count-mean*mean)
-		b.batchMean[c] = float32(mean)
-		b.batchInvStd[c] = float32(1 / math.Sqrt(variance+float64(b.cfg.Eps)))
-		m := b.cfg.Momentum
-		mm, mv := b.mean.Value.Data(), b.variance.Value.Data()
-		mm[c] = m*mm[c] + (1-m)*float32(mean)
-		mv[c] = m*mv[c] + (1-m)*float32(variance)
-	}
-	mean, invStd := j.stats(c)
-	scale := float64(b.gamma.Value.Data()[c]) * invStd
-	shift := float64(b.beta.Value.Data()[c]) - mean*scale
-	s, t := float32(scale), float32(shift)
-	for i := 0; i < j.n; i++ {
-		var r []float32
-		if j.residual != nil {
-			r = j.planeOf(j.residual, i, c)
-		}
-		tensor.Affine(j.planeOf(y, i, c), j.planeOf(x, i, c), r, s, t, b.relu)
-	}
-}
-
-func (j *bnJob) backwardChannel(c int) {
-	b, x, dx := j.b, j.b.x.Data(), j.b.dx.Data()
-	mean, invStd := j.stats(c)
-	d := j.dy
-	var out, mask []float32
-	var sumDy, sumDyX float64
-	for i := 0; i < j.n; i++ {
-		if j.mask != nil {
-			out, mask = j.planeOf(j.masked, i, c), j.planeOf(j.mask, i, c)
-		}
-		s, sx := tensor.GradSums(out, j.planeOf(j.dy, i, c), j.planeOf(x, i, c), mask)
-		sumDy += s
-		sumDyX += sx
-	}
-	if j.mask != nil {
-		d = j.masked
-	}
-	// Σdy·xhat = invStd·(Σdy·x − mean·Σdy), the products exact in float64.
-	sumDyXhat := invStd * (sumDyX - mean*sumDy)
-	b.beta.Grad.Data()[c] = float32(sumDy)
-	b.gamma.Grad.Data()[c] = float32(sumDyXhat)
-	k := float64(b.gamma.Value.Data()[c]) * invStd
-	if !j.train {
-		// y = gamma·(x−mean)·invStd + beta with constant statistics.
-		for i := 0; i < j.n; i++ {
-			tensor.Affine(j.planeOf(dx, i, c), j.planeOf(d, i, c), nil, float32(k), 0, false)
-		}
-		return
-	}
-	// dx = k·(dy − mean(dy) − xhat·mean(dy·xhat)), xhat = (x−mean)·invStd.
-	count := float64(j.n * j.plane)
-	mDy, mDyXhat := sumDy/count, sumDyXhat/count
-	a, bb, cc := float32(k), float32(-k*invStd*mDyXhat), float32(-k*mDy)
-	for i := 0; i < j.n; i++ {
-		tensor.LinearComb(j.planeOf(dx, i, c), j.planeOf(d, i, c), j.planeOf(x, i, c), a, bb, cc, float32(mean))
-	}
 }

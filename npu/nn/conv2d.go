@@ -23,7 +23,8 @@ type Conv2dConfig struct {
 	HasBias bool
 }
 
-// Conv2d is a 2-D convolution over NCHW batches, computed as im2col + GEMM.
+// Conv2d is a 2-D convolution over NCHW batches, computed as im2col + GEMM
+// or, for most 3×3 convolutions, by tensor.Conv3x3 without im2col.
 type Conv2d struct {
 	name   string
 	cfg    Conv2dConfig
@@ -37,8 +38,9 @@ type Conv2d struct {
 	// chunkFloats is convChunkFloats; tests lower it to exercise chunking.
 	chunkFloats int
 
-	// shift runs 3×3 stride-1 pad-1 convolutions without im2col (nil:
-	// im2col + GEMM); xs is the input in its layout, kept for Backward.
+	// shift runs 3×3 convolutions (stride 1 pad 1, or stride 2 over an
+	// even-sized input) without im2col (nil: im2col + GEMM); xs is the input
+	// in its layout, kept for Backward.
 	shift *tensor.Conv3x3
 	xs    []float32
 	// shiftMinIn is the fewest input channels for which the shift kernels
@@ -112,29 +114,42 @@ func (c *Conv2d) prepare(x *tensor.Tensor) error {
 	if c.dx, err = ensure(c.dx, x.Shape()...); err != nil {
 		return fmt.Errorf("conv %s input gradient: %w", c.name, err)
 	}
+	// 3×3 convolutions take the shift kernels: with stride 1 and one pixel
+	// of padding on every side, or with stride 2 over an even-sized input
+	// that gives an output of half its size.
+	fits := g.KH == 3 && g.KW == 3 && c.cfg.In >= c.shiftMinIn && max(c.cfg.In, c.cfg.Out) <= tensor.MaxConv3x3Channels
+	stride1 := fits && g.StrideH == 1 && g.StrideW == 1 &&
+		g.PadTop == 1 && g.PadBottom == 1 && g.PadLeft == 1 && g.PadRight == 1
+	stride2 := fits && g.StrideH == 2 && g.StrideW == 2 && h%2 == 0 && w%2 == 0 &&
+		g.OutH == h/2 && g.OutW == w/2 && g.PadTop <= 1 && g.PadLeft <= 1
+	switch {
+	case !stride1 && !stride2:
+		c.shift, c.xs = nil, nil
+	case c.shift == nil || c.shift.N != n || c.shift.H != h || c.shift.W != w:
+		if stride1 {
+			c.shift, err = tensor.NewConv3x3(n, h, w, c.cfg.In, c.cfg.Out)
+		} else {
+			c.shift, err = tensor.NewConv3x3Stride2(n, h, w, c.cfg.In, c.cfg.Out, g.PadTop, g.PadLeft)
+		}
+		if err != nil {
+			return fmt.Errorf("conv %s: input %v: %w", c.name, x.Shape(), err)
+		}
+		c.xs = make([]float32, c.shift.InputLen())
+	}
+	c.keepCols = nil
+	if c.shift != nil {
+		return nil
+	}
 	per := 2*g.ColRows()*g.ColCols() + c.cfg.Out*g.ColCols()
 	c.chunk = max(1, min(n, c.chunkFloats/max(1, per)))
 	// When the whole batch's columns are small enough, Forward builds them
 	// once in a buffer of the layer and Backward reuses them.
-	c.keepCols = nil
 	if cols := g.ColRows() * g.ColCols() * n; cols <= 2*c.chunkFloats {
 		c.chunk = n
 		if cap(c.colBuf) < cols {
 			c.colBuf = make([]float32, cols)
 		}
 		c.keepCols = c.colBuf[:cols]
-	}
-	shift := g.KH == 3 && g.KW == 3 && g.StrideH == 1 && g.StrideW == 1 && c.cfg.In >= c.shiftMinIn &&
-		max(c.cfg.In, c.cfg.Out) <= tensor.MaxConv3x3Channels &&
-		g.PadTop == 1 && g.PadBottom == 1 && g.PadLeft == 1 && g.PadRight == 1
-	switch {
-	case !shift:
-		c.shift, c.xs = nil, nil
-	case c.shift == nil || c.shift.N != n || c.shift.H != h || c.shift.W != w:
-		if c.shift, err = tensor.NewConv3x3(n, h, w, c.cfg.In, c.cfg.Out); err != nil {
-			return fmt.Errorf("conv %s: input %v: %w", c.name, x.Shape(), err)
-		}
-		c.xs = make([]float32, c.shift.Len(c.cfg.In))
 	}
 	if len(c.rowOffs) < c.cfg.Out+g.ColRows() {
 		c.rowOffs = make([]int, c.cfg.Out+g.ColRows())
@@ -156,7 +171,7 @@ func (c *Conv2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	w := c.dev.workers
 	if s := c.shift; s != nil {
 		ys := c.dev.scratchFloats(s.Len(out))
-		s.Pack(w, c.xs, x.Data(), c.cfg.In)
+		s.PackInput(w, c.xs, x.Data())
 		s.Forward(w, ys, c.xs, c.weight.Value.Data())
 		var bias []float32
 		if c.bias != nil {
@@ -209,13 +224,13 @@ func (c *Conv2d) backward(dy *tensor.Tensor, add []float32) (*tensor.Tensor, err
 		c.biasGrad(dy.Data(), n, p)
 	}
 	if s := c.shift; s != nil {
-		buf := c.dev.scratchFloats(s.Len(out) + s.Len(c.cfg.In))
+		buf := c.dev.scratchFloats(s.Len(out) + s.InputLen())
 		dys, dxs := buf[:s.Len(out)], buf[s.Len(out):]
 		s.Pack(w, dys, dy.Data(), out)
 		s.BackwardWeights(w, dw, dys, c.xs)
 		if !c.skipInputGrad {
 			s.BackwardData(w, dxs, dys, wv)
-			s.Unpack(w, c.dx.Data(), dxs, c.cfg.In, nil, add)
+			s.UnpackInput(w, c.dx.Data(), dxs, add)
 		}
 		return c.dx, nil
 	}

@@ -67,10 +67,11 @@
 // clamps in one pass, and their backward masks and sums in one. The last
 // BatchNorm2d of a ResidualBlock also adds the shortcut and applies the
 // block's ReLU; the shortcut's gradient is added to the block's input
-// gradient as the first convolution writes it. 3×3 stride-1 "same"
-// convolutions with at least 8 input channels skip im2col (tensor.Conv3x3);
-// the others keep the whole batch's im2col columns from Forward for
-// Backward when they fit. The model's first convolution computes no input
+// gradient as the first convolution writes it. 3×3 convolutions with at
+// least 8 input channels skip im2col (tensor.Conv3x3): stride 1 with "same"
+// padding, and stride 2 over an even-sized input with an output of half its
+// size (the first convolution of a ResNet stage); the others keep the whole
+// batch's im2col columns from Forward for Backward when they fit. The model's first convolution computes no input
 // gradient: nothing consumes the gradient of the images.
 //
 // # Threads and determinism
@@ -78,5 +79,8 @@
 // A Model owns a Device: a worker pool (ResNetConfig.Threads goroutines) and
 // a scratch buffer shared by its layers. Parallel kernels split work so each
 // output element is computed by one worker in a fixed order, so results are
-// bit-identical for every thread count.
+// bit-identical for every thread count. Work is split by image wherever it
+// can be, BatchNorm included (its per-channel sums are per-plane partial
+// sums added in image order afterwards), so each core keeps to the same
+// images from layer to layer; only the weight gradients read every image.
 package nn

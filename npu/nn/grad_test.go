@@ -188,6 +188,13 @@ func gradCases() []gradCase {
 		{"conv3x3_shift_bias", Conv2dConfig{In: 2, Out: 3, Kernel: 3, Stride: 1, HasBias: true,
 			Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 1}}, 2, 4, 3, 0, 1},
 		{"conv3x3_im2col", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 1}, 2, 3, 8, 0, 1000},
+		// 3×3 stride-2 convolutions of even-sized inputs through the shift
+		// kernels (the input in four phases): "same" padding by default,
+		// one pixel before with a bias forced, and the first through im2col.
+		{"conv3x3_s2_shift", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 2}, 2, 6, 8, 0, 0},
+		{"conv3x3_s2_shift_pad1_bias", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 2, HasBias: true,
+			Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 0}}, 2, 4, 6, 0, 1},
+		{"conv3x3_s2_im2col", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 2}, 2, 6, 8, 0, 1000},
 	} {
 		cases = append(cases, gradCase{cc.name, conv(cc.cfg, cc.chunkFloats, cc.shiftMinIn), []int{cc.n, cc.cfg.In, cc.h, cc.w}, true, convRef(cc.n, cc.h, cc.w, cc.cfg)})
 	}
@@ -262,6 +269,9 @@ func gradCases() []gradCase {
 	}{
 		{"basic_identity", false, BlockConfig{In: 3, Out: 3, Stride: 1, BNEps: 1e-5, BNMomentum: 0.9}, 2, 4, 4},
 		{"basic_downsample", false, BlockConfig{In: 2, Out: 4, Stride: 2, BNEps: 1e-5, BNMomentum: 0.9}, 2, 5, 5},
+		// The stride-2 convolution through the shift kernels, its input
+		// gradient summed with the shortcut's.
+		{"basic_downsample_shift", false, BlockConfig{In: 8, Out: 8, Stride: 2, BNEps: 1e-5, BNMomentum: 0.9}, 2, 4, 4},
 		{"bottleneck_downsample", true, BlockConfig{In: 4, Out: 8, Stride: 2, BNEps: 1e-4, BNMomentum: 0.9}, 2, 5, 4},
 		{"bottleneck_identity", true, BlockConfig{In: 8, Out: 8, Stride: 1, BNEps: 1e-4, BNMomentum: 0.9}, 2, 3, 3},
 	} {
@@ -341,16 +351,21 @@ func TestConvKernelChoice(t *testing.T) {
 		name       string
 		cfg        Conv2dConfig
 		shiftMinIn int
+		h          int // input height; the width is 6
 		shift      bool
 	}{
-		{"3x3_same_8ch", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 1}, 0, true},
-		{"3x3_same_3ch", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 0, false},
-		{"3x3_same_3ch_forced", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 1, true},
-		{"3x3_explicit_1111", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 1}}, 0, true},
-		{"3x3_explicit_uneven", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 2, Left: 1, Right: 1}}, 0, false},
-		{"3x3_stride2", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 2}, 0, false},
-		{"3x3_valid", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadValid}}, 0, false},
-		{"1x1", Conv2dConfig{In: 8, Out: 2, Kernel: 1, Stride: 1}, 0, false},
+		{"3x3_same_8ch", Conv2dConfig{In: 8, Out: 5, Kernel: 3, Stride: 1}, 0, 5, true},
+		{"3x3_same_3ch", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 0, 5, false},
+		{"3x3_same_3ch_forced", Conv2dConfig{In: 3, Out: 4, Kernel: 3, Stride: 1}, 1, 5, true},
+		{"3x3_explicit_1111", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 1}}, 0, 5, true},
+		{"3x3_explicit_uneven", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 2, Left: 1, Right: 1}}, 0, 5, false},
+		{"3x3_stride2_odd", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 2}, 0, 5, false},
+		{"3x3_stride2_even", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 2}, 0, 6, true},
+		{"3x3_stride2_even_3ch", Conv2dConfig{In: 3, Out: 2, Kernel: 3, Stride: 2}, 0, 6, false},
+		{"3x3_stride2_explicit_1111", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 2, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 1, Bottom: 1, Left: 1, Right: 1}}, 0, 6, true},
+		{"3x3_stride2_explicit_2020", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 2, Pad: tensor.Padding{Mode: tensor.PadExplicit, Top: 2, Bottom: 0, Left: 2, Right: 0}}, 0, 6, false},
+		{"3x3_valid", Conv2dConfig{In: 8, Out: 2, Kernel: 3, Stride: 1, Pad: tensor.Padding{Mode: tensor.PadValid}}, 0, 5, false},
+		{"1x1", Conv2dConfig{In: 8, Out: 2, Kernel: 1, Stride: 1}, 0, 5, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := NewConv2d("c", tc.cfg, 1, dev)
@@ -360,7 +375,7 @@ func TestConvKernelChoice(t *testing.T) {
 			if tc.shiftMinIn > 0 {
 				c.shiftMinIn = tc.shiftMinIn
 			}
-			x, _ := tensor.New(2, tc.cfg.In, 5, 6)
+			x, _ := tensor.New(2, tc.cfg.In, tc.h, 6)
 			if _, err := c.Forward(x, true); err != nil {
 				t.Fatal(err)
 			}

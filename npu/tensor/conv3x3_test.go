@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -68,6 +69,7 @@ func TestConv3x3MatchesReference(t *testing.T) {
 	}()
 	for _, s := range [][5]int{
 		{1, 1, 1, 1, 1}, {2, 5, 6, 3, 4}, {3, 8, 8, 16, 16}, {2, 7, 3, 5, 13}, {4, 4, 9, 8, 37}, {2, 16, 16, 32, 32}, {1, 3, 40, 12, 64},
+		{2, 5, 5, 40, 9}, // more input than output channels: the input gradient's panels are the longer ones
 	} {
 		n, h, wd, in, out := s[0], s[1], s[2], s[3], s[4]
 		x, w, dy := randSlice(r, n*in*h*wd), randSlice(r, out*in*9), randSlice(r, n*out*h*wd)
@@ -280,6 +282,146 @@ func BenchmarkConv3x3(b *testing.B) {
 				}
 				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
+		}
+	}
+}
+
+// convStride2Reference returns, in float64, the stride-2 convolution y of x
+// (NCHW, h and w even) with w [out][in][3][3] and padTop, padLeft zeros
+// before the input, its h/2×w/2 output, and for an output gradient dy the
+// input and weight gradients.
+func convStride2Reference(n, h, wd, in, out, padTop, padLeft int, x, w, dy []float32) (y, dx, dw []float64) {
+	oh, ow := h/2, wd/2
+	y = make([]float64, n*out*oh*ow)
+	dx = make([]float64, n*in*h*wd)
+	dw = make([]float64, out*in*9)
+	for b := 0; b < n; b++ {
+		for o := 0; o < out; o++ {
+			for i := 0; i < oh; i++ {
+				for j := 0; j < ow; j++ {
+					yi := ((b*out+o)*oh+i)*ow + j
+					for c := 0; c < in; c++ {
+						for kh := 0; kh < 3; kh++ {
+							for kw := 0; kw < 3; kw++ {
+								ih, iw := 2*i-padTop+kh, 2*j-padLeft+kw
+								if ih < 0 || ih >= h || iw < 0 || iw >= wd {
+									continue
+								}
+								xi := ((b*in+c)*h+ih)*wd + iw
+								wi := (o*in+c)*9 + kh*3 + kw
+								y[yi] += float64(w[wi]) * float64(x[xi])
+								dx[xi] += float64(w[wi]) * float64(dy[yi])
+								dw[wi] += float64(x[xi]) * float64(dy[yi])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return y, dx, dw
+}
+
+// TestConv3x3Stride2MatchesReference runs the stride-2 convolution (its
+// input in four phases), input and weight gradients with every kernel
+// family, both paddings before the input and pool sizes 1 to 3, against
+// float64, and checks the bits do not depend on the pool size.
+func TestConv3x3Stride2MatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	pools := []*Workers{nil, NewWorkers(2), NewWorkers(3)}
+	defer func() {
+		for _, w := range pools[1:] {
+			w.Close()
+		}
+	}()
+	for _, s := range [][7]int{
+		{1, 2, 2, 1, 1, 0, 0}, {2, 6, 8, 3, 5, 0, 0}, {2, 8, 6, 16, 13, 1, 1}, {3, 4, 10, 9, 4, 0, 1}, {2, 16, 16, 32, 64, 0, 0}, {1, 12, 8, 40, 9, 1, 0},
+	} {
+		n, h, wd, in, out, pt, pl := s[0], s[1], s[2], s[3], s[4], s[5], s[6]
+		x, w := randSlice(r, n*in*h*wd), randSlice(r, out*in*9)
+		dy, add := randSlice(r, n*out*h*wd/4), randSlice(r, n*in*h*wd)
+		wantY, wantDx, wantDw := convStride2Reference(n, h, wd, in, out, pt, pl, x, w, dy)
+		for i := range wantDx {
+			wantDx[i] += float64(add[i])
+		}
+		for _, arch := range allGemmArches {
+			t.Run(fmt.Sprintf("%v/%dx%dx%dx%d_to%d_pad%d%d", arch, n, in, h, wd, out, pt, pl), func(t *testing.T) {
+				if !gemmArchSupported(arch) {
+					t.Skipf("%v not supported on this CPU", arch)
+				}
+				var first [3][]float32
+				for pi, pool := range append(pools, nil) {
+					p, err := NewConv3x3Stride2(n, h, wd, in, out, pt, pl)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p.OutH != h/2 || p.OutW != wd/2 || p.Stride != 2 {
+						t.Fatalf("output %d×%d, stride %d", p.OutH, p.OutW, p.Stride)
+					}
+					p.setArch(arch)
+					p.noDirect = pi == len(pools)
+					xs, ys := make([]float32, p.InputLen()), make([]float32, p.Len(out))
+					for i := range xs {
+						xs[i] = float32(math.NaN()) // PackInput must write the padding too
+					}
+					p.PackInput(pool, xs, x)
+					p.Forward(pool, ys, xs, w)
+					y := make([]float32, len(wantY))
+					p.Unpack(pool, y, ys, out, nil, nil)
+					checkClose(t, "y", y, wantY, 1e-6*float64(in*9))
+
+					dys, dxs := make([]float32, p.Len(out)), make([]float32, p.InputLen())
+					p.Pack(pool, dys, dy, out)
+					p.BackwardData(pool, dxs, dys, w)
+					dx := make([]float32, len(wantDx))
+					p.UnpackInput(pool, dx, dxs, add)
+					checkClose(t, "dx", dx, wantDx, 1e-6*float64(out*9))
+
+					dw := make([]float32, len(wantDw))
+					p.BackwardWeights(pool, dw, dys, xs)
+					checkClose(t, "dw", dw, wantDw, 1e-6*float64(n*h*wd))
+
+					got := [3][]float32{y, dx, dw}
+					if pi == 0 {
+						first = got
+						continue
+					}
+					for k := range got {
+						for i := range got[k] {
+							if math.Float32bits(got[k][i]) != math.Float32bits(first[k][i]) {
+								t.Fatalf("run %d (pool of %d): result %d element %d differs from the serial run", pi, pool.N(), k, i)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestConv3x3Stride2Geometry(t *testing.T) {
+	for _, s := range [][4]int{{5, 6, 0, 0}, {6, 7, 0, 0}, {6, 6, 2, 0}, {6, 6, 0, -1}} {
+		if _, err := NewConv3x3Stride2(1, s[0], s[1], 2, 2, s[2], s[3]); !errors.Is(err, ErrConvGeometry) {
+			t.Errorf("%d×%d with padding %d,%d: error %v, want ErrConvGeometry", s[0], s[1], s[2], s[3], err)
+		}
+	}
+	// Without an addend UnpackInput puts every pixel of a phase-packed
+	// input back where it came from.
+	p, err := NewConv3x3Stride2(2, 6, 4, 3, 1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 2*3*6*4)
+	for i := range x {
+		x[i] = float32(i + 1)
+	}
+	wide := make([]float32, p.InputLen())
+	p.PackInput(nil, wide, x)
+	back := make([]float32, len(x))
+	p.UnpackInput(nil, back, wide, nil)
+	for i := range x {
+		if back[i] != x[i] {
+			t.Fatalf("element %d came back as %g, want %g", i, back[i], x[i])
 		}
 	}
 }

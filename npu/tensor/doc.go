@@ -38,18 +38,30 @@
 //
 // Workers.GemmNT computes A·Bᵀ when both run along a long K, as a weight
 // gradient does, with dot-product kernels that read the rows in place
-// (AVX-512 4×4 and AVX2 2×4 tiles of vector partial sums, a Go fallback).
+// (AVX-512 4×6 and AVX2 2×4 tiles of vector partial sums, a Go fallback).
 //
-// Conv3x3 runs 3×3, stride-1, pad-1 convolutions without im2col: the batch
-// sits channel-major with a zero column per row and a zero row per image,
-// so each kernel tap is the input shifted by a constant. The forward pass
-// and the input gradient run the GEMM micro-kernels over the taps (an
-// AVX-512 kernel reads them in place, other families pack a tile of taps
-// into an L1 panel first, with the same bits), and the weight gradient is a
-// GemmNT of the padded output gradient with the shifted inputs.
+// Conv3x3 runs 3×3 convolutions without im2col, stride 1 with one pixel of
+// padding, or stride 2 over even sizes: the batch sits channel-major with a
+// zero column per row and a zero row per image, so each kernel tap is the
+// input shifted by a constant (with stride 2, one of the input's four
+// phases, its even and odd rows and columns, shifted by a constant). The
+// forward pass and the input gradient run the GEMM micro-kernels over the
+// taps (an AVX-512 kernel reads them in place, other families pack a tile
+// of taps into an L1 panel first, with the same bits), and the weight
+// gradient is a GemmNT of the padded output gradient with the shifted
+// inputs.
 //
 // The element-wise kernels of BatchNorm, ReLU and residual sums have AVX2
 // loops in assembly; sums are taken in float64.
+//
+// Workers splits every parallel operation with affinity: worker i first
+// runs the i-th contiguous share of the work (the images of a batch, the
+// positions of a product), then steals from the far end of the others'.
+// Consecutive layers thus keep each core on the images it already holds in
+// its caches, which matters on machines whose cores share no cache, while
+// a core slowed by other load is helped out. Idle helpers poll for the next
+// operation for a few milliseconds before they sleep: waking a sleeping
+// thread costs as much as a small operation.
 //
 // # Invariants
 //

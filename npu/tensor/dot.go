@@ -1,9 +1,6 @@
 package tensor
 
-import (
-	"fmt"
-	"sync/atomic"
-)
+import "fmt"
 
 // The dot-product ("NT") kernels compute C = A·Bᵀ where the rows of A and B
 // are long and contiguous, as in a convolution's weight gradient: the
@@ -15,7 +12,9 @@ import (
 // products added in float64, so every element of C is the same sequence of
 // operations whoever computes it.
 const (
-	dotGroupTiles = 16      // tiles one work item covers (its accumulators stay in L1)
+	dotGroupTiles = 16      // most tiles one work item covers (its accumulators stay in L1)
+	dotReducePad  = 8 * 16  // floats past an item's accumulators that dotReduce may read
+	dotMinItems   = 32      // fewer tiles per item until there are this many items, for balance
 	dotBlockBytes = 1 << 20 // K is streamed in blocks whose rows fit in this many bytes (Zen 5's L2; measured best)
 )
 
@@ -23,7 +22,7 @@ const (
 func dotTile(arch gemmArch) (ta, tb, lanes int) {
 	switch arch {
 	case archAVX512:
-		return 4, 4, 16
+		return 4, 6, 16
 	case archAVX2:
 		return 2, 4, 8
 	default:
@@ -37,7 +36,7 @@ func dotTile(arch gemmArch) (ta, tb, lanes int) {
 //	acc[(i*tb+j)*lanes + q%lanes] += a[i][q] · b[j][q]
 //
 // in order of q, fused in the assembly kernels.
-func dotKernelGeneric(k int, a *[4][]float32, b *[4][]float32, acc []float32) {
+func dotKernelGeneric(k int, a *[4][]float32, b *[6][]float32, acc []float32) {
 	a0, a1 := a[0][:k], a[1][:k]
 	b0, b1, b2, b3 := b[0][:k], b[1][:k], b[2][:k], b[3][:k]
 	acc = acc[:8]
@@ -60,9 +59,8 @@ func dotKernelGeneric(k int, a *[4][]float32, b *[4][]float32, acc []float32) {
 }
 
 // dotJob is one product c[i·ldc+j] = Σ_{q<k} a[aOff[i]+q]·b[bOff[j]+q],
-// i < len(aOff), j < len(bOff), cut into items of dotGroupTiles tiles.
-// Range(lo, hi) runs with scratch slots lo..hi-1, each taking items until
-// none are left.
+// i < len(aOff), j < len(bOff), cut into items of group tiles.
+// rangeSlot(slot, lo, hi) runs items lo..hi-1 with the accumulators of slot.
 type dotJob struct {
 	arch       gemmArch
 	a, b, c    []float32
@@ -71,7 +69,7 @@ type dotJob struct {
 	block      int // K block length, a multiple of every lane count
 
 	tilesB, tiles, items int
-	next                 atomic.Int64
+	group                int
 	slots                [][]float32 // per worker: the accumulators of one item
 }
 
@@ -97,56 +95,50 @@ func (j *dotJob) set(arch gemmArch, a []float32, aOff []int, b []float32, bOff [
 	j.block = max(256, dotBlockBytes/4/max(1, memRows)/64*64)
 	j.tilesB = (n + tb - 1) / tb
 	j.tiles = (m + ta - 1) / ta * j.tilesB
-	j.items = (j.tiles + dotGroupTiles - 1) / dotGroupTiles
+	j.group = max(1, min(dotGroupTiles, j.tiles/dotMinItems))
+	j.items = (j.tiles + j.group - 1) / j.group
 }
 
 // run computes the product on w's goroutines and drops the operands.
 func (j *dotJob) run(w *Workers) {
 	if len(j.aOff) > 0 && len(j.bOff) > 0 {
-		p := min(w.N(), j.items)
-		if len(j.slots) < p {
+		if p := w.N(); len(j.slots) < p {
 			j.slots = append(j.slots, make([][]float32, p-len(j.slots))...)
 		}
-		j.next.Store(0)
-		w.For(p, 1, j)
+		w.forSlots(j.items, 1, j)
 	}
 	j.a, j.b, j.c, j.aOff, j.bOff = nil, nil, nil, nil, nil
 }
 
-func (j *dotJob) Range(lo, hi int) {
+func (j *dotJob) rangeSlot(slot, lo, hi int) {
 	ta, tb, lanes := dotTile(j.arch)
 	per := ta * tb * lanes
-	for slot := lo; slot < hi; slot++ {
-		if len(j.slots[slot]) < dotGroupTiles*per {
-			j.slots[slot] = make([]float32, dotGroupTiles*per)
-		}
-		acc := j.slots[slot]
-		for {
-			it := int(j.next.Add(1) - 1)
-			if it >= j.items {
-				break
-			}
-			t0, t1 := it*dotGroupTiles, min((it+1)*dotGroupTiles, j.tiles)
-			clear(acc[:(t1-t0)*per])
-			whole := j.k / lanes * lanes
-			for q0 := 0; q0 < whole; q0 += j.block {
-				kk := min(j.block, whole-q0)
-				for t := t0; t < t1; t++ {
-					var ar, br [4][]float32
-					j.rows(&ar, &br, t, q0, kk)
-					dotKernel(j.arch, kk, &ar, &br, acc[(t-t0)*per:(t-t0+1)*per])
-				}
-			}
+	if len(j.slots[slot]) < dotGroupTiles*per+dotReducePad {
+		j.slots[slot] = make([]float32, dotGroupTiles*per+dotReducePad)
+	}
+	acc := j.slots[slot]
+	for it := lo; it < hi; it++ {
+		t0, t1 := it*j.group, min((it+1)*j.group, j.tiles)
+		clear(acc[:(t1-t0)*per])
+		whole := j.k / lanes * lanes
+		for q0 := 0; q0 < whole; q0 += j.block {
+			kk := min(j.block, whole-q0)
 			for t := t0; t < t1; t++ {
-				j.reduce(t, acc[(t-t0)*per:(t-t0+1)*per], whole)
+				var ar [4][]float32
+				var br [6][]float32
+				j.rows(&ar, &br, t, q0, kk)
+				dotKernel(j.arch, kk, &ar, &br, acc[(t-t0)*per:(t-t0+1)*per])
 			}
+		}
+		for t := t0; t < t1; t++ {
+			j.reduce(t, acc[(t-t0)*per:], whole)
 		}
 	}
 }
 
 // rows points ar and br at columns q0..q0+kk-1 of tile t's rows; rows past
 // the edge of A or B repeat the last one (their sums are dropped).
-func (j *dotJob) rows(ar, br *[4][]float32, t, q0, kk int) {
+func (j *dotJob) rows(ar *[4][]float32, br *[6][]float32, t, q0, kk int) {
 	ta, tb, _ := dotTile(j.arch)
 	i0, j0 := t/j.tilesB*ta, t%j.tilesB*tb
 	for i := 0; i < ta; i++ {
@@ -165,7 +157,7 @@ func (j *dotJob) rows(ar, br *[4][]float32, t, q0, kk int) {
 func (j *dotJob) reduce(t int, acc []float32, whole int) {
 	ta, tb, lanes := dotTile(j.arch)
 	i0, j0 := t/j.tilesB*ta, t%j.tilesB*tb
-	var sums [16]float32
+	var sums [32]float32
 	fast := dotReduce(j.arch, acc, &sums)
 	for i := 0; i < ta && i0+i < len(j.aOff); i++ {
 		a := j.a[j.aOff[i0+i]+whole : j.aOff[i0+i]+j.k]

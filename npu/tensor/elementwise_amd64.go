@@ -117,3 +117,41 @@ func unpackRowsAsm(dst, src, add []float32, rows, w int) bool {
 	unpackRowsAVX2(&dst[0], &src[0], rows, w)
 	return true
 }
+
+//go:noescape
+func splitRowsAVX2(even, odd, src *float32, rows, w int)
+
+//go:noescape
+func mergeRowsAVX2(dst, even, odd, add *float32, rows, w int)
+
+// splitRowsAsm writes, for rows rows of src (2w floats each, 4w apart), a
+// zero and the row's even elements to a row of even and likewise its odd
+// elements to odd (rows w+1 apart); it reports false when it has no fast
+// path for w.
+func splitRowsAsm(even, odd, src []float32, rows, w int) bool {
+	if !useElemAsm() || w%8 != 0 || rows == 0 || w == 0 {
+		return false
+	}
+	_, _, _ = even[rows*(w+1)-1], odd[rows*(w+1)-1], src[(rows-1)*4*w+2*w-1]
+	splitRowsAVX2(&even[0], &odd[0], &src[0], rows, w)
+	return true
+}
+
+// mergeRowsAsm is splitRowsAsm's inverse: rows rows of even and odd (w+1
+// floats apart, each after its first float) go alternately into rows of 2w
+// floats of dst, 4w apart, plus add's (laid out as dst) when add is not
+// nil; it reports false when it has no fast path for w.
+func mergeRowsAsm(dst, even, odd, add []float32, rows, w int) bool {
+	if !useElemAsm() || w%8 != 0 || rows == 0 || w == 0 {
+		return false
+	}
+	last := (rows-1)*4*w + 2*w - 1
+	_, _, _ = dst[last], even[rows*(w+1)-1], odd[rows*(w+1)-1]
+	if add != nil {
+		_ = add[last]
+		mergeRowsAVX2(&dst[0], &even[0], &odd[0], &add[0], rows, w)
+		return true
+	}
+	mergeRowsAVX2(&dst[0], &even[0], &odd[0], nil, rows, w)
+	return true
+}

@@ -351,3 +351,89 @@ unpackaddcol:
 	JNZ unpackaddrow
 	VZEROUPPER
 	RET
+
+// func splitRowsAVX2(even, odd, src *float32, rows, w int)
+// For each of rows source rows of 2w floats, 4w floats apart (every other
+// row of an image twice as wide as the phases), writes a zero and then its
+// even-indexed elements to a row of even, and likewise its odd ones to odd;
+// those rows are w+1 floats apart. w is a multiple of 8.
+TEXT ·splitRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ even+0(FP), DI
+	MOVQ odd+8(FP), DX
+	MOVQ src+16(FP), SI
+	MOVQ rows+24(FP), BX
+	MOVQ w+32(FP), CX
+	SHLQ $2, CX
+splitrow:
+	MOVL $0, (DI)
+	MOVL $0, (DX)
+	XORQ AX, AX
+	MOVQ SI, R8
+splitcol:
+	VMOVUPS (R8), Y0
+	VMOVUPS 32(R8), Y1
+	VSHUFPS $0x88, Y1, Y0, Y2
+	VSHUFPS $0xDD, Y1, Y0, Y3
+	VPERMPD $0xD8, Y2, Y2
+	VPERMPD $0xD8, Y3, Y3
+	VMOVUPS Y2, 4(DI)(AX*1)
+	VMOVUPS Y3, 4(DX)(AX*1)
+	ADDQ $64, R8
+	ADDQ $32, AX
+	CMPQ AX, CX
+	JLT splitcol
+	LEAQ 4(DI)(CX*1), DI
+	LEAQ 4(DX)(CX*1), DX
+	LEAQ (SI)(CX*4), SI
+	DECQ BX
+	JNZ splitrow
+	VZEROUPPER
+	RET
+
+// func mergeRowsAVX2(dst, even, odd, add *float32, rows, w int)
+// The inverse of splitRowsAVX2: for each of rows rows of even and odd (w+1
+// floats apart, the first float of each skipped), writes their elements
+// alternately to a row of 2w floats of dst, rows 4w floats apart, adding
+// add's row at the same place when add is not nil. w is a multiple of 8.
+TEXT ·mergeRowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ even+8(FP), SI
+	MOVQ odd+16(FP), DX
+	MOVQ add+24(FP), R9
+	MOVQ rows+32(FP), BX
+	MOVQ w+40(FP), CX
+	SHLQ $2, CX
+mergerow:
+	XORQ AX, AX
+	MOVQ DI, R8
+	MOVQ R9, R10
+mergecol:
+	VMOVUPS 4(SI)(AX*1), Y0
+	VMOVUPS 4(DX)(AX*1), Y1
+	VUNPCKLPS Y1, Y0, Y2
+	VUNPCKHPS Y1, Y0, Y3
+	VPERM2F128 $0x20, Y3, Y2, Y4
+	VPERM2F128 $0x31, Y3, Y2, Y5
+	TESTQ R9, R9
+	JZ mergestore
+	VADDPS (R10), Y4, Y4
+	VADDPS 32(R10), Y5, Y5
+	ADDQ $64, R10
+mergestore:
+	VMOVUPS Y4, (R8)
+	VMOVUPS Y5, 32(R8)
+	ADDQ $64, R8
+	ADDQ $32, AX
+	CMPQ AX, CX
+	JLT mergecol
+	LEAQ 4(SI)(CX*1), SI
+	LEAQ 4(DX)(CX*1), DX
+	LEAQ (DI)(CX*4), DI
+	TESTQ R9, R9
+	JZ mergenext
+	LEAQ (R9)(CX*4), R9
+mergenext:
+	DECQ BX
+	JNZ mergerow
+	VZEROUPPER
+	RET

@@ -15,3 +15,6 @@ func addAsm(out, a, b []float32)                                   { panic("tens
 
 func padRowsAsm(dst, src []float32, rows, w int) bool         { return false }
 func unpackRowsAsm(dst, src, add []float32, rows, w int) bool { return false }
+
+func splitRowsAsm(even, odd, src []float32, rows, w int) bool      { return false }
+func mergeRowsAsm(dst, even, odd, add []float32, rows, w int) bool { return false }

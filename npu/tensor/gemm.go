@@ -1,9 +1,6 @@
 package tensor
 
-import (
-	"fmt"
-	"sync/atomic"
-)
+import "fmt"
 
 // Blocking of the packed GEMM, sized for one Zen 5 core (48 KiB L1D, 1 MiB
 // L2): an mr×gemmKC micro-panel of packed A stays in L1 while the kernel
@@ -77,15 +74,10 @@ func (w *Workers) runGemm(arch gemmArch, transA, transB bool, m, n, k int, alpha
 	j.itemM, j.itemN = gemmItems(m, n, k, p, mr, nr)
 	j.itemsN = (n + j.itemN - 1) / j.itemN
 	j.items = (m + j.itemM - 1) / j.itemM * j.itemsN
-	j.next.Store(0)
 	if len(j.slots) < p {
 		j.slots = make([]gemmScratch, p)
 	}
-	if j.items > 1 {
-		w.For(min(p, j.items), 1, j)
-	} else {
-		j.Range(0, 1)
-	}
+	w.forSlots(j.items, 1, j)
 	j.a, j.b, j.c = nil, nil, nil
 }
 
@@ -159,9 +151,9 @@ type gemmScratch struct {
 	tile   [maxMR * maxNR]float32 // a partial tile of C goes through here
 }
 
-// gemmJob is one GEMM cut into items of C. Range(lo, hi) runs with scratch
-// slots lo..hi-1, each taking items until none are left; an item covers all
-// of K, so its bits do not depend on who ran it.
+// gemmJob is one GEMM cut into items of C. rangeSlot(slot, lo, hi) runs
+// items lo..hi-1 with the scratch of slot; an item covers all of K, so its
+// bits do not depend on who ran it.
 type gemmJob struct {
 	arch           gemmArch
 	transA, transB bool
@@ -171,7 +163,6 @@ type gemmJob struct {
 	lda, ldb, ldc  int
 
 	itemM, itemN, itemsN, items int
-	next                        atomic.Int64
 	slots                       []gemmScratch
 }
 
@@ -183,22 +174,15 @@ func (j *gemmJob) set(arch gemmArch, transA, transB bool, m, n, k int, alpha flo
 	j.lda, j.ldb, j.ldc = lda, ldb, ldc
 }
 
-// Range runs with scratch slots lo..hi-1 (one per worker of the pool).
-func (j *gemmJob) Range(lo, hi int) {
-	for slot := lo; slot < hi; slot++ {
-		s := &j.slots[slot]
-		if s.a == nil {
-			s.a, s.b = make([]float32, gemmMC*gemmKC), make([]float32, gemmKC*gemmNC)
-			s.mc, s.nc = gemmMC, gemmNC
-		}
-		for {
-			q := int(j.next.Add(1) - 1)
-			if q >= j.items {
-				break
-			}
-			i0, j0 := q/j.itemsN*j.itemM, q%j.itemsN*j.itemN
-			j.item(s, i0, min(i0+j.itemM, j.m), j0, min(j0+j.itemN, j.n))
-		}
+func (j *gemmJob) rangeSlot(slot, lo, hi int) {
+	s := &j.slots[slot]
+	if s.a == nil {
+		s.a, s.b = make([]float32, gemmMC*gemmKC), make([]float32, gemmKC*gemmNC)
+		s.mc, s.nc = gemmMC, gemmNC
+	}
+	for q := lo; q < hi; q++ {
+		i0, j0 := q/j.itemsN*j.itemM, q%j.itemsN*j.itemN
+		j.item(s, i0, min(i0+j.itemM, j.m), j0, min(j0+j.itemN, j.n))
 	}
 }
 

@@ -3,7 +3,9 @@ package tensor
 import (
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestNewAndReshape(t *testing.T) {
@@ -124,5 +126,81 @@ func TestWorkersForAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("For + Gemm allocate %v times per run", allocs)
+	}
+}
+
+// slotLog records which worker ran each index, taking each a while when
+// pace is set; the first index worker 1 gets holds it up much longer when
+// slow is set, as a core busy with other work would.
+type slotLog struct {
+	slots []int32
+	pace  time.Duration
+	slow  atomic.Bool
+}
+
+func (s *slotLog) rangeSlot(slot, lo, hi int) {
+	if slot == 1 && s.slow.CompareAndSwap(true, false) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	for i := lo; i < hi; i++ {
+		time.Sleep(s.pace)
+		s.slots[i] = int32(slot) + 1
+	}
+}
+
+// TestWorkersShareWithAffinity checks that each index runs once on a valid
+// worker, that the workers' shares are contiguous, and that the owner takes
+// over the share of a helper that does not get to it.
+func TestWorkersShareWithAffinity(t *testing.T) {
+	w := NewWorkers(2)
+	defer w.Close()
+	s := &slotLog{slots: make([]int32, 16)}
+	w.forSlots(16, 1, s)
+	for i, v := range s.slots {
+		if v < 1 || v > 2 {
+			t.Fatalf("index %d ran on slot %d", i, v-1)
+		}
+	}
+	s = &slotLog{slots: make([]int32, 16), pace: 2 * time.Millisecond}
+	s.slow.Store(true)
+	w.forSlots(16, 1, s)
+	owner := 0
+	for _, v := range s.slots {
+		if v == 1 {
+			owner++
+		}
+	}
+	// The helper takes one index and sleeps; the owner does its half and
+	// steals the rest of the helper's instead of waiting for it.
+	if owner < 14 {
+		t.Fatalf("owner ran %d of 16 indices while the helper was held up: %v", owner, s.slots)
+	}
+}
+
+// TestWorkersParkAndWake checks that idle helpers stop polling after a
+// while and still take part in the next job, and that Close stops them.
+func TestWorkersParkAndWake(t *testing.T) {
+	w := NewWorkers(3)
+	c := &countRange{hits: make([]int32, 100)}
+	w.For(100, 1, c)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range w.helpers {
+		for !w.helpers[i].parked.Load() {
+			if time.Now().After(deadline) {
+				t.Fatalf("helper %d still polling after 10 s without work", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	s := &slotLog{slots: make([]int32, 300)}
+	w.forSlots(300, 1, s)
+	for i, v := range s.slots {
+		if v < 1 || v > 3 {
+			t.Fatalf("after parking: index %d ran on slot %d", i, v-1)
+		}
+	}
+	w.Close()
+	if n := w.pending.Load(); n != 0 {
+		t.Fatalf("Close returned with %d helpers running", n)
 	}
 }
