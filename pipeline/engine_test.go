@@ -127,3 +127,29 @@ func TestJobsLimitsParallelism(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadStateKeepsTypes: values read back from run.json have the types
+// expressions expect: integral numbers as int, others as float64, null as nil.
+func TestLoadStateKeepsTypes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "20261123-000000-abcdef")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := &RunState{Version: stateVersion, ID: filepath.Base(dir), Status: StatusSucceeded, Order: []string{"a"},
+		Stages: map[string]*StageState{"a": {Status: StatusSucceeded, CacheKey: "k",
+			Outputs: map[string]any{"n": 3, "f": 0.5, "none": nil, "l": []any{1, nil}}}}}
+	if err := saveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := got.Stages["a"].Outputs
+	if out["n"] != 3 || out["f"] != 0.5 || out["none"] != nil {
+		t.Errorf("outputs = %#v", out)
+	}
+	if l, ok := out["l"].([]any); !ok || l[0] != 1 || l[1] != nil {
+		t.Errorf("list = %#v", out["l"])
+	}
+}

@@ -144,7 +144,7 @@ func LoadState(dir string) (*RunState, error) {
 		if (s.Status == StatusSucceeded || s.Status == StatusCached) && s.CacheKey == "" {
 			return nil, corrupt("stage %q: %s without a cache key", id, s.Status)
 		}
-		s.Outputs = normalizeNumbers(s.Outputs).(map[string]any)
+		s.Outputs, _ = normalizeNumbers(s.Outputs).(map[string]any)
 		s.With, _ = normalizeNumbers(s.With).(map[string]any)
 	}
 	st.Params, _ = normalizeNumbers(st.Params).(map[string]any)
@@ -174,8 +174,6 @@ func normalizeNumbers(v any) any {
 			x[i] = normalizeNumbers(e)
 		}
 		return x
-	case nil:
-		return map[string]any(nil)
 	}
 	return v
 }
