@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
 // rankPid finds the live rank process with RANK_ID=rank among the
@@ -89,9 +93,18 @@ stages:
 	if train.Status != "failed" || !strings.Contains(train.Reason, "rank 2 (device 2)") {
 		t.Errorf("train = %s: %s; want failed naming rank 2", train.Status, train.Reason)
 	}
+	// The ranks shared memory (every one is on this host), and nothing of
+	// it is left in /dev/shm.
+	stageDir := filepath.Join(w.dir, "runs", id, "stages", "train")
+	if left := shmFilesOf(t, stageDir); len(left) > 0 {
+		t.Errorf("shared memory files left: %v", left)
+	}
 	// Every surviving rank failed in a collective that names rank 2.
 	for _, r := range []int{0, 1, 3} {
-		log, _ := os.ReadFile(filepath.Join(w.dir, "runs", id, "stages", "train", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		log, _ := os.ReadFile(filepath.Join(stageDir, fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		if want := fmt.Sprintf("collective: rank %d of 4, transport shm", r); !bytes.Contains(log, []byte(want)) {
+			t.Errorf("rank %d's log does not say %q", r, want)
+		}
 		if !bytes.Contains(log, []byte("rank 2")) {
 			tail := string(log)
 			if len(tail) > 400 {
@@ -100,4 +113,38 @@ stages:
 			t.Errorf("rank %d's log does not name rank 2:\n%s", r, tail)
 		}
 	}
+}
+
+// shmFilesOf lists the files in /dev/shm of the data-parallel job whose
+// stage directory is dir (named by the tag of its secret and addresses).
+func shmFilesOf(t *testing.T, dir string) []string {
+	t.Helper()
+	var wc struct {
+		BasePort   int    `json:"base_port"`
+		SecretFile string `json:"secret_file"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "worker.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &wc)
+	}
+	if err != nil {
+		t.Fatalf("worker.json: %v", err)
+	}
+	tables, _ := filepath.Glob(filepath.Join(dir, "rank_table_*pcs.json"))
+	if len(tables) != 1 {
+		t.Fatalf("rank tables in %s: %v", dir, tables)
+	}
+	table, _, err := ranktable.Load(tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := collective.FromRankTable(table, 0, wc.BasePort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secret, err = os.ReadFile(wc.SecretFile); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(collective.DefaultShmDir, "mspipe-"+collective.ShmTag(cfg)+"-*"))
+	return left
 }

@@ -11,7 +11,8 @@
 // iterations of the slowest rank's time for that iteration; bandwidths
 // follow nccl-tests: algbw = size / time, busbw = algbw × 2(n-1)/n. memcpy is Go's
 // copy() of a buffer of the same size (best of five trials), measured in
-// this process before the ranks start. Each rank first checks one AllReduce result exactly.
+// this process before the ranks start. Each rank first checks one AllReduce
+// result exactly, then makes three untimed warm-up calls.
 package main
 
 import (
@@ -39,6 +40,9 @@ import (
 )
 
 const childEnv = "MSPIPE_BENCH_COLLECTIVE_CHILD"
+
+// warmups is the number of untimed calls per size after the checked one.
+const warmups = 3
 
 // result is one size measured by one rank group, printed by rank 0 as JSON.
 type result struct {
@@ -75,7 +79,7 @@ type options struct {
 
 func parseOptions() (options, error) {
 	ranks := flag.String("ranks", "2,4,8", "comma-separated rank counts")
-	algs := flag.String("algorithms", "mesh,ring", "comma-separated algorithms")
+	algs := flag.String("algorithms", "shm,mesh,ring", "comma-separated algorithms: shm (shared memory, buffers from Comm.Alloc), mesh and ring (loopback TCP)")
 	minSize := flag.String("min", "1KiB", "smallest buffer")
 	maxSize := flag.String("max", "256MiB", "largest buffer (sizes grow by 4×)")
 	budget := flag.Duration("budget", 300*time.Millisecond, "measuring time per size (at least one iteration)")
@@ -92,7 +96,7 @@ func parseOptions() (options, error) {
 		o.ranks = append(o.ranks, n)
 	}
 	for _, s := range strings.Split(*algs, ",") {
-		if _, err := collective.ParseAlgorithm(s); err != nil {
+		if _, _, err := parseAlg(s); err != nil {
 			return o, fmt.Errorf("-algorithms: %w", err)
 		}
 		o.algs = append(o.algs, s)
@@ -116,6 +120,15 @@ func parseOptions() (options, error) {
 	}
 	o.budget, o.profile, o.sockbuf = *budget, *profile, *sockbuf
 	return o, nil
+}
+
+// parseAlg maps a column name to the transport and algorithm it measures.
+func parseAlg(s string) (collective.Transport, collective.Algorithm, error) {
+	if s == "shm" {
+		return collective.TransportShm, collective.Mesh, nil
+	}
+	alg, err := collective.ParseAlgorithm(s)
+	return collective.TransportTCP, alg, err
 }
 
 func parseSize(text string) (int, error) {
@@ -271,7 +284,8 @@ func child() (err error) {
 	if err != nil {
 		return err
 	}
-	alg, err := collective.ParseAlgorithm(os.Getenv("ALGORITHM"))
+	name := os.Getenv("ALGORITHM")
+	transport, alg, err := parseAlg(name)
 	if err != nil {
 		return err
 	}
@@ -300,7 +314,7 @@ func child() (err error) {
 		if err := pprof.StartCPUProfile(&prof); err != nil {
 			return err
 		}
-		path := filepath.Join(dir, fmt.Sprintf("cpu-n%d-%s-rank%d.pprof", len(addrs), alg, rank))
+		path := filepath.Join(dir, fmt.Sprintf("cpu-n%d-%s-rank%d.pprof", len(addrs), name, rank))
 		defer func() {
 			pprof.StopCPUProfile()
 			if werr := atomicfile.WriteFile(path, prof.Bytes(), 0o644); werr != nil && err == nil {
@@ -316,13 +330,19 @@ func child() (err error) {
 	}
 	ctx := context.Background()
 	c, err := collective.Init(ctx, collective.Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
-		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, SocketBuffer: sockbuf, Listener: ln})
+		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, SocketBuffer: sockbuf, Listener: ln,
+		Transport: transport})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	n := len(addrs)
-	buf := make([]float32, slices.Max(sizes)/4)
+	// Shared memory reduces buffers from Alloc in place, as the trainer's
+	// gradients are; the TCP algorithms get ordinary memory.
+	buf, err := c.Alloc(ctx, slices.Max(sizes)/4)
+	if err != nil {
+		return err
+	}
 	clear(buf) // touch every page before timing
 	agreed := make([]float32, 1)
 	for _, size := range sizes {
@@ -331,11 +351,9 @@ func child() (err error) {
 		for i := range b {
 			b[i] = float32(rank + 1)
 		}
-		t0 := time.Now()
 		if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
 			return err
 		}
-		first := time.Since(t0)
 		want := float32(n * (n + 1) / 2)
 		for i, v := range b {
 			if v != want {
@@ -343,6 +361,16 @@ func child() (err error) {
 			}
 		}
 		clear(b)
+		// Warm-up calls, as nccl-tests makes (its -w): the first touches
+		// of another rank's memory are slow on this VM.
+		var first time.Duration
+		for range warmups {
+			t0 := time.Now()
+			if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
+				return err
+			}
+			first = time.Since(t0)
+		}
 		// Agree on the iteration count from the slowest first call.
 		agreed[0] = float32(first.Seconds())
 		if err := c.AllReduce(ctx, agreed, collective.Max); err != nil {
@@ -356,7 +384,7 @@ func child() (err error) {
 		// iteration, then the median over iterations, resists the spikes
 		// of a shared machine better than one total.
 		times := make([]float32, iters)
-		t0 = time.Now()
+		t0 := time.Now()
 		for i := range times {
 			if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
 				return err
@@ -370,7 +398,7 @@ func child() (err error) {
 		}
 		if rank == 0 {
 			slices.Sort(times)
-			line, _ := json.Marshal(result{Ranks: n, Algorithm: alg.String(), Bytes: size, Iters: iters, Seconds: float64(times[iters/2])})
+			line, _ := json.Marshal(result{Ranks: n, Algorithm: name, Bytes: size, Iters: iters, Seconds: float64(times[iters/2])})
 			fmt.Println(string(line))
 		}
 	}
@@ -398,7 +426,7 @@ func printTables(o options, results []result, memcpy map[int]float64) {
 	}
 	for _, n := range o.ranks {
 		factor := 2 * float64(n-1) / float64(n)
-		fmt.Printf("\n### AllReduce (sum, float32), %d rank processes, loopback TCP\n\n", n)
+		fmt.Printf("\n### AllReduce (sum, float32), %d rank processes: shm = shared memory, mesh and ring = loopback TCP\n\n", n)
 		head, rule := "| size | memcpy GB/s |", "|---:|---:|"
 		for _, alg := range o.algs {
 			head += fmt.Sprintf(" %s time | %s algbw GB/s | %s busbw GB/s |", alg, alg, alg)

@@ -92,6 +92,9 @@ func (c *Comm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 			finish(op, buf, 1)
 			return nil
 		}
+		if reg, off, ok := c.shm.region(c.rank, buf); ok {
+			return c.shmAllReduce(buf, op, reg, off)
+		}
 		c.ensureScratch(lay.seg)
 		if c.cfg.Algorithm == Ring {
 			if err := c.ringReduceScatter(buf, lay, op, true); err != nil {

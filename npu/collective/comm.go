@@ -35,7 +35,9 @@ type Comm struct {
 	segElems  int
 	zeroCopy  bool // host order is wire order: frames read and write float32 memory directly
 
-	peers []*peer // by rank; nil at c.rank
+	peers []*peer                // by rank; nil at c.rank
+	shm   *shmGroup              // shared memory with every rank, or nil (TCP only); set by Init
+	bell  atomic.Pointer[uint32] // shm's doorbell, for goroutines that wake its waiters
 
 	callMu sync.Mutex // held by the running collective (and by Close while it stops goroutines)
 	seq    uint32
@@ -208,6 +210,7 @@ func (c *Comm) Close() error {
 		c.callMu.Lock() // a running collective returns promptly: its connections are closed
 		close(c.stop)
 		c.wg.Wait()
+		c.closeShm()
 		c.callMu.Unlock()
 	})
 	return nil
@@ -230,6 +233,7 @@ func (c *Comm) fail(cause error) error {
 	c.isBroken.Store(true)
 	close(c.broken)
 	c.failMu.Unlock()
+	c.wakeShm()
 
 	if !errors.Is(cause, ErrClosed) {
 		notice := c.noticeFor(cause).encode()
@@ -481,6 +485,7 @@ func (c *Comm) heartbeatLoop() {
 // cause p reports, and the end of the connection records how p left.
 func (c *Comm) ctrlLoop(p *peer) {
 	defer c.wg.Done()
+	defer c.wakeShm() // a rank waiting in a shared-memory barrier re-checks p's state
 	var hb [headerLen]byte
 	// The peer starts its heartbeats when its own Init returns, which can
 	// be up to its connect timeout after ours.

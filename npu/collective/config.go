@@ -131,6 +131,12 @@ type Config struct {
 	// instead of listening itself (tests and launchers pass inherited
 	// sockets this way). Init closes it when it returns.
 	Listener net.Listener
+	// Transport selects shared memory or TCP for collective data (default
+	// TransportAuto: shared memory when every rank runs on this host).
+	Transport Transport
+	// ShmDir is the tmpfs directory for shared-memory segments (default
+	// DefaultShmDir).
+	ShmDir string
 	// AllowRemote permits non-loopback addresses, for real clusters. On a
 	// single machine leave it false: a rank table meant for hardware is then
 	// refused instead of sending traffic to the network.
@@ -229,6 +235,9 @@ func (c *Config) Validate() error {
 	if c.Algorithm > Ring {
 		return bad("unknown %v", c.Algorithm)
 	}
+	if c.Transport > TransportShm {
+		return bad("unknown %v", c.Transport)
+	}
 	if s := c.SegmentBytes; s != 0 && (s < 1024 || s > 256<<20 || s%4 != 0) {
 		return bad("segment size %d, want a multiple of 4 from 1024 to %d", s, 256<<20)
 	}
@@ -251,6 +260,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if c.ShmDir == "" {
+		c.ShmDir = DefaultShmDir
 	}
 	return c
 }

@@ -1,7 +1,8 @@
 // Package collective provides the collective communication of the
 // simulated Ascend devices, as HCCL does on hardware: AllReduce,
 // ReduceScatter, AllGather, Broadcast, Barrier and AllToAll on []float32
-// between rank processes connected by TCP.
+// between rank processes connected by TCP, with shared memory for the
+// AllReduce of ranks on one host.
 //
 // The simplest use builds the configuration of one rank from a rank table
 // and reduces gradients in place:
@@ -29,6 +30,23 @@
 // address lists fail Init with ErrAuth or ErrMismatch naming the peer.
 // Addresses must be loopback unless Config.AllowRemote is set, so a rank
 // table meant for hardware never sends traffic from a development machine.
+//
+// # Transports
+//
+// TCP carries every collective and all control traffic. When every rank
+// runs on this host (Config.Transport TransportAuto, the default; Init
+// checks that all ranks map one tmpfs segment), AllReduce of a buffer
+// from Comm.Alloc goes through shared memory instead, as HCCL uses HCCS
+// inside a server and the network between servers: every rank maps every
+// other rank's buffer, rank c reduces chunk c straight from all of them in
+// rank order and stores the result into all of them, with two barriers
+// (see shm.go). That moves each element once in and once out of every
+// rank, without the kernel's socket copies. Results are the bits Mesh
+// gives over TCP. A model keeps its gradients in Alloc memory to use it
+// (trainer.Config.AllocGrads). Other collectives, and AllReduce of
+// ordinary buffers, use TCP; every rank must pass Alloc memory or none.
+// TransportTCP turns shared memory off; TransportShm makes Init fail
+// unless every rank can use it.
 //
 // # Reduction order
 //

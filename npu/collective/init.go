@@ -58,6 +58,12 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	c.start(links)
+	if cfg.Transport != TransportTCP {
+		if err := c.setupShm(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
 }
 

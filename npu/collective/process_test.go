@@ -54,16 +54,24 @@ func helperMain() error {
 		return err
 	}
 	addrs := strings.Split(os.Getenv("ADDRS"), ",")
+	transport := TransportTCP
+	if os.Getenv("SHM") == "1" {
+		transport = TransportShm
+	}
 	c, err := Init(context.Background(), Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
-		Timeout: timeout, Algorithm: alg, Listener: ln})
+		Timeout: timeout, Algorithm: alg, Listener: ln, Transport: transport})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	alloc := func(count int) ([]float32, error) { return c.Alloc(context.Background(), count) }
 	switch os.Getenv("MODE") {
 	case "hash":
 		for _, count := range helperCounts() {
-			buf := make([]float32, count)
+			buf, err := alloc(count)
+			if err != nil {
+				return err
+			}
 			fill(buf, 11, rank, Sum)
 			if err := c.AllReduce(context.Background(), buf, Sum); err != nil {
 				return err
@@ -72,7 +80,10 @@ func helperMain() error {
 		}
 		return nil
 	case "loop":
-		buf := make([]float32, 1<<22)
+		buf, err := alloc(1 << 22)
+		if err != nil {
+			return err
+		}
 		fmt.Println("ready")
 		for i := 0; ; i++ {
 			if err := c.AllReduce(context.Background(), buf, Sum); err != nil {
@@ -128,7 +139,14 @@ func (p *rankProc) waitLine(t *testing.T, prefix string, d time.Duration) {
 
 // startRanks starts n rank processes in the given mode; they are killed at
 // cleanup if still running.
+// startRanks starts n rank processes that talk over TCP with alg.
 func startRanks(t *testing.T, n int, alg Algorithm, mode string, timeout time.Duration) ([]*rankProc, []string) {
+	return startRanksWith(t, n, alg, false, mode, timeout)
+}
+
+// startRanksWith is startRanks that, with shm, requires the shared-memory
+// transport and reduces buffers from Alloc.
+func startRanksWith(t *testing.T, n int, alg Algorithm, shm bool, mode string, timeout time.Duration) ([]*rankProc, []string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -146,6 +164,9 @@ func startRanks(t *testing.T, n int, alg Algorithm, mode string, timeout time.Du
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$")
 		cmd.Env = append(os.Environ(), helperEnv+"=1", "RANK="+strconv.Itoa(r), "ADDRS="+strings.Join(addrs, ","),
 			"SECRET="+hex.EncodeToString(testSecret()), "TIMEOUT="+timeout.String(), "ALGORITHM="+alg.String(), "MODE="+mode)
+		if shm {
+			cmd.Env = append(cmd.Env, "SHM=1")
+		}
 		cmd.ExtraFiles = []*os.File{file}
 		cmd.Stderr = os.Stderr
 		stdout, err := cmd.StdoutPipe()
@@ -184,12 +205,14 @@ func startRanks(t *testing.T, n int, alg Algorithm, mode string, timeout time.Du
 // documented order computed here.
 func TestMultiProcessAllReduceAgrees(t *testing.T) {
 	for _, tc := range []struct {
+		name  string
 		alg   Algorithm
+		shm   bool
 		n     int
 		order func(n, c, j int) int
-	}{{Mesh, 4, rankOrder}, {Ring, 3, ringOrder}} {
-		t.Run(tc.alg.String(), func(t *testing.T) {
-			procs, _ := startRanks(t, tc.n, tc.alg, "hash", 10*time.Second)
+	}{{"mesh", Mesh, false, 4, rankOrder}, {"ring", Ring, false, 3, ringOrder}, {"shm", Ring, true, 4, rankOrder}} {
+		t.Run(tc.name, func(t *testing.T) {
+			procs, _ := startRanksWith(t, tc.n, tc.alg, tc.shm, "hash", 10*time.Second)
 			for r, p := range procs {
 				<-p.exited
 				if code := p.cmd.ProcessState.ExitCode(); code != 0 {
@@ -212,9 +235,15 @@ func TestMultiProcessAllReduceAgrees(t *testing.T) {
 // Killing one rank process in the middle of collectives fails every other
 // rank within the timeout, each naming the dead rank.
 func TestKilledRankFailsEveryOtherRank(t *testing.T) {
+	for _, shm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "shm"}[shm], func(t *testing.T) { testKilledRank(t, shm) })
+	}
+}
+
+func testKilledRank(t *testing.T, shm bool) {
 	const n, victim = 4, 2
 	timeout := 2 * time.Second
-	procs, addrs := startRanks(t, n, Mesh, "loop", timeout)
+	procs, addrs := startRanksWith(t, n, Mesh, shm, "loop", timeout)
 	for _, p := range procs {
 		p.waitLine(t, "running", 20*time.Second)
 	}
@@ -228,9 +257,15 @@ func TestKilledRankFailsEveryOtherRank(t *testing.T) {
 // Stopping one rank process (SIGSTOP: alive, but silent) fails every other
 // rank after the timeout, each naming the stopped rank.
 func TestStoppedRankFailsEveryOtherRank(t *testing.T) {
+	for _, shm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "shm"}[shm], func(t *testing.T) { testStoppedRank(t, shm) })
+	}
+}
+
+func testStoppedRank(t *testing.T, shm bool) {
 	const n, victim = 4, 1
 	timeout := 2 * time.Second
-	procs, addrs := startRanks(t, n, Ring, "loop", timeout)
+	procs, addrs := startRanksWith(t, n, Ring, shm, "loop", timeout)
 	for _, p := range procs {
 		p.waitLine(t, "running", 20*time.Second)
 	}

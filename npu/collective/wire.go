@@ -47,6 +47,7 @@ const (
 	opBroadcast
 	opBarrier
 	opAllToAll
+	opAlloc // shared-memory allocation; never on the wire
 )
 
 func (o opCode) String() string {
@@ -65,6 +66,8 @@ func (o opCode) String() string {
 		return "barrier"
 	case opAllToAll:
 		return "alltoall"
+	case opAlloc:
+		return "alloc"
 	}
 	return "op" + strconv.Itoa(int(o))
 }

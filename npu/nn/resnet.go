@@ -50,6 +50,32 @@ func (m *Model) Values() []float32 { return m.values }
 // AllReduce can reduce it in place.
 func (m *Model) Grads() []float32 { return m.grads }
 
+// SetGradBuffer moves the gradients into buf (which must have the length
+// of Grads): every trainable Param's Grad becomes a view of it, so a
+// communicator can reduce gradients in memory it provides, such as shared
+// memory between rank processes.
+func (m *Model) SetGradBuffer(buf []float32) error {
+	if len(buf) != len(m.grads) {
+		return fmt.Errorf("%s: gradient buffer of %d elements, want %d: %w", m.name, len(buf), len(m.grads), ErrConfig)
+	}
+	copy(buf, m.grads)
+	off := 0
+	for _, p := range m.params {
+		if !p.Trainable {
+			continue
+		}
+		n := p.Value.Len()
+		g, err := tensor.FromSlice(buf[off:off+n:off+n], p.Value.Shape()...)
+		if err != nil {
+			return fmt.Errorf("%s: parameter %s gradient: %w", m.name, p.Name, err)
+		}
+		p.Grad = g
+		off += n
+	}
+	m.grads = buf
+	return nil
+}
+
 // Device returns the device the model runs on.
 func (m *Model) Device() *Device { return m.dev }
 

@@ -15,8 +15,19 @@ import (
 	"github.com/mspipe/mspipe/npu/collective"
 )
 
-// comms connects n in-process ranks over loopback TCP.
-func comms(t *testing.T, n int) []*collective.Comm {
+// wire makes cfg reduce its gradients through comm; with the shared-memory
+// transport the gradients live in the communicator's memory, as in the
+// npu/train stage.
+func wire(cfg *Config, comm *collective.Comm) {
+	cfg.Reduce = func(ctx context.Context, g []float32) error { return comm.AllReduce(ctx, g, collective.Mean) }
+	if comm.Transport() == collective.TransportShm {
+		cfg.AllocGrads = comm.Alloc
+	}
+}
+
+// comms connects n in-process ranks with the given transport (TCP, or
+// shared memory required).
+func comms(t *testing.T, n int, transport collective.Transport) []*collective.Comm {
 	t.Helper()
 	lns := make([]net.Listener, n)
 	addrs := make([]string, n)
@@ -37,6 +48,7 @@ func comms(t *testing.T, n int) []*collective.Comm {
 			defer wg.Done()
 			out[i], errs[i] = collective.Init(context.Background(), collective.Config{
 				Rank: i, Size: n, Addrs: addrs, Secret: secret, Timeout: 30 * time.Second, Listener: lns[i],
+				Transport: transport,
 			})
 		}(i)
 	}
@@ -44,6 +56,9 @@ func comms(t *testing.T, n int) []*collective.Comm {
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", i, err)
+		}
+		if got := out[i].Transport(); got != transport {
+			t.Fatalf("rank %d uses transport %v, want %v", i, got, transport)
 		}
 	}
 	t.Cleanup(func() {
@@ -93,9 +108,14 @@ func TestDataParallelEqualsStandAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := finalTensors(t, alone)
-	for _, n := range []int{2, 4, 8} {
-		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
-			cs := comms(t, n)
+	var tcpResult map[string][]float32
+	for _, tc := range []struct {
+		n         int
+		transport collective.Transport
+	}{{2, collective.TransportTCP}, {4, collective.TransportTCP}, {8, collective.TransportTCP}, {8, collective.TransportShm}} {
+		n := tc.n
+		t.Run(fmt.Sprintf("%d ranks %v", n, tc.transport), func(t *testing.T) {
+			cs := comms(t, n, tc.transport)
 			dirs := make([]string, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
@@ -103,8 +123,7 @@ func TestDataParallelEqualsStandAlone(t *testing.T) {
 				dirs[r] = t.TempDir()
 				cfg := equivalenceConfig(dataDir, dirs[r], 32/n)
 				cfg.NumShards, cfg.ShardID = n, r
-				comm := cs[r]
-				cfg.Reduce = func(ctx context.Context, g []float32) error { return comm.AllReduce(ctx, g, collective.Mean) }
+				wire(&cfg, cs[r])
 				wg.Add(1)
 				go func(r int, cfg Config) {
 					defer wg.Done()
@@ -118,6 +137,19 @@ func TestDataParallelEqualsStandAlone(t *testing.T) {
 				}
 			}
 			rank0 := finalTensors(t, dirs[0])
+			// Shared memory reduces in the rank order of TCP's Mesh: the
+			// same bits.
+			if tc.transport == collective.TransportTCP {
+				tcpResult = rank0
+			} else {
+				for name, v := range tcpResult {
+					for i := range v {
+						if math.Float32bits(v[i]) != math.Float32bits(rank0[name][i]) {
+							t.Fatalf("%s[%d]: %v over shared memory, %v over TCP", name, i, rank0[name][i], v[i])
+						}
+					}
+				}
+			}
 			worstRel := 0.0
 			defer func() { t.Logf("largest relative difference from stand_alone: %.3g", worstRel) }()
 			for name, w := range want {
@@ -155,10 +187,16 @@ func TestDataParallelEqualsStandAlone(t *testing.T) {
 // TestDataParallelRunsAreBitIdentical trains the same 4-rank data-parallel
 // ResNet-20 job twice and compares every checkpoint byte of every rank.
 func TestDataParallelRunsAreBitIdentical(t *testing.T) {
+	for _, transport := range []collective.Transport{collective.TransportTCP, collective.TransportShm} {
+		t.Run(transport.String(), func(t *testing.T) { testRunsBitIdentical(t, transport) })
+	}
+}
+
+func testRunsBitIdentical(t *testing.T, transport collective.Transport) {
 	dataDir := tinyData(t, 16) // 80 images: 5 steps of 4 per rank and epoch
 	const n = 4
 	run := func() []map[string][]byte {
-		cs := comms(t, n)
+		cs := comms(t, n, transport)
 		dirs := make([]string, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
@@ -166,8 +204,7 @@ func TestDataParallelRunsAreBitIdentical(t *testing.T) {
 			dirs[r] = t.TempDir()
 			cfg := Config{DataDir: dataDir, Epochs: 1, BatchSize: 4, LearningRate: 0.05, Seed: 5, CkptDir: dirs[r],
 				SaveCheckpointSteps: 2, NumShards: n, ShardID: r, Threads: 1}
-			comm := cs[r]
-			cfg.Reduce = func(ctx context.Context, g []float32) error { return comm.AllReduce(ctx, g, collective.Mean) }
+			wire(&cfg, cs[r])
 			wg.Add(1)
 			go func(r int, cfg Config) {
 				defer wg.Done()

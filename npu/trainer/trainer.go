@@ -75,6 +75,10 @@ type Config struct {
 	// Reduce, when set, reduces the gradients of every step in place before
 	// the optimizer sees them: the data-parallel AllReduce (mean).
 	Reduce func(ctx context.Context, grads []float32) error
+	// AllocGrads, when set, provides the memory the gradients live in
+	// (for instance a communicator's shared memory, so Reduce copies
+	// nothing); it is called once with the number of gradient elements.
+	AllocGrads func(ctx context.Context, n int) ([]float32, error)
 	// Broadcast, when set, is called once after initialisation with all
 	// parameter values (parameter_broadcast from rank 0).
 	Broadcast func(ctx context.Context, values []float32) error
@@ -189,6 +193,15 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer model.Close()
+	if cfg.AllocGrads != nil {
+		buf, err := cfg.AllocGrads(ctx, len(model.Grads()))
+		if err != nil {
+			return nil, fmt.Errorf("gradient memory: %w", err)
+		}
+		if err := model.SetGradBuffer(buf); err != nil {
+			return nil, err
+		}
+	}
 	lrs, err := optim.LearningRates(optim.Schedule{
 		Mode: cfg.Schedule, LRMax: cfg.LearningRate, WarmupEpochs: cfg.WarmupEpochs,
 		TotalEpochs: cfg.Epochs, StepsPerEpoch: steps,

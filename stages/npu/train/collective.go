@@ -87,14 +87,24 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 		return nil, fmt.Errorf("job secret: %w", err)
 	}
 	cc.Timeout = collectiveTimeout(cfg.With)
+	if cfg.With.CollectiveTransport != "" {
+		if cc.Transport, err = collective.ParseTransport(cfg.With.CollectiveTransport); err != nil {
+			return nil, err
+		}
+	}
 	comm, err := collective.Init(ctx, cc)
 	if err != nil {
 		return nil, err
 	}
+	fmt.Printf("collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
 	op := collective.Mean
 	if cfg.With.GradientsMean != nil && !*cfg.With.GradientsMean {
 		op = collective.Sum
 	}
+	// Gradients live in the communicator's memory: with the shared-memory
+	// transport (every rank on this host) the AllReduce then reads the
+	// other ranks' gradients in place instead of sending them over TCP.
+	tc.AllocGrads = comm.Alloc
 	tc.Reduce = func(ctx context.Context, grads []float32) error {
 		return comm.AllReduce(ctx, grads, op)
 	}
@@ -105,4 +115,21 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	}
 	tc.NumShards, tc.ShardID = cc.Size, rank
 	return comm, nil
+}
+
+// removeShmLeftovers removes the shared-memory files of the job's ranks
+// that a killed rank may have left in /dev/shm.
+func removeShmLeftovers(rankTable string, cfg WorkerConfig) error {
+	t, _, err := ranktable.Load(rankTable)
+	if err != nil {
+		return err
+	}
+	cc, err := collective.FromRankTable(t, 0, cfg.BasePort)
+	if err != nil {
+		return err
+	}
+	if cc.Secret, err = os.ReadFile(cfg.SecretFile); err != nil {
+		return err
+	}
+	return collective.RemoveShmLeftovers(cc)
 }

@@ -72,6 +72,7 @@ type With struct {
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
+	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp,default=auto" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm when every rank is on this host)"`
 	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=0" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10)"`
 }
 
@@ -223,6 +224,13 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		job.PeerFailWait = collectiveTimeout(w) + 5*time.Second
 	}
 	runErr := launch.Run(ctx, job)
+	if w.Mode == "data_parallel" {
+		// Ranks unlink their shared memory as soon as all have mapped it;
+		// only a rank killed in between leaves a file behind.
+		if err := removeShmLeftovers(rankTable, cfg); err != nil {
+			sc.Warn(fmt.Sprintf("remove shared memory left by the ranks: %v", err))
+		}
+	}
 	stopTail()
 	<-tailDone
 	if runErr != nil {

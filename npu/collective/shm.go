@@ -1,0 +1,511 @@
+package collective
+
+// The shared-memory transport, the counterpart of HCCS inside an Ascend
+// server: when every rank runs on this host, AllReduce of buffers from
+// Comm.Alloc reads the other ranks' buffers directly instead of sending
+// them over loopback TCP.
+//
+// Init creates a control segment (a tmpfs file that every rank maps and
+// rank 0 unlinks once all have it) holding a doorbell word and one slot per
+// rank: the epoch of the last barrier the rank reached and a descriptor of
+// the call it is in. Alloc gives every rank a buffer in a tmpfs file that
+// every other rank maps too; the files are unlinked as soon as everyone
+// has mapped them, so nothing is left behind however the processes end.
+//
+// An AllReduce then takes two barriers. After the first, every rank has
+// published its input; rank c reduces chunk c straight from every rank's
+// buffer, in rank order (the order Mesh uses, so results are the same bits
+// as over TCP), and stores the result into every rank's buffer. After the
+// second, every rank holds the whole result. Each element is read once and
+// written once per rank, the least any AllReduce can move.
+//
+// Barriers wait on the doorbell with a futex, in slices, checking between
+// slices what the TCP control connections say: a rank that died or
+// aborted fails the wait at once with the usual *PeerError, and a rank
+// that does not arrive within the timeout is blamed as over TCP.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Transport selects how ranks exchange the data of collectives.
+type Transport uint8
+
+const (
+	// TransportAuto uses shared memory when every rank runs on this host
+	// (Init checks that they all map the same segment) and TCP otherwise.
+	TransportAuto Transport = iota
+	// TransportTCP sends all data over the TCP connections.
+	TransportTCP
+	// TransportShm requires shared memory: Init fails unless every rank
+	// can use it. Comm.Transport reports it when shared memory is in use.
+	TransportShm
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportAuto:
+		return "auto"
+	case TransportTCP:
+		return "tcp"
+	case TransportShm:
+		return "shm"
+	}
+	return fmt.Sprintf("Transport(%d)", uint8(t))
+}
+
+// ParseTransport parses "auto", "tcp" or "shm".
+func ParseTransport(s string) (Transport, error) {
+	for _, t := range []Transport{TransportAuto, TransportTCP, TransportShm} {
+		if s == t.String() {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown transport %q (want auto, tcp or shm)", ErrConfig, s)
+}
+
+// DefaultShmDir is where shared-memory segments are created.
+const DefaultShmDir = "/dev/shm"
+
+const (
+	shmSlot     = 128 // bytes per rank in the control segment: arrive word, then the descriptor on its own cache line
+	shmDescOff  = 64
+	shmWaitStep = 20 * time.Millisecond // futex sleeps between checks of the control connections
+	shmSpins    = 64                    // yields before the first futex sleep
+	shmFallback = 1024                  // elements per block of the portable reduction
+)
+
+// shmDesc describes the collective a rank is in; every rank must publish
+// the same one.
+type shmDesc struct {
+	seq, op, count, region, offset, extra uint64
+}
+
+// shmGroup is this rank's view of the shared memory of the job.
+type shmGroup struct {
+	dir, tag string
+	ctl      []byte
+	bell     *uint32
+	epoch    uint32
+	nextID   uint32
+	regions  []*shmRegion
+	srcs     []unsafe.Pointer // kernel arguments, one per rank
+	acc      []float32        // portable reduction block
+}
+
+// shmRegion is one Alloc: every rank's buffer, mapped here.
+type shmRegion struct {
+	id    uint32
+	count int
+	maps  [][]byte    // by rank
+	views [][]float32 // maps as float32
+}
+
+// ShmTag returns the name tag of the shared-memory files of the job cfg
+// belongs to (its secret and addresses): they are named mspipe-<tag>-*.
+func ShmTag(cfg Config) string {
+	h := sha256.New()
+	h.Write([]byte("mspipe collective shm\x00"))
+	h.Write(cfg.Secret)
+	for _, a := range cfg.Addrs {
+		h.Write([]byte("\x00" + a))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// RemoveShmLeftovers removes the shared-memory files of the job cfg
+// belongs to from cfg.ShmDir. Ranks unlink them during Init and Alloc, so
+// only a rank killed in between leaves one; a launcher calls this after
+// its ranks have exited.
+func RemoveShmLeftovers(cfg Config) error {
+	dir := cfg.ShmDir
+	if dir == "" {
+		dir = DefaultShmDir
+	}
+	matches, err := filepath.Glob(filepath.Join(dir, "mspipe-"+ShmTag(cfg)+"-*"))
+	if err != nil {
+		return err
+	}
+	for _, m := range matches {
+		if err := os.Remove(m); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Transport returns the transport in use: TransportShm or TransportTCP.
+func (c *Comm) Transport() Transport {
+	if c.shm != nil {
+		return TransportShm
+	}
+	return TransportTCP
+}
+
+func pageRound(n int) int {
+	p := os.Getpagesize()
+	return (n + p - 1) / p * p
+}
+
+// setupShm decides the transport at the end of Init: rank 0 creates the
+// control segment, every other rank maps it, and shared memory is used
+// only if all of them could.
+func (c *Comm) setupShm(ctx context.Context) error {
+	dir := c.cfg.ShmDir
+	tag := ShmTag(c.cfg)
+	path := filepath.Join(dir, "mspipe-"+tag+"-ctl")
+	size := pageRound((c.size + 1) * shmSlot)
+	var ctl []byte
+	var mapErr error
+	if !shmSupported {
+		mapErr = fmt.Errorf("not supported on %s", runtime.GOOS)
+	} else if c.rank == 0 {
+		ctl, mapErr = mapShared(path, size, true)
+	}
+	if err := c.Barrier(ctx); err != nil {
+		c.dropCtl(ctl, path)
+		return err
+	}
+	if c.rank != 0 && mapErr == nil {
+		ctl, mapErr = mapShared(path, size, false)
+	}
+	ok := []float32{1}
+	if mapErr != nil {
+		ok[0] = 0
+	}
+	all := make([]float32, c.size)
+	err := c.AllGather(ctx, ok, all)
+	if err == nil {
+		err = c.Barrier(ctx) // every rank is done opening the file
+	}
+	c.dropCtl(nil, path)
+	c.seq = 0 // the caller's first collective is call #1 on every rank, as without this setup
+	if err != nil {
+		c.dropCtl(ctl, "")
+		return err
+	}
+	var missing []string
+	for r, v := range all {
+		if v == 0 {
+			missing = append(missing, fmt.Sprint(r))
+		}
+	}
+	if len(missing) > 0 {
+		c.dropCtl(ctl, "")
+		if c.cfg.Transport == TransportShm {
+			why := ""
+			if mapErr != nil {
+				why = fmt.Sprintf(" (here: %v)", mapErr)
+			}
+			return fmt.Errorf("collective: init: %w: shared memory transport required, but rank(s) %s cannot map %s%s",
+				ErrConfig, strings.Join(missing, ", "), path, why)
+		}
+		return nil
+	}
+	c.shm = &shmGroup{
+		dir: dir, tag: tag, ctl: ctl,
+		bell: (*uint32)(unsafe.Pointer(&ctl[0])),
+		srcs: make([]unsafe.Pointer, c.size),
+		acc:  make([]float32, shmFallback),
+	}
+	c.bell.Store(c.shm.bell)
+	return nil
+}
+
+// dropCtl unmaps ctl (if any) and, from rank 0, removes the file at path
+// (if any).
+func (c *Comm) dropCtl(ctl []byte, path string) {
+	if ctl != nil {
+		unmap(ctl)
+	}
+	if path != "" && c.rank == 0 {
+		_ = os.Remove(path)
+	}
+}
+
+func (g *shmGroup) arrive(r int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&g.ctl[(r+1)*shmSlot]))
+}
+
+func (g *shmGroup) desc(r int) *shmDesc {
+	return (*shmDesc)(unsafe.Pointer(&g.ctl[(r+1)*shmSlot+shmDescOff]))
+}
+
+// wakeShm wakes this host's ranks sleeping in a barrier, so that they look
+// at the communicator's state again.
+func (c *Comm) wakeShm() {
+	if b := c.bell.Load(); b != nil {
+		ring(b)
+	}
+}
+
+// shmBarrier returns once every rank has reached the same barrier. It
+// fails when the communicator fails, when a peer's control connection
+// ends, and when a peer does not arrive within the timeout.
+func (c *Comm) shmBarrier() error {
+	g := c.shm
+	g.epoch++
+	e := g.epoch
+	atomic.StoreUint32(g.arrive(c.rank), e)
+	ring(g.bell)
+	deadline := time.Now().Add(c.timeout)
+	defer c.waitingOn.Store(-1)
+	for spin := 0; ; spin++ {
+		b := atomic.LoadUint32(g.bell)
+		missing := -1
+		for q := 0; q < c.size; q++ {
+			if int32(atomic.LoadUint32(g.arrive(q))-e) < 0 {
+				missing = q
+				break
+			}
+		}
+		if missing < 0 {
+			return nil
+		}
+		if c.isBroken.Load() {
+			return c.Err()
+		}
+		p := c.peers[missing]
+		c.waitingOn.Store(int32(missing))
+		select {
+		case <-p.resolved:
+			return c.peerFailure(p, errPeerGone)
+		default:
+		}
+		now := time.Now()
+		if now.After(deadline) {
+			return c.peerFailure(p, os.ErrDeadlineExceeded)
+		}
+		if spin < shmSpins {
+			runtime.Gosched()
+			continue
+		}
+		futexWait(g.bell, b, min(shmWaitStep, deadline.Sub(now)))
+	}
+}
+
+// errPeerGone stands for the end of a peer's connection seen from a
+// shared-memory wait.
+var errPeerGone = fmt.Errorf("peer connection ended")
+
+// shmPublish publishes this rank's descriptor of the running call, waits
+// for every rank and checks that all of them are in the same call as
+// rank 0.
+func (c *Comm) shmPublish(region uint32, offset int) error {
+	g := c.shm
+	mine := shmDesc{seq: uint64(c.cur.seq), op: uint64(c.cur.op), count: c.cur.count,
+		region: uint64(region), offset: uint64(offset), extra: uint64(c.cur.extra)}
+	*g.desc(c.rank) = mine
+	if err := c.shmBarrier(); err != nil {
+		return err
+	}
+	// Everyone compares with rank 0, so every rank names the same culprit.
+	ref := *g.desc(0)
+	for q := 1; q < c.size; q++ {
+		d := *g.desc(q)
+		if d == ref {
+			continue
+		}
+		return c.fail(&PeerError{Rank: q, Addr: c.cfg.Addrs[q], Via: -1,
+			Err: fmt.Errorf("%w: it called %s, rank 0 called %s", ErrOutOfStep, d.describe(), ref.describe())})
+	}
+	return nil
+}
+
+func (d shmDesc) describe() string {
+	h := header{kind: kindData, op: opCode(d.op), seq: uint32(d.seq), count: d.count, extra: uint32(d.extra)}
+	s := h.describeCall()
+	if opCode(d.op) == opAlloc {
+		return s
+	}
+	return fmt.Sprintf("%s on shared buffer %d at element %d", s, d.region, d.offset)
+}
+
+// Alloc returns a zeroed buffer of count elements for collectives that
+// every rank on this host can read: AllReduce of a buffer from Alloc (or
+// of a slice of one) moves no data through TCP. Alloc is a collective:
+// every rank calls it in the same order with the same count. Without the
+// shared-memory transport it returns ordinary memory.
+//
+// The buffer stays valid after Close (it becomes private memory of this
+// process) and is never freed, so allocate long-lived buffers such as a
+// model's gradients, not one per step.
+func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
+	if count < 0 {
+		return nil, fmt.Errorf("collective: alloc: %w: negative count %d", ErrBuffer, count)
+	}
+	if c.shm == nil || count == 0 {
+		return make([]float32, count), nil
+	}
+	var out []float32
+	err := c.run(ctx, opAlloc, uint64(count), 0, func() error {
+		g := c.shm
+		id := g.nextID
+		g.nextID++
+		size := pageRound(4 * count)
+		name := func(r int) string {
+			return filepath.Join(g.dir, fmt.Sprintf("mspipe-%s-r%d-b%d", g.tag, r, id))
+		}
+		reg := &shmRegion{id: id, count: count, maps: make([][]byte, c.size), views: make([][]float32, c.size)}
+		own, err := mapShared(name(c.rank), size, true)
+		if err != nil {
+			return c.fail(fmt.Errorf("alloc %d elements: %w", count, err))
+		}
+		reg.maps[c.rank] = own
+		defer func() {
+			_ = os.Remove(name(c.rank))
+			if out == nil {
+				reg.unmapAll()
+			}
+		}()
+		if err := c.shmPublish(id, 0); err != nil {
+			return err
+		}
+		for q := 0; q < c.size; q++ {
+			if q == c.rank {
+				continue
+			}
+			m, err := mapShared(name(q), size, false)
+			if err != nil {
+				return c.fail(fmt.Errorf("alloc: map the buffer of rank %d: %w", q, err))
+			}
+			reg.maps[q] = m
+		}
+		if err := c.shmBarrier(); err != nil { // every rank has mapped every buffer
+			return err
+		}
+		for q, m := range reg.maps {
+			reg.views[q] = unsafe.Slice((*float32)(unsafe.Pointer(&m[0])), count)
+		}
+		g.regions = append(g.regions, reg)
+		out = reg.views[c.rank]
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (r *shmRegion) unmapAll() {
+	for q, m := range r.maps {
+		if m != nil {
+			unmap(m)
+			r.maps[q] = nil
+		}
+	}
+}
+
+// region returns the Alloc region buf lies in and buf's offset in it.
+func (g *shmGroup) region(rank int, buf []float32) (*shmRegion, int, bool) {
+	if g == nil || len(buf) == 0 {
+		return nil, 0, false
+	}
+	a := uintptr(unsafe.Pointer(&buf[0]))
+	for _, r := range g.regions {
+		own := r.views[rank]
+		base := uintptr(unsafe.Pointer(&own[0]))
+		if a >= base && a < base+4*uintptr(len(own)) {
+			off := int(a-base) / 4
+			if off+len(buf) <= len(own) {
+				return r, off, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// shmAllReduce is AllReduce of buf, which lies at offset off of reg.
+func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error {
+	if err := c.shmPublish(reg.id, off); err != nil {
+		return err
+	}
+	// Rank c reduces block range c of the buffer (blocks of
+	// addBcastBlock elements, so the vector kernel gets whole blocks).
+	blocks := (len(buf) + addBcastBlock - 1) / addBcastBlock
+	lo := min(len(buf), c.rank*blocks/c.size*addBcastBlock)
+	hi := min(len(buf), (c.rank+1)*blocks/c.size*addBcastBlock)
+	c.shm.reduce(reg, off+lo, off+hi, op, c.size)
+	return c.shmBarrier()
+}
+
+// reduce reduces elements [lo, hi) of every rank's buffer of reg in rank
+// order and stores the result into every rank's buffer.
+func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, n int) {
+	if lo >= hi {
+		return
+	}
+	if haveAddBcast && (op == Sum || op == Mean) {
+		// The vector kernel needs 32-byte aligned addresses; every rank's
+		// buffer has the same alignment, so one split serves all.
+		a := uintptr(unsafe.Pointer(&reg.views[0][lo]))
+		head := min(hi-lo, int((32-a%32)%32)/4)
+		mid := (hi - lo - head) / addBcastBlock * addBcastBlock
+		g.reducePortable(reg, lo, lo+head, op, n)
+		if mid > 0 {
+			for q := range g.srcs {
+				g.srcs[q] = unsafe.Pointer(&reg.views[q][lo+head])
+			}
+			var divisor float32
+			if op == Mean {
+				divisor = float32(n)
+			}
+			addBcastNT(g.srcs, g.srcs, mid, divisor)
+		}
+		lo += head + mid
+	}
+	g.reducePortable(reg, lo, hi, op, n)
+}
+
+// reducePortable is reduce in Go, a block at a time.
+func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, n int) {
+	for b := lo; b < hi; b += shmFallback {
+		e := min(b+shmFallback, hi)
+		acc := g.acc[:e-b]
+		copy(acc, reg.views[0][b:e])
+		for q := 1; q < n; q++ {
+			reduceInto(op, acc, reg.views[q][b:e])
+		}
+		finish(op, acc, n)
+		for q := 0; q < n; q++ {
+			copy(reg.views[q][b:e], acc)
+		}
+	}
+}
+
+// closeShm releases the shared memory once no collective can run: peer
+// buffers and the control segment are unmapped, and this rank's own
+// buffers become private memory so slices of them stay valid.
+func (c *Comm) closeShm() {
+	g := c.shm
+	if g == nil {
+		return
+	}
+	for _, reg := range g.regions {
+		for q, m := range reg.maps {
+			if q == c.rank {
+				if err := privatize(m); err != nil {
+					continue // keep the shared mapping rather than break the caller's slice
+				}
+				reg.maps[q] = nil
+				continue
+			}
+			unmap(m)
+			reg.maps[q] = nil
+		}
+	}
+	g.regions = nil
+	c.bell.Store(nil)
+	unmap(g.ctl)
+	g.ctl = nil
+}
