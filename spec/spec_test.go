@@ -30,6 +30,9 @@ func (c testCatalog) Stage(uses string) (*StageInfo, error) {
 var catalog = testCatalog{
 	"gen": {Name: "gen", Outputs: []OutputDecl{{Name: "n", Type: TypeInt}, {Name: "dir", Type: TypePath}, {Name: "loss", Type: TypeFloat}}},
 	"use": {Name: "use", WithSchema: []byte(`{"type":"object","properties":{"count":{"type":"integer","minimum":1},"label":{"type":"string"}},"additionalProperties":false}`)},
+	// A duration, as the SDK describes one: a string with a pattern, or a
+	// number of nanoseconds.
+	"wait": {Name: "wait", WithSchema: []byte(`{"type":"object","properties":{"timeout":{"anyOf":[{"type":"string","pattern":"^[0-9]+(ms|s|m|h)$"},{"type":"number"}]}},"additionalProperties":false}`)},
 }
 
 const goodSpec = `version: 1
@@ -180,4 +183,30 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A templated value is checked by its type only: a string expression fits
+// an anyOf whose string alternative has a pattern, and a boolean one fits
+// no alternative and is reported once.
+func TestTemplatedValueAgainstAlternatives(t *testing.T) {
+	mustValid(t, `version: 1
+name: d
+params:
+  t: {type: string, default: 10s}
+  n: {type: int, default: 5}
+stages:
+  s: {uses: wait, with: {timeout: "${{ params.t }}"}}
+  u: {uses: wait, with: {timeout: "${{ params.n }}"}}
+`)
+	p, errs := Parse("p.yaml", []byte(`version: 1
+name: d
+params:
+  b: {type: bool, default: true}
+stages:
+  s: {uses: wait, with: {timeout: "${{ params.b }}"}}
+`))
+	errs = append(errs, Validate(p, catalog, Options{})...)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "stages.s.with.timeout: the expression's type does not fit: got boolean, want string") {
+		t.Fatalf("problems %v, want one type problem for stages.s.with.timeout", errs)
+	}
 }

@@ -50,10 +50,16 @@ func (v *validator) withSchemas() {
 		if at.Line == 0 {
 			at = s.Pos
 		}
+		reported := map[string]bool{}
 		for _, leaf := range schemaLeaves(ve) {
 			ptr := "/" + strings.Join(leaf.InstanceLocation, "/")
-			if known, ok := templated[ptr]; ok && (!known || kindOf(leaf) != "type") {
-				continue // only the static type of a templated value is known now
+			if known, ok := templated[ptr]; ok {
+				// Only the static type of a templated value is known now:
+				// report it once, and only if no alternative takes the type.
+				if !known || kindOf(leaf) != "type" || reported[ptr] || !typeRefused(ve, ptr) {
+					continue
+				}
+				reported[ptr] = true
 			}
 			pos := at
 			if n := lookupNode(s.With, leaf.InstanceLocation); n != nil {
@@ -299,6 +305,37 @@ func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError 
 		return strings.Join(out[i].InstanceLocation, "/") < strings.Join(out[j].InstanceLocation, "/")
 	})
 	return out
+}
+
+// typeRefused reports whether the error tree e says that the value at the
+// JSON pointer ptr has a type the schema cannot take. An anyOf or oneOf at
+// ptr refuses the type only if every alternative does: a templated string
+// stands in for any string, so an alternative that wants a string with a
+// pattern still takes it.
+func typeRefused(e *jsonschema.ValidationError, ptr string) bool {
+	here := "/"+strings.Join(e.InstanceLocation, "/") == ptr
+	switch e.ErrorKind.(type) {
+	case *kind.Type:
+		return here
+	case *kind.AnyOf, *kind.OneOf:
+		if here {
+			if len(e.Causes) == 0 {
+				return false // oneOf matched several alternatives: the type fits
+			}
+			for _, c := range e.Causes {
+				if !typeRefused(c, ptr) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	for _, c := range e.Causes {
+		if typeRefused(c, ptr) {
+			return true
+		}
+	}
+	return false
 }
 
 func kindOf(e *jsonschema.ValidationError) string {
