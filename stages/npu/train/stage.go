@@ -27,10 +27,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/plugins"
@@ -212,7 +215,11 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	tailDone := make(chan struct{})
 	go func() {
 		defer close(tailDone)
-		followLog(tailCtx, launch.LogPath(jobDir, 0), func(line string) { sc.Info(line) })
+		progress := newProgress(w, devices)
+		followLog(tailCtx, launch.LogPath(jobDir, 0), func(line string) {
+			sc.Info(line)
+			progress.line(sc, line)
+		})
 	}()
 	job := launch.Job{
 		Path: self, Args: []string{WorkerCommand, cfgPath},
@@ -313,4 +320,45 @@ func followLog(ctx context.Context, path string, emit func(string)) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// lossLine matches MindSpore's LossMonitor line.
+var lossLine = regexp.MustCompile(`^epoch: (\d+) step: (\d+), loss is (\S+)$`)
+
+// progress turns rank 0's LossMonitor lines into progress events (steps
+// done of the job's total) and loss metrics at the global step. Both need
+// the steps per epoch, which cifar/prepare's manifest gives; for other
+// data directories the lines are only relayed as logs.
+type progress struct {
+	stepsPerEpoch, total int64
+}
+
+func newProgress(w With, devices int) *progress {
+	p := &progress{}
+	// data is the batches directory; cifar/prepare's manifest is beside it.
+	m, err := data.ReadManifest(filepath.Dir(w.Data))
+	if err != nil || filepath.Base(m.DataDir) != filepath.Base(w.Data) || m.Train.Records == 0 || w.BatchSize <= 0 {
+		return p // no totals: the data directory was not made by cifar/prepare
+	}
+	shards := 1
+	if w.Mode == "data_parallel" {
+		shards = devices
+	}
+	p.stepsPerEpoch = int64(data.ShardSize(m.Train.Records, shards) / w.BatchSize)
+	p.total = p.stepsPerEpoch * int64(w.Epochs)
+	return p
+}
+
+func (p *progress) line(sc sdk.Context, line string) {
+	m := lossLine.FindStringSubmatch(line)
+	if m == nil || p.stepsPerEpoch == 0 {
+		return
+	}
+	epoch, _ := strconv.ParseInt(m[1], 10, 64)
+	step, _ := strconv.ParseInt(m[2], 10, 64)
+	done := (epoch-1)*p.stepsPerEpoch + step
+	if loss, err := strconv.ParseFloat(m[3], 64); err == nil {
+		sc.Metric("loss", loss, done)
+	}
+	sc.Progress(done, p.total, "step", fmt.Sprintf("epoch %d, loss %s", epoch, m[3]))
 }
