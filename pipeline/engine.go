@@ -27,6 +27,14 @@ type Launcher interface {
 	Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, log io.Writer) (Process, error)
 }
 
+// ProgressView shows the progress of running stages. Its methods are
+// called from the goroutines running stages and must return promptly;
+// Ended comes once per stage, after its last Progress.
+type ProgressView interface {
+	Progress(stage string, p plugins.ProgressEvent)
+	Ended(stage string, status Status)
+}
+
 // Process is a started stage plugin.
 type Process interface {
 	Run(ctx context.Context, req plugins.RunRequest, emit func(plugins.Event)) (map[string]any, error)
@@ -44,6 +52,10 @@ type Engine struct {
 	Catalog  spec.Catalog
 	// Console receives one human-readable line per stage event; nil discards.
 	Console io.Writer
+	// Progress, when set, is told of running stages' progress events and
+	// of the end of every stage, for a live view such as bars on a
+	// terminal.
+	Progress ProgressView
 	// Jobs is how many stages may run at once (at least 1).
 	Jobs int
 	// NoCache runs every stage even when an earlier run has its outputs.
@@ -401,6 +413,9 @@ func (r *runner) finish(sid string, status Status, reason string, started time.T
 		lvl = r.events.Error()
 	}
 	lvl.Str("event", "stage_"+string(status)).Str("stage", sid).Str("reason", reason).Float64("seconds", ss.Seconds).Msg("stage " + string(status))
+	if r.e.Progress != nil {
+		r.e.Progress.Ended(sid, status)
+	}
 	switch status {
 	case StatusFailed:
 		r.consoleLocked("[%s] failed after %s: %s (log: %s)", sid, dur(ss.Seconds), reason, filepath.Join(r.dir, ss.Log))
@@ -604,6 +619,9 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 		}
 	case ev.Progress != nil:
 		l.Str("event", "progress").Int64("done", ev.Progress.Done).Int64("total", ev.Progress.Total).Str("unit", ev.Progress.Unit).Msg(ev.Progress.Message)
+		if r.e.Progress != nil {
+			r.e.Progress.Progress(sid, *ev.Progress)
+		}
 	case ev.Metric != nil:
 		l.Str("event", "metric").Str("name", ev.Metric.Name).Float64("value", ev.Metric.Value).Int64("step", ev.Metric.Step).Msg("metric")
 	case ev.Artifact != nil:

@@ -36,10 +36,12 @@ default).`,
 				env.usePins(p)
 			}
 			eng := &pipeline.Engine{
-				Store: store, Launcher: env, Catalog: env, Console: cmd.ErrOrStderr(),
+				Store: store, Launcher: env, Catalog: env,
 				Jobs: jobs, Env: processEnv(), RankTable: rankTableInfo,
 			}
+			endConsole := attachConsole(cmd, eng)
 			_, final, err := eng.Resume(cmd.Context(), id)
+			endConsole()
 			if final != nil {
 				fmt.Fprintln(cmd.OutOrStdout(), final.ID)
 			}
@@ -51,6 +53,7 @@ default).`,
 		},
 	}
 	cmd.Flags().IntVar(&jobs, "jobs", 2, "stages run at the same time at most")
+	addProgressFlag(cmd)
 	addRunsDirFlag(cmd)
 	return cmd
 }

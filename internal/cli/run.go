@@ -24,6 +24,9 @@ events.jsonl and stages/<id>/ with each stage's log and files. A stage whose
 plugin, inputs and input artifacts are unchanged since an earlier run is not
 run again: its outputs are reused (--no-cache turns this off).
 
+On a terminal, stages that report progress (npu/train: steps of the job)
+get a progress bar below the console lines; --no-progress turns bars off.
+
 Ctrl-C stops the running stages (plugins get a grace period, then their whole
 process group is killed) and saves the run as cancelled; ` + "`mspipe resume`" + `
 continues it. The run id is printed on stdout.
@@ -40,7 +43,9 @@ Exit status: 0 succeeded, 1 invalid spec or failed stage, 2 usage error,
 				return err
 			}
 			eng := newEngine(cmd, ls, jobs, noCache)
+			endConsole := attachConsole(cmd, eng)
 			st, err := eng.Run(cmd.Context(), ls.p, ls.data, ls.params)
+			endConsole()
 			if st != nil {
 				fmt.Fprintln(cmd.OutOrStdout(), st.ID)
 			}
@@ -50,6 +55,7 @@ Exit status: 0 succeeded, 1 invalid spec or failed stage, 2 usage error,
 	cmd.Flags().StringArrayVarP(&params, "param", "p", nil, "set a param: -p name=value (repeatable)")
 	cmd.Flags().IntVar(&jobs, "jobs", 2, "stages run at the same time at most")
 	cmd.Flags().BoolVar(&noCache, "no-cache", false, "run every stage, even when an earlier run has its outputs")
+	addProgressFlag(cmd)
 	addRunsDirFlag(cmd)
 	return cmd
 }
