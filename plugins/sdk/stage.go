@@ -90,11 +90,15 @@ func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	if err != nil {
 		return w, []plugins.Problem{{Message: err.Error()}}, nil
 	}
-	problems, err := validateJSON(schema, data)
+	checker, err := compileWithSchema(schema)
 	if err != nil {
 		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
 	}
-	if len(problems) > 0 {
+	value, err := plugins.DecodeJSON(data)
+	if err != nil {
+		return w, []plugins.Problem{{Message: err.Error()}}, nil
+	}
+	if problems := checker.check(value, ""); len(problems) > 0 {
 		return w, problems, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -102,10 +106,10 @@ func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	if err := dec.Decode(&w); err != nil {
 		return w, []plugins.Problem{decodeProblem(err)}, nil
 	}
-	if s.Check != nil {
-		problems = s.Check(w)
+	if s.Check == nil {
+		return w, nil, nil
 	}
-	return w, problems, nil
+	return w, s.Check(w), nil
 }
 
 func decodeProblem(err error) plugins.Problem {
