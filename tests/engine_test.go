@@ -320,30 +320,3 @@ func TestInvalidSpecRunsNothing(t *testing.T) {
 		t.Error("an invalid spec created a run directory")
 	}
 }
-
-// TestLateWithValueCheckedByPlugin: a `with` value that comes from another
-// stage's output is known only by its type when the spec is validated; the
-// plugin checks the value itself when the stage runs.
-func TestLateWithValueCheckedByPlugin(t *testing.T) {
-	w := newWorkspace(t)
-	w.write("late.yaml", `version: 1
-name: late
-stages:
-  gen:
-    uses: exec
-    with: {command: "echo t= >> $MSPIPE_OUTPUT"}
-    outputs: {t: string}
-  use:
-    uses: exec
-    needs: gen
-    with: {command: "${{ stages.gen.outputs.t }}"}
-`)
-	r := w.run("run", "late.yaml")
-	if r.code != 1 || !strings.Contains(r.stderr, "invalid with: /command: want at least 1 character, got 0") {
-		t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
-	}
-	st := w.state(r.stdout)
-	if st.Stages["gen"].Status != "succeeded" || st.Stages["use"].Status != "failed" {
-		t.Errorf("stage states: gen %s, use %s", st.Stages["gen"].Status, st.Stages["use"].Status)
-	}
-}

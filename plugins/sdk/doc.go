@@ -42,18 +42,4 @@
 // (minimum, pattern, enum, ...) apply to its items. A type with a
 // `JSONSchema() map[string]any` method supplies its own schema, as
 // [Duration] does.
-//
-// # Checking a block
-//
-// mspipe validates every `with` block against the stage's schema before a
-// pipeline runs, when expressions are known only by their type. Run checks
-// the block again once it has its values, fills in defaults, decodes it
-// strictly into W (unknown fields are errors) and calls Check. The SDK's
-// check knows the keywords the tags above produce and the common ones of a
-// JSONSchema method (type, enum, const, the number, string, array and
-// object bounds, properties, patternProperties, additionalProperties,
-// required, dependentRequired, prefixItems, uniqueItems, allOf, anyOf,
-// oneOf, not); others, such as $ref, are left to mspipe's validation. It
-// is built in so that plugin binaries do not link a JSON Schema library,
-// whose initialisation would slow every plugin start.
 package sdk

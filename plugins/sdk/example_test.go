@@ -56,9 +56,9 @@ func ExampleStage_Validate() {
 		fmt.Println(p)
 	}
 	// Output:
-	// missing required property "text"
-	// unknown property "txt"
-	// /times: want at most 10, got 20
+	// additional properties 'txt' not allowed
+	// missing property 'text'
+	// /times: maximum: got 20, want 10
 }
 
 func ExampleStage_Run() {

@@ -90,15 +90,11 @@ func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	if err != nil {
 		return w, []plugins.Problem{{Message: err.Error()}}, nil
 	}
-	checker, err := compileWithSchema(schema)
+	problems, err := validateJSON(schema, data)
 	if err != nil {
 		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
 	}
-	value, err := plugins.DecodeJSON(data)
-	if err != nil {
-		return w, []plugins.Problem{{Message: err.Error()}}, nil
-	}
-	if problems := checker.check(value, ""); len(problems) > 0 {
+	if len(problems) > 0 {
 		return w, problems, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -106,10 +102,10 @@ func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	if err := dec.Decode(&w); err != nil {
 		return w, []plugins.Problem{decodeProblem(err)}, nil
 	}
-	if s.Check == nil {
-		return w, nil, nil
+	if s.Check != nil {
+		problems = s.Check(w)
 	}
-	return w, s.Check(w), nil
+	return w, problems, nil
 }
 
 func decodeProblem(err error) plugins.Problem {
