@@ -24,6 +24,15 @@
 // outputs from the same inputs). Resume re-runs the stages that did not end
 // succeeded, cached or skipped, and every stage that depends on them.
 //
+// # Inputs
+//
+// Validation knows a `${{ }}` value in `with` only by its type. When a stage
+// is about to run, its resolved `with` (the values the plugin will receive)
+// is checked against the JSON Schema its plugin declares, compiled once per
+// plugin identity; a value that does not fit fails the stage before its
+// plugin starts, with the place in the spec. This holds for every plugin,
+// whatever it is built with.
+//
 // # Caching
 //
 // A stage's cache key is the SHA-256 of its plugin identity (name, version,

@@ -179,6 +179,9 @@ type runner struct {
 
 	mu sync.Mutex // guards st and console writes
 	st *RunState
+
+	schemaMu sync.Mutex
+	schemas  map[string]*spec.WithSchema // compiled `with` schemas by plugin identity
 }
 
 func (e *Engine) execute(ctx context.Context, p *spec.Pipeline, g *Graph, dir string, st *RunState) (*RunState, error) {
@@ -192,7 +195,7 @@ func (e *Engine) execute(ctx context.Context, p *spec.Pipeline, g *Graph, dir st
 	}
 	defer ev.Close()
 	r := &runner{
-		e: e, p: p, g: g, dir: dir, st: st, resolver: resolver,
+		e: e, p: p, g: g, dir: dir, st: st, resolver: resolver, schemas: map[string]*spec.WithSchema{},
 		events: zerolog.New(ev).With().Timestamp().Str("run", st.ID).Logger(),
 	}
 	r.events.Info().Str("event", "run_started").Str("pipeline", p.Name).Msg("run started")
@@ -454,14 +457,26 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 		r.finish(sid, StatusFailed, err.Error(), time.Time{})
 		return
 	}
-	key, err := r.cacheKey(ctx, s, sc, with)
+	r.mu.Lock()
+	ss := r.st.Stages[sid]
+	ss.With = with
+	r.mu.Unlock()
+	ident, err := r.e.Launcher.Identity(ctx, r.p, s)
+	if err != nil {
+		r.finish(sid, StatusFailed, err.Error(), time.Time{})
+		return
+	}
+	if err := r.checkWith(s, ident, with); err != nil {
+		r.finish(sid, StatusFailed, err.Error(), time.Time{})
+		return
+	}
+	key, err := r.cacheKey(s, sc, ident, with)
 	if err != nil {
 		r.finish(sid, StatusFailed, err.Error(), time.Time{})
 		return
 	}
 	r.mu.Lock()
-	ss := r.st.Stages[sid]
-	ss.With, ss.CacheKey = with, key
+	ss.CacheKey = key
 	r.mu.Unlock()
 	if !r.e.NoCache {
 		if hit := r.lookupCache(key); hit != nil {
@@ -698,14 +713,41 @@ func (r *runner) artifacts(s *spec.Stage, outputs map[string]any) (map[string]st
 	return out, nil
 }
 
+// checkWith checks a stage's resolved `with` against the schema its plugin
+// declares, before the plugin starts: validation knew a `${{ }}` value only
+// by its type. Every plugin gets this check, whatever it is built with.
+func (r *runner) checkWith(s *spec.Stage, ident string, with map[string]any) error {
+	ws, err := r.withSchema(s, ident)
+	if err != nil {
+		return err
+	}
+	return r.resolver.CheckWith(s, ws, with)
+}
+
+// withSchema returns the compiled `with` schema of the plugin with the
+// given identity, compiling it on first use.
+func (r *runner) withSchema(s *spec.Stage, ident string) (*spec.WithSchema, error) {
+	r.schemaMu.Lock()
+	defer r.schemaMu.Unlock()
+	if ws, ok := r.schemas[ident]; ok {
+		return ws, nil
+	}
+	info, err := r.e.Catalog.Stage(s.Uses)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := spec.CompileWithSchema(info)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s declares an invalid schema for with: %w", info.Name, err)
+	}
+	r.schemas[ident] = ws
+	return ws, nil
+}
+
 // cacheKey computes the stage's cache key from its plugin identity,
 // resolved inputs, cluster, environment and the content of every path
 // output of the stages it depends on, and of path params.
-func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, with map[string]any) (string, error) {
-	ident, err := r.e.Launcher.Identity(ctx, r.p, s)
-	if err != nil {
-		return "", err
-	}
+func (r *runner) cacheKey(s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (string, error) {
 	in := cacheKeyInput{Plugin: ident, With: with, Devices: sc.Cluster.Devices, Inputs: map[string]string{}}
 	if sc.Cluster.RankTable != "" {
 		h, err := hashPath(sc.Cluster.RankTable)

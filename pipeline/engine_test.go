@@ -153,3 +153,99 @@ func TestLoadStateKeepsTypes(t *testing.T) {
 		t.Errorf("list = %#v", out["l"])
 	}
 }
+
+// schemaCatalog declares "count", whose `with` needs an integer n of at
+// least 1, and "any", which declares no schema.
+type schemaCatalog struct{}
+
+func (schemaCatalog) Names() []string { return []string{"any", "count"} }
+func (schemaCatalog) Stage(uses string) (*spec.StageInfo, error) {
+	info := &spec.StageInfo{Name: uses}
+	if uses == "count" {
+		info.WithSchema = []byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"],"additionalProperties":false}`)
+	}
+	return info, nil
+}
+
+// identityLauncher names each plugin after its uses, and records which
+// stages were launched.
+type identityLauncher struct {
+	mu       chan struct{}
+	launched map[string]bool
+}
+
+func (l *identityLauncher) Identity(_ context.Context, _ *spec.Pipeline, s *spec.Stage) (string, error) {
+	return s.Uses + "@1", nil
+}
+
+func (l *identityLauncher) Launch(_ context.Context, _ *spec.Pipeline, s *spec.Stage, _ io.Writer) (Process, error) {
+	l.mu <- struct{}{}
+	l.launched[s.ID] = true
+	<-l.mu
+	return fakeProcess{id: s.ID, run: func(context.Context, string) (map[string]any, error) { return nil, nil }}, nil
+}
+
+// TestResolvedWithCheckedBeforeLaunch: a `with` value from a param passes
+// validation by its type; its value breaks the schema, so the stage fails
+// before its plugin starts, naming the place in the spec, and what needs it
+// does not run. The run state is kept.
+func TestResolvedWithCheckedBeforeLaunch(t *testing.T) {
+	src := `version: 1
+name: late
+params:
+  n: {type: int, default: 0}
+stages:
+  good: {uses: count, with: {n: 2}}
+  free: {uses: any, with: {n: "${{ params.n }}"}}
+  bad: {uses: count, with: {n: "${{ params.n }}"}}
+  after: {uses: count, needs: bad, with: {n: 1}}
+`
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, errs, err := spec.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs = append(errs, spec.Validate(p, schemaCatalog{}, spec.Options{})...); errs.Err() != nil {
+		t.Fatal(errs)
+	}
+	l := &identityLauncher{mu: make(chan struct{}, 1), launched: map[string]bool{}}
+	store := &Store{Dir: t.TempDir()}
+	eng := &Engine{Store: store, Catalog: schemaCatalog{}, Launcher: l, Jobs: 2}
+
+	plan, err := eng.Plan(context.Background(), p, map[string]any{"n": 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReason := path + ":8:32: stages.bad.with.n: minimum: got 0, want 1"
+	for _, ps := range plan {
+		if ps.ID == "bad" && (ps.Action != "unknown" || ps.Detail != wantReason) {
+			t.Errorf("plan of bad: %s, %q; want unknown, %q", ps.Action, ps.Detail, wantReason)
+		}
+	}
+
+	st, err := eng.Run(context.Background(), p, []byte(src), map[string]any{"n": 0})
+	if !errors.Is(err, ErrStageFailed) {
+		t.Fatalf("err = %v, want a failed stage", err)
+	}
+	for id, want := range map[string]Status{"good": StatusSucceeded, "free": StatusSucceeded, "bad": StatusFailed, "after": StatusPending} {
+		if got := st.Stages[id].Status; got != want {
+			t.Errorf("stage %s: %s, want %s", id, got, want)
+		}
+	}
+	if got := st.Stages["bad"].Reason; got != wantReason {
+		t.Errorf("reason %q, want %q", got, wantReason)
+	}
+	if l.launched["bad"] || l.launched["after"] {
+		t.Errorf("launched %v; bad and after must not start", l.launched)
+	}
+	saved, err := LoadState(filepath.Join(store.Dir, st.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss := saved.Stages["bad"]; ss.Status != StatusFailed || ss.Reason != wantReason || ss.With["n"] != 0 {
+		t.Errorf("run.json has bad = %+v", ss)
+	}
+}

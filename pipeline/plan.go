@@ -34,7 +34,7 @@ func (e *Engine) Plan(ctx context.Context, p *spec.Pipeline, params map[string]a
 	for _, sid := range g.Order {
 		st.Stages[sid] = &StageState{Status: StatusPending}
 	}
-	r := &runner{e: e, p: p, g: g, st: st, resolver: resolver}
+	r := &runner{e: e, p: p, g: g, st: st, resolver: resolver, schemas: map[string]*spec.WithSchema{}}
 	var out []PlannedStage
 	for _, sid := range g.Order {
 		s := p.StageByID(sid)
@@ -97,7 +97,16 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		return "unknown", err.Error()
 	}
 	ss.With = with
-	key, err := r.cacheKey(ctx, s, sc, with)
+	ident, err := r.e.Launcher.Identity(ctx, r.p, s)
+	if err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	if err := r.checkWith(s, ident, with); err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	key, err := r.cacheKey(s, sc, ident, with)
 	if err != nil {
 		ss.Status = StatusFailed
 		return "unknown", err.Error()

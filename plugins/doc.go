@@ -25,6 +25,10 @@
 //     (or the end of the context given to [Launch]) sends SIGTERM to the whole
 //     group, waits a grace period, then sends SIGKILL to whatever of the group
 //     is left.
+//   - The host and a plugin talk gRPC over mutual TLS: the plugin accepts
+//     only the host's client certificate and the host only the server
+//     certificate it handed the plugin. Both are made once per host process
+//     and reach the plugin in [EnvTLS].
 //   - JSON values (`with`, outputs, log fields) keep integers distinct from
 //     floats: integers decode as int64, other numbers as float64, and a float
 //     with an integral value is encoded with a decimal point ("2.0").

@@ -85,7 +85,7 @@ type Client struct {
 var _ Stage = (*Client)(nil)
 
 // Launch starts the plugin process, completes the handshake (gRPC only,
-// automatic mutual TLS), reads the plugin's descriptor and checks that the
+// mutual TLS with the host's certificates, see [EnvTLS]), reads the plugin's descriptor and checks that the
 // host can use it. The process lives until Close is called or ctx is done,
 // whichever comes first; either stops its whole process group. The
 // handshake itself is bounded by StartTimeout rather than by ctx: go-plugin
@@ -113,13 +113,21 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		secure = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 
+	creds, err := hostCredentials()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+
 	logw := &lockedWriter{w: cfg.Log}
 	if cfg.Log == nil {
 		logw.w = io.Discard
 	}
 	tail := &stderrTail{}
 	cmd := exec.Command(cfg.Path, cfg.Args...)
-	cmd.Env = append(os.Environ(), cfg.Env...)
+	// Last, so that they win over inherited values. PLUGIN_CLIENT_CERT lets
+	// a plugin built with an SDK that relied on AutoMTLS answer with its own
+	// server certificate, which go-plugin then trusts for that connection.
+	cmd.Env = append(append(os.Environ(), cfg.Env...), creds.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
 	cmd.Dir = cfg.Dir
 	cmd.SysProcAttr = sysProcAttr()
 	pc := plugin.NewClient(&plugin.ClientConfig{
@@ -128,7 +136,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
+		TLSConfig:        creds.client.Clone(),
 		SkipHostEnv:      true, // cmd.Env already has it, under cfg.Env
 		StartTimeout:     cfg.StartTimeout,
 		Logger: hclog.New(&hclog.LoggerOptions{

@@ -12,8 +12,10 @@
 //	errs = append(errs, spec.Validate(p, catalog)...)
 //	if errs.Err() != nil { ... } // every problem, sorted by position
 //
-// Spec never runs anything: resolving a stage's inputs (Resolve) only
-// evaluates expressions against values the caller supplies.
+// Spec never runs anything: resolving a stage's inputs (Resolver.With) only
+// evaluates expressions against values the caller supplies, and
+// Resolver.CheckWith checks the resolved inputs against the stage's schema,
+// which Validate could apply to a `${{ }}` value by its type only.
 //
 // # Expressions
 //

@@ -18,40 +18,37 @@ import (
 
 // withSchemas validates each stage's `with` against the JSON Schema its
 // plugin declares. A `${{ }}` value is checked by its static type only: its
-// value is unknown until the stage runs.
+// value is unknown until the stage runs (Resolver.CheckWith checks it then).
 func (v *validator) withSchemas() {
-	compiled := map[string]*jsonschema.Schema{}
+	compiled := map[string]*WithSchema{}
 	for _, s := range v.p.Stages {
 		info := v.infos[s.ID]
 		if info == nil || info.WithSchema == nil {
 			continue
 		}
-		sch, ok := compiled[info.Name]
+		ws, ok := compiled[info.Name]
 		if !ok {
 			var err error
-			sch, err = CompileSchema(info.Name, info.WithSchema)
+			ws, err = CompileWithSchema(info)
 			if err != nil {
 				v.errs.add(s.UsesPos, "stages.%s.uses: stage %s declares an invalid schema for with: %v", s.ID, info.Name, err)
 				compiled[info.Name] = nil
 				continue
 			}
-			compiled[info.Name] = sch
+			compiled[info.Name] = ws
 		}
-		if sch == nil {
+		if ws == nil {
 			continue
 		}
 		inst, templated := v.withInstance(s)
-		err := sch.Validate(inst)
+		err := ws.schema.Validate(inst)
 		var ve *jsonschema.ValidationError
 		if !errors.As(err, &ve) {
 			continue
 		}
-		at := s.keyPos["with"]
-		if at.Line == 0 {
-			at = s.Pos
-		}
 		reported := map[string]bool{}
 		for _, leaf := range schemaLeaves(ve) {
+			note := ""
 			ptr := "/" + strings.Join(leaf.InstanceLocation, "/")
 			if known, ok := templated[ptr]; ok {
 				// Only the static type of a templated value is known now:
@@ -60,42 +57,138 @@ func (v *validator) withSchemas() {
 					continue
 				}
 				reported[ptr] = true
+				note = "the expression's type does not fit: "
 			}
-			pos := at
-			if n := lookupNode(s.With, leaf.InstanceLocation); n != nil {
-				pos = Pos{File: v.p.File, Line: n.Line, Col: n.Column}
+			for _, pr := range ws.leafProblems(v.p.File, s, leaf) {
+				v.errs.add(pr.pos, "%s: %s%s", pr.place, note, pr.msg)
 			}
-			place := "stages." + s.ID + ".with"
-			for _, tok := range leaf.InstanceLocation {
-				if _, err := strconv.Atoi(tok); err == nil {
-					place += "[" + tok + "]"
-				} else {
-					place += "." + tok
-				}
-			}
-			if ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties); ok {
-				// One problem per unknown input, at its key, in file order.
-				props := append([]string(nil), ap.Properties...)
-				sort.Slice(props, func(i, j int) bool {
-					return keyLine(s.With, leaf.InstanceLocation, props[i]) < keyLine(s.With, leaf.InstanceLocation, props[j])
-				})
-				known := schemaProperties(info.WithSchema, leaf.InstanceLocation)
-				for _, prop := range props {
-					kpos := pos
-					if k := lookupKey(s.With, leaf.InstanceLocation, prop); k != nil {
-						kpos = Pos{File: v.p.File, Line: k.Line, Col: k.Column}
-					}
-					v.errs.add(kpos, "%s: unknown input %q for %s%s", place, prop, info.Name, suggest(prop, known))
-				}
-				continue
-			}
-			msg := schemaMessage(leaf)
-			if known, ok := templated[ptr]; ok && known {
-				msg = "the expression's type does not fit: " + msg
-			}
-			v.errs.add(pos, "%s: %s", place, msg)
 		}
 	}
+}
+
+// WithSchema is the compiled JSON Schema of a stage's `with` block.
+type WithSchema struct {
+	stage  string // the stage's name, for messages
+	doc    []byte // the schema document, for suggestions
+	schema *jsonschema.Schema
+}
+
+// CompileWithSchema compiles the schema of `with` a stage declares; it
+// returns nil when the stage declares none, which accepts anything.
+func CompileWithSchema(info *StageInfo) (*WithSchema, error) {
+	if info == nil || info.WithSchema == nil {
+		return nil, nil
+	}
+	sch, err := CompileSchema(info.Name, info.WithSchema)
+	if err != nil {
+		return nil, err
+	}
+	return &WithSchema{stage: info.Name, doc: info.WithSchema, schema: sch}, nil
+}
+
+// CheckWith checks the resolved `with` of stage s, the values its plugin
+// will receive, against the stage's compiled schema (nil accepts anything).
+// Validate knows a `${{ }}` value only by its static type; this sees the
+// value, such as an empty string from another stage's output. The error
+// lists every problem on one line, in the form Validate uses:
+// `file:line:col: stages.<id>.with.<path>: message`, the position being the
+// value's in the spec.
+func (r *Resolver) CheckWith(s *Stage, ws *WithSchema, with map[string]any) error {
+	if ws == nil {
+		return nil
+	}
+	// Through JSON, as the plugin receives it: the validator knows JSON
+	// types, not every Go type an expression can produce.
+	data, err := json.Marshal(with)
+	if err != nil {
+		return fmt.Errorf("stages.%s.with: %w", s.ID, err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("stages.%s.with: %w", s.ID, err)
+	}
+	err = ws.schema.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("stages.%s.with: check against the schema of %s: %w", s.ID, ws.stage, err)
+	}
+	var problems []withProblem
+	for _, leaf := range schemaLeaves(ve) {
+		problems = append(problems, ws.leafProblems(r.p.File, s, leaf)...)
+	}
+	sort.SliceStable(problems, func(i, j int) bool {
+		a, b := problems[i].pos, problems[j].pos
+		return a.Line < b.Line || a.Line == b.Line && a.Col < b.Col
+	})
+	var b strings.Builder
+	for i, pr := range problems {
+		if i > 0 {
+			b.WriteString("; ")
+			if prev := problems[i-1]; pr.pos == prev.pos && pr.place == prev.place {
+				// Say the place once, as for the alternatives of a oneOf.
+				b.WriteString(pr.msg)
+				continue
+			}
+		}
+		fmt.Fprintf(&b, "%s: %s: %s", pr.pos, pr.place, pr.msg)
+	}
+	return errors.New(b.String())
+}
+
+// withProblem is one problem in a stage's `with`: where it is in the spec
+// file, its place in the spec's terms (stages.train.with.layers[1]) and
+// what is wrong.
+type withProblem struct {
+	pos   Pos
+	place string
+	msg   string
+}
+
+// leafProblems describes one failed keyword of a `with` block: one problem
+// per unknown input for additionalProperties, else one.
+func (ws *WithSchema) leafProblems(file string, s *Stage, leaf *jsonschema.ValidationError) []withProblem {
+	pos := s.keyPos["with"]
+	if pos.Line == 0 {
+		pos = s.Pos
+	}
+	// The value's node, or the nearest one above it for a place inside a
+	// value that came from an expression.
+	for i := len(leaf.InstanceLocation); i >= 0; i-- {
+		if n := lookupNode(s.With, leaf.InstanceLocation[:i]); n != nil {
+			pos = Pos{File: file, Line: n.Line, Col: n.Column}
+			break
+		}
+	}
+	place := "stages." + s.ID + ".with"
+	for _, tok := range leaf.InstanceLocation {
+		if _, err := strconv.Atoi(tok); err == nil {
+			place += "[" + tok + "]"
+		} else {
+			place += "." + tok
+		}
+	}
+	ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties)
+	if !ok {
+		return []withProblem{{pos: pos, place: place, msg: schemaMessage(leaf)}}
+	}
+	// One problem per unknown input, at its key, in file order.
+	props := append([]string(nil), ap.Properties...)
+	sort.Slice(props, func(i, j int) bool {
+		return keyLine(s.With, leaf.InstanceLocation, props[i]) < keyLine(s.With, leaf.InstanceLocation, props[j])
+	})
+	known := schemaProperties(ws.doc, leaf.InstanceLocation)
+	out := make([]withProblem, 0, len(props))
+	for _, prop := range props {
+		kpos := pos
+		if k := lookupKey(s.With, leaf.InstanceLocation, prop); k != nil {
+			kpos = Pos{File: file, Line: k.Line, Col: k.Column}
+		}
+		out = append(out, withProblem{pos: kpos, place: place, msg: fmt.Sprintf("unknown input %q for %s%s", prop, ws.stage, suggest(prop, known))})
+	}
+	return out
 }
 
 // CompileSchema compiles a JSON Schema document (2020-12 unless it says

@@ -320,3 +320,38 @@ func TestInvalidSpecRunsNothing(t *testing.T) {
 		t.Error("an invalid spec created a run directory")
 	}
 }
+
+// TestLateWithValueCheckedByHost: a `with` value that comes from another
+// stage's output is known only by its type when the spec is validated; mspipe
+// checks the value against the stage's schema when the stage is about to
+// run, and fails it without starting its plugin.
+func TestLateWithValueCheckedByHost(t *testing.T) {
+	w := newWorkspace(t)
+	w.write("late.yaml", `version: 1
+name: late
+stages:
+  gen:
+    uses: exec
+    with: {command: "echo t= >> $MSPIPE_OUTPUT"}
+    outputs: {t: string}
+  use:
+    uses: exec
+    needs: gen
+    with: {command: "${{ stages.gen.outputs.t }}"}
+`)
+	if r := w.run("validate", "late.yaml"); r.code != 0 {
+		t.Fatalf("validate: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	r := w.run("run", "late.yaml")
+	want := "late.yaml:11:21: stages.use.with.command: minLength: got 0, want 1; got string, want array"
+	if r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, want 1 and %q in stderr:\n%s", r.code, want, r.stderr)
+	}
+	st := w.state(r.stdout)
+	if st.Stages["gen"].Status != "succeeded" || st.Stages["use"].Status != "failed" {
+		t.Errorf("stage states: gen %s, use %s", st.Stages["gen"].Status, st.Stages["use"].Status)
+	}
+	if use := st.Stages["use"]; !strings.HasSuffix(use.Reason, want) || use.Attempts != 0 {
+		t.Errorf("use: reason %q, %d attempts; want the schema problem and no attempt", use.Reason, use.Attempts)
+	}
+}

@@ -75,7 +75,8 @@ func TestBuiltinStageServedByMspipe(t *testing.T) {
 	work := t.TempDir()
 	var lines []string
 	out, err := c.Run(ctx, plugins.RunRequest{StageID: "hello", WorkDir: work,
-		With: map[string]any{"command": `echo "hi from $MSPIPE_STAGE_ID"; echo "n=2" >> "$MSPIPE_OUTPUT"`}},
+		With: map[string]any{"command": `echo "hi from $MSPIPE_STAGE_ID"; echo "n=2" >> "$MSPIPE_OUTPUT"; ` +
+			`if [ -n "${MSPIPE_PLUGIN_TLS+set}" ]; then echo tls=inherited; else echo tls=absent; fi >> "$MSPIPE_OUTPUT"`}},
 		func(e plugins.Event) {
 			if e.Log != nil && e.Log.Fields["stream"] == "stdout" {
 				lines = append(lines, e.Log.Message)
@@ -87,6 +88,9 @@ func TestBuiltinStageServedByMspipe(t *testing.T) {
 	}
 	if out["stdout"] != "hi from hello\n" || out["exit_code"] != int64(0) || out["n"] != int64(2) {
 		t.Errorf("outputs = %#v", out)
+	}
+	if out["tls"] != "absent" { // the plugin's TLS key stays in the plugin
+		t.Errorf("the command sees %s: %v", plugins.EnvTLS, out["tls"])
 	}
 	if !slices.Equal(lines, []string{"hi from hello"}) {
 		t.Errorf("stdout events = %q", lines)

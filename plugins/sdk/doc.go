@@ -42,4 +42,17 @@
 // (minimum, pattern, enum, ...) apply to its items. A type with a
 // `JSONSchema() map[string]any` method supplies its own schema, as
 // [Duration] does.
+//
+// # Who checks a block
+//
+// mspipe checks every `with` block against the schema the stage describes:
+// before a pipeline runs, when a `${{ }}` value is known only by its type,
+// and again with the resolved values just before the stage's plugin starts.
+// A block that does not fit never reaches the plugin. The SDK does not
+// check the schema again (it links no JSON Schema library, whose
+// initialisation would slow every plugin start): Validate and Run fill in
+// defaults, decode the block strictly into W (unknown fields and values of
+// the wrong type are problems) and call Check, which is the place for what
+// a schema cannot express. Check must not assume that the schema holds:
+// Validate may be called with any block.
 package sdk

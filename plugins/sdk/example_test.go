@@ -50,15 +50,22 @@ func ExampleSchemaOf() {
 	// {"$schema":"https://json-schema.org/draft/2020-12/schema","additionalProperties":false,"properties":{"text":{"description":"what to write","minLength":1,"type":"string"},"times":{"default":1,"maximum":10,"minimum":1,"type":"integer"}},"required":["text"],"type":"object"}
 }
 
+// Validate decodes the block into the struct: a value of the wrong type or
+// an unknown field is a problem. Bounds such as times' maximum are in the
+// schema, which mspipe checks before the stage runs.
 func ExampleStage_Validate() {
-	problems, _ := echoStage.Validate(context.Background(), map[string]any{"times": 20, "txt": "hi"})
-	for _, p := range problems {
-		fmt.Println(p)
+	for _, with := range []map[string]any{
+		{"text": "hi", "times": "twice"},
+		{"text": "hi", "txt": "hi"},
+		{"text": "hi", "times": 20},
+	} {
+		problems, _ := echoStage.Validate(context.Background(), with)
+		fmt.Println(problems)
 	}
 	// Output:
-	// additional properties 'txt' not allowed
-	// missing property 'text'
-	// /times: maximum: got 20, want 10
+	// [/times: want int, got string]
+	// [unknown field "txt"]
+	// []
 }
 
 func ExampleStage_Run() {

@@ -48,6 +48,7 @@ func ServeContext(ctx context.Context, s plugins.Stage) error {
 			HandshakeConfig: plugins.Handshake(),
 			Plugins:         plugins.PluginSet(srv),
 			GRPCServer:      plugin.DefaultGRPCServer,
+			TLSProvider:     plugins.ServerTLSConfig,
 		})
 	}()
 	select {

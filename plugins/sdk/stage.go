@@ -19,9 +19,9 @@ import (
 )
 
 // Stage is a stage whose `with` block decodes into W, a struct. It
-// implements plugins.Stage: Describe derives the JSON Schema from W,
-// Validate checks a block against it (then calls Check), and Run validates,
-// decodes and calls Execute.
+// implements plugins.Stage: Describe derives the JSON Schema from W, which
+// mspipe checks every block against; Validate decodes a block strictly into
+// W and calls Check; Run does the same and calls Execute.
 type Stage[W any] struct {
 	Name        string // stage name used in `uses:`, e.g. "acme/augment"
 	Version     string // the stage's version, part of the cache key
@@ -51,13 +51,15 @@ func (s Stage[W]) Describe(context.Context) (plugins.Descriptor, error) {
 	}, nil
 }
 
-// Validate checks a `with` block against the schema of W and Check.
+// Validate decodes a `with` block into W and runs Check. Keywords of the
+// schema (required, minimum, pattern, ...) are mspipe's to check; see the
+// package documentation.
 func (s Stage[W]) Validate(_ context.Context, with map[string]any) ([]plugins.Problem, error) {
 	_, problems, err := s.decode(with)
 	return problems, err
 }
 
-// Run validates and decodes the `with` block (filling in schema defaults)
+// Run decodes the `with` block (filling in schema defaults), runs Check
 // and calls Execute.
 func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plugins.Event)) (map[string]any, error) {
 	if s.Execute == nil {
@@ -77,8 +79,9 @@ func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plu
 	return s.Execute(ctx, NewContext(req, emit), with)
 }
 
-// decode validates with against the schema of W, fills in defaults, decodes
-// it into a W and runs Check. The error is for a broken W, not a bad block.
+// decode fills in the schema's defaults, decodes with strictly into a W
+// (unknown fields and wrong types are problems) and runs Check. The error
+// is for a broken W, not a bad block.
 func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	var w W
 	schema, err := schemaMap(reflect.TypeFor[W]())
@@ -90,22 +93,15 @@ func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	if err != nil {
 		return w, []plugins.Problem{{Message: err.Error()}}, nil
 	}
-	problems, err := validateJSON(schema, data)
-	if err != nil {
-		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
-	}
-	if len(problems) > 0 {
-		return w, problems, nil
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
 		return w, []plugins.Problem{decodeProblem(err)}, nil
 	}
-	if s.Check != nil {
-		problems = s.Check(w)
+	if s.Check == nil {
+		return w, nil, nil
 	}
-	return w, problems, nil
+	return w, s.Check(w), nil
 }
 
 func decodeProblem(err error) plugins.Problem {

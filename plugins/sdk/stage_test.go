@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/spec"
 )
 
 type trainWith struct {
@@ -54,15 +55,19 @@ func TestStageValidate(t *testing.T) {
 	}{
 		{"ok", map[string]any{"data": "d"}, nil},
 		{"ok with all", map[string]any{"data": "d", "epochs": int64(3), "lr": 0.5, "mode": "data_parallel", "layers": []any{"fc"}, "timeout": "90s"}, nil},
-		{"missing required", map[string]any{}, []plugins.Problem{{Path: "", Message: "missing property 'data'"}}},
-		{"wrong type", map[string]any{"data": "d", "epochs": "two"}, []plugins.Problem{{Path: "/epochs", Message: "got string, want integer"}}},
-		{"float for int", map[string]any{"data": "d", "epochs": 2.5}, []plugins.Problem{{Path: "/epochs", Message: "got number, want integer"}}},
-		{"minimum", map[string]any{"data": "d", "epochs": int64(0)}, []plugins.Problem{{Path: "/epochs", Message: "minimum: got 0, want 1"}}},
-		{"enum", map[string]any{"data": "d", "mode": "auto"}, []plugins.Problem{{Path: "/mode", Message: `value must be one of 'stand_alone', 'data_parallel'`}}},
-		{"item pattern", map[string]any{"data": "d", "layers": []any{"fc", "FC2"}}, []plugins.Problem{{Path: "/layers/1", Message: "'FC2' does not match pattern '^[a-z]+$'"}}},
-		{"unknown field", map[string]any{"data": "d", "epoch": int64(1)}, []plugins.Problem{{Path: "", Message: "additional properties 'epoch' not allowed"}}},
-		{"bad duration", map[string]any{"data": "d", "timeout": "soon"}, []plugins.Problem{
-			{Path: "/timeout", Message: "'soon' does not match pattern"}, {Path: "/timeout", Message: "got string, want number"}}},
+		{"wrong type", map[string]any{"data": "d", "epochs": "two"}, []plugins.Problem{{Path: "/epochs", Message: "want int, got string"}}},
+		{"float for int", map[string]any{"data": "d", "epochs": 2.5}, []plugins.Problem{{Path: "/epochs", Message: "want int, got number 2.5"}}},
+		{"integral float for int", map[string]any{"data": "d", "epochs": 2.0}, []plugins.Problem{{Path: "/epochs", Message: "want int, got number 2.0"}}},
+		{"nested wrong type", map[string]any{"data": "d", "options": map[string]any{"seed": "x"}}, []plugins.Problem{{Path: "/options/seed", Message: "want int, got string"}}},
+		{"not an array", map[string]any{"data": "d", "layers": "fc"}, []plugins.Problem{{Path: "/layers", Message: "want []string, got string"}}},
+		{"unknown field", map[string]any{"data": "d", "epoch": int64(1)}, []plugins.Problem{{Path: "", Message: `unknown field "epoch"`}}},
+		{"nested unknown field", map[string]any{"data": "d", "options": map[string]any{"salt": 1}}, []plugins.Problem{{Path: "", Message: `unknown field "salt"`}}},
+		{"bad duration", map[string]any{"data": "d", "timeout": "soon"}, []plugins.Problem{{Path: "", Message: `duration "soon": time: invalid duration "soon"`}}},
+		// Keywords of the schema are mspipe's to check (TestHostChecksSchemaKeywords).
+		{"missing required", map[string]any{}, nil},
+		{"minimum", map[string]any{"data": "d", "epochs": int64(0)}, nil},
+		{"enum", map[string]any{"data": "d", "mode": "auto"}, nil},
+		{"item pattern", map[string]any{"data": "d", "layers": []any{"fc", "FC2"}}, nil},
 		{"check", map[string]any{"data": "d", "mode": "data_parallel", "epochs": int64(11)}, []plugins.Problem{{Path: "/epochs", Message: "data_parallel runs at most 10 epochs here"}}},
 	}
 	for _, tt := range tests {
@@ -100,8 +105,8 @@ func TestStageRunAppliesDefaults(t *testing.T) {
 	if len(with) != 2 || len(with["options"].(map[string]any)) != 0 {
 		t.Errorf("Run modified the caller's with: %v", with)
 	}
-	_, err = s.Run(context.Background(), plugins.RunRequest{With: map[string]any{"epochs": int64(0)}}, nil)
-	if err == nil || !strings.Contains(err.Error(), "invalid with: missing property 'data'; /epochs: minimum: got 0, want 1") {
+	_, err = s.Run(context.Background(), plugins.RunRequest{With: map[string]any{"data": "d", "epochs": "two"}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "invalid with: /epochs: want int, got string") {
 		t.Errorf("invalid with: err = %v", err)
 	}
 	if _, err := (Stage[trainWith]{Name: "x"}).Run(context.Background(), plugins.RunRequest{}, nil); err == nil {
@@ -264,5 +269,49 @@ func TestDuration(t *testing.T) {
 	}
 	if b, _ := Duration(90 * time.Second).MarshalJSON(); string(b) != `"1m30s"` {
 		t.Errorf("MarshalJSON = %s", b)
+	}
+}
+
+// TestHostChecksSchemaKeywords: what the derived schema says beyond types
+// is checked by mspipe, not by the SDK, so the SDK's Validate accepts these
+// blocks while mspipe's check against the described schema refuses them.
+func TestHostChecksSchemaKeywords(t *testing.T) {
+	s := trainStage()
+	d, err := s.Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := spec.CompileSchema(d.Name, d.WithSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, with := range []map[string]any{
+		{"data": "d"},
+		{"data": "d", "epochs": int64(3), "lr": 0.5, "mode": "data_parallel", "layers": []any{"fc"}, "timeout": "90s"},
+	} {
+		if err := schema.Validate(with); err != nil {
+			t.Errorf("%v: mspipe refuses a good block: %v", with, err)
+		}
+	}
+	tests := []struct {
+		name string
+		with map[string]any
+		want string // in mspipe's message
+	}{
+		{"missing required", map[string]any{}, "missing property 'data'"},
+		{"min length", map[string]any{"data": ""}, "minLength: got 0, want 1"},
+		{"minimum", map[string]any{"data": "d", "epochs": int64(0)}, "minimum: got 0, want 1"},
+		{"exclusive minimum", map[string]any{"data": "d", "lr": 0.0}, "exclusiveMinimum"},
+		{"enum", map[string]any{"data": "d", "mode": "auto"}, "value must be one of 'stand_alone', 'data_parallel'"},
+		{"item pattern", map[string]any{"data": "d", "layers": []any{"fc", "FC2"}}, "'FC2' does not match pattern '^[a-z]+$'"},
+	}
+	for _, tt := range tests {
+		problems, err := s.Validate(context.Background(), tt.with)
+		if err != nil || len(problems) > 0 {
+			t.Errorf("%s: the SDK reports %v, %v; want nothing", tt.name, problems, err)
+		}
+		if err := schema.Validate(tt.with); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: mspipe says %v, want %q", tt.name, err, tt.want)
+		}
 	}
 }

@@ -77,13 +77,14 @@ func (w With) argv() []string {
 }
 
 // check reports what the schema cannot: blank commands and bad variable
-// names.
+// names. It does not rely on the schema having been checked (mspipe does
+// that before the stage runs), so an empty list is caught here too.
 func check(w With) []plugins.Problem {
 	var problems []plugins.Problem
-	if w.Command.Argv == nil && strings.TrimSpace(w.Command.Line) == "" {
+	switch {
+	case w.Command.Argv == nil && strings.TrimSpace(w.Command.Line) == "", w.Command.Argv != nil && len(w.Command.Argv) == 0:
 		problems = append(problems, plugins.Problem{Path: "/command", Message: "empty command"})
-	}
-	if w.Command.Argv != nil && strings.TrimSpace(w.Command.Argv[0]) == "" {
+	case w.Command.Argv != nil && strings.TrimSpace(w.Command.Argv[0]) == "":
 		problems = append(problems, plugins.Problem{Path: "/command/0", Message: "empty program name"})
 	}
 	for name := range w.Env {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
@@ -31,7 +33,7 @@ func main() {
 	if marker := os.Getenv("TESTPLUGIN_MARKER"); marker != "" {
 		_ = os.WriteFile(marker, []byte("started\n"), 0o644)
 	}
-	sdk.Serve(sdk.Stage[with]{
+	stage := sdk.Stage[with]{
 		Name:        "test/plugin",
 		Version:     "0.1.0",
 		Description: "Behaves as its mode says, for tests.",
@@ -42,7 +44,18 @@ func main() {
 			{Name: plugins.WildcardOutput, Type: plugins.TypeAny},
 		},
 		Execute: run,
-	})
+	}
+	if os.Getenv("TESTPLUGIN_AUTOMTLS") == "1" {
+		// Serve as plugins built with an SDK that relied on go-plugin's
+		// AutoMTLS did: no TLS provider.
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig: plugins.Handshake(),
+			Plugins:         plugins.PluginSet(stage),
+			GRPCServer:      plugin.DefaultGRPCServer,
+		})
+		return
+	}
+	sdk.Serve(stage)
 }
 
 func run(ctx context.Context, sc sdk.Context, w with) (map[string]any, error) {

@@ -1,7 +1,8 @@
 // The mspipe stage plugin protocol, version 1.
 //
 // A stage plugin is a separate process started by mspipe through
-// HashiCorp go-plugin (gRPC transport, automatic mutual TLS). The host asks
+// HashiCorp go-plugin (gRPC transport, mutual TLS with certificates the host
+// makes once per process and passes in MSPIPE_PLUGIN_TLS). The host asks
 // the plugin to describe itself, to check a stage's `with` block, and to run
 // the stage once; events stream back while the stage runs.
 //
