@@ -421,12 +421,22 @@ func (r *runner) finish(sid string, status Status, reason string, started time.T
 	}
 	switch status {
 	case StatusFailed:
-		r.consoleLocked("[%s] failed after %s: %s (log: %s)", sid, dur(ss.Seconds), reason, filepath.Join(r.dir, ss.Log))
+		// A stage refused before its plugin started (bad inputs) has no log.
+		if log := filepath.Join(r.dir, ss.Log); ss.Log != "" && fileExists(log) {
+			r.consoleLocked("[%s] failed after %s: %s (log: %s)", sid, dur(ss.Seconds), reason, log)
+		} else {
+			r.consoleLocked("[%s] failed after %s: %s", sid, dur(ss.Seconds), reason)
+		}
 	case StatusCancelled:
 		r.consoleLocked("[%s] cancelled after %s", sid, dur(ss.Seconds))
 	case StatusSkipped:
 		r.consoleLocked("[%s] skipped: %s", sid, reason)
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func dur(seconds float64) time.Duration {

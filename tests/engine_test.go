@@ -347,6 +347,9 @@ stages:
 	if r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("exit %d, want 1 and %q in stderr:\n%s", r.code, want, r.stderr)
 	}
+	if strings.Contains(r.stderr, "stage.log") {
+		t.Errorf("the console points at a log the refused stage never wrote:\n%s", r.stderr)
+	}
 	st := w.state(r.stdout)
 	if st.Stages["gen"].Status != "succeeded" || st.Stages["use"].Status != "failed" {
 		t.Errorf("stage states: gen %s, use %s", st.Stages["gen"].Status, st.Stages["use"].Status)
