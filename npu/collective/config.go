@@ -134,6 +134,12 @@ type Config struct {
 	// Transport selects shared memory or TCP for collective data (default
 	// TransportAuto: shared memory when every rank runs on this host).
 	Transport Transport
+	// Hosts, when set, gives the server of every rank (index = rank), as
+	// the rank table's server_list does. TransportAuto then uses shared
+	// memory only if they are all on one server, as HCCL uses HCCS only
+	// inside a server: a multi-server job simulated on one machine still
+	// talks TCP.
+	Hosts []int
 	// ShmDir is the tmpfs directory for shared-memory segments (default
 	// DefaultShmDir).
 	ShmDir string
@@ -145,7 +151,8 @@ type Config struct {
 
 // FromRankTable returns the Config of the given rank of the job a validated
 // rank table describes: rank r listens on the device_ip of rank r, port
-// basePort+r (basePort 0 means DefaultBasePort). Using the rank in the port
+// basePort+r (basePort 0 means DefaultBasePort), and Hosts says which
+// server of the table each rank is on. Using the rank in the port
 // keeps addresses unique even when device IPs repeat. Secret and timeouts are
 // left for the caller to set.
 func FromRankTable(t *ranktable.RankTable, rank, basePort int) (Config, error) {
@@ -170,7 +177,9 @@ func FromRankTable(t *ranktable.RankTable, rank, basePort int) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %s: rank %d out of range 0-%d", ErrConfig, name, rank, len(ranks)-1)
 	}
 	addrs := make([]string, len(ranks))
+	hosts := make([]int, len(ranks))
 	for i, r := range ranks {
+		hosts[i] = r.HostIndex
 		if r.RankID != i {
 			return Config{}, fmt.Errorf("%w: %s: rank ids are not 0-%d (rank_id %d missing)", ErrConfig, name, len(ranks)-1, i)
 		}
@@ -180,7 +189,7 @@ func FromRankTable(t *ranktable.RankTable, rank, basePort int) (Config, error) {
 		}
 		addrs[i] = netip.AddrPortFrom(ip, uint16(basePort+i)).String()
 	}
-	return Config{Rank: rank, Size: len(ranks), Addrs: addrs}, nil
+	return Config{Rank: rank, Size: len(ranks), Addrs: addrs, Hosts: hosts}, nil
 }
 
 // NewSecret returns a fresh random job secret for Config.Secret.
@@ -237,6 +246,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Transport > TransportShm {
 		return bad("unknown %v", c.Transport)
+	}
+	if c.Hosts != nil && len(c.Hosts) != c.Size {
+		return bad("%d hosts for %d ranks", len(c.Hosts), c.Size)
 	}
 	if s := c.SegmentBytes; s != 0 && (s < 1024 || s > 256<<20 || s%4 != 0) {
 		return bad("segment size %d, want a multiple of 4 from 1024 to %d", s, 256<<20)

@@ -34,8 +34,9 @@
 // # Transports
 //
 // TCP carries every collective and all control traffic. When every rank
-// runs on this host (Config.Transport TransportAuto, the default; Init
-// checks that all ranks map one tmpfs segment), AllReduce of a buffer
+// runs on this host (Config.Transport TransportAuto, the default: the rank
+// table puts every rank on one server, Config.Hosts, and Init checks that
+// all ranks map one tmpfs segment), AllReduce of a buffer
 // from Comm.Alloc goes through shared memory instead, as HCCL uses HCCS
 // inside a server and the network between servers: every rank maps every
 // other rank's buffer, rank c reduces chunk c straight from all of them in

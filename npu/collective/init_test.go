@@ -69,9 +69,19 @@ func TestFromRankTable(t *testing.T) {
 	if cfg.Rank != 3 || cfg.Size != 8 || cfg.Addrs[0] != "127.1.0.1:29500" || cfg.Addrs[7] != "127.1.0.8:29507" {
 		t.Fatalf("config %+v", cfg)
 	}
+	if fmt.Sprint(cfg.Hosts) != "[0 0 0 0 0 0 0 0]" {
+		t.Errorf("hosts %v, want one server", cfg.Hosts)
+	}
 	cfg.Secret = testSecret()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	two, err := ranktable.Generate(ranktable.GenerateOptions{Devices: 8, Hosts: 2, Scheme: ranktable.SchemeLocal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = FromRankTable(two, 0, 0); err != nil || fmt.Sprint(cfg.Hosts) != "[0 0 0 0 0 0 0 0 1 1 1 1 1 1 1 1]" {
+		t.Errorf("two servers: hosts %v (%v), want 8 ranks on each", cfg.Hosts, err)
 	}
 
 	// The seeds' example addresses are real network addresses: refused

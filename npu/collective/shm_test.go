@@ -193,3 +193,22 @@ func TestShmFallbackAndRequirement(t *testing.T) {
 		}
 	}
 }
+
+// Auto uses shared memory only for ranks on one server of the rank table:
+// a two-server job simulated on one machine talks TCP, unless shared
+// memory is required.
+func TestShmOnlyWithinOneServer(t *testing.T) {
+	dir := shmDir(t)
+	twoServers := func(c *Config) { c.ShmDir, c.Hosts = dir, []int{0, 0, 1, 1} }
+	if got := group(t, 4, twoServers)[0].Transport(); got != TransportTCP {
+		t.Errorf("two servers, auto: transport %v, want tcp", got)
+	}
+	oneServer := func(c *Config) { c.ShmDir, c.Hosts = dir, []int{1, 1, 1, 1} }
+	if got := group(t, 4, oneServer)[0].Transport(); got != TransportShm {
+		t.Errorf("one server, auto: transport %v, want shm", got)
+	}
+	forced := func(c *Config) { twoServers(c); c.Transport = TransportShm }
+	if got := group(t, 4, forced)[0].Transport(); got != TransportShm {
+		t.Errorf("two servers, shm required: transport %v, want shm", got)
+	}
+}
