@@ -95,6 +95,9 @@ func (c *Comm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 		if reg, off, ok := c.shm.region(c.rank, buf); ok {
 			return c.shmAllReduce(buf, op, reg, off)
 		}
+		if c.shm != nil {
+			c.shm.announce(c.rank, c.current(noRegion, 0))
+		}
 		c.ensureScratch(lay.seg)
 		if c.cfg.Algorithm == Ring {
 			if err := c.ringReduceScatter(buf, lay, op, true); err != nil {

@@ -604,6 +604,12 @@ func (c *Comm) run(ctx context.Context, op opCode, count uint64, extra uint32, b
 	}
 	c.seq++
 	c.cur = call{op: op, seq: c.seq, count: count, extra: extra}
+	if c.shm != nil && op != opAllReduce && op != opAlloc {
+		// Ranks waiting in a shared-memory barrier learn that this one
+		// is in the same call over TCP (AllReduce says which path it
+		// takes itself).
+		c.shm.announce(c.rank, c.current(noRegion, 0))
+	}
 	c.curOp.Store(int32(op))
 	defer c.curOp.Store(-1)
 	if err := ctx.Err(); err != nil {

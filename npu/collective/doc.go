@@ -45,7 +45,8 @@
 // rank, without the kernel's socket copies. Results are the bits Mesh
 // gives over TCP. A model keeps its gradients in Alloc memory to use it
 // (trainer.Config.AllocGrads). Other collectives, and AllReduce of
-// ordinary buffers, use TCP; every rank must pass Alloc memory or none.
+// ordinary buffers, use TCP; every rank must pass Alloc memory or none (a
+// mix fails at once as out of step).
 // TransportTCP turns shared memory off; TransportShm makes Init fail
 // unless every rank can use it.
 //

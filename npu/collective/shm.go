@@ -86,10 +86,16 @@ const (
 )
 
 // shmDesc describes the collective a rank is in; every rank must publish
-// the same one.
+// the same one. Collectives over TCP publish theirs too (region
+// noRegion), so a rank waiting in a shared-memory barrier sees at once a
+// peer that is in the same call over TCP.
 type shmDesc struct {
-	seq, op, count, region, offset, extra uint64
+	op, count, region, offset, extra uint64
+	seq                              uint64 // written last, read first
 }
+
+// noRegion is the region of a call on ordinary memory.
+const noRegion = ^uint64(0)
 
 // shmGroup is this rank's view of the shared memory of the job.
 type shmGroup struct {
@@ -241,6 +247,44 @@ func (g *shmGroup) desc(r int) *shmDesc {
 	return (*shmDesc)(unsafe.Pointer(&g.ctl[(r+1)*shmSlot+shmDescOff]))
 }
 
+// announce publishes d as rank r's current call: the fields first, the
+// call number last, so a reader that sees the number sees its call.
+func (g *shmGroup) announce(r int, d shmDesc) {
+	p := g.desc(r)
+	atomic.StoreUint64(&p.op, d.op)
+	atomic.StoreUint64(&p.count, d.count)
+	atomic.StoreUint64(&p.region, d.region)
+	atomic.StoreUint64(&p.offset, d.offset)
+	atomic.StoreUint64(&p.extra, d.extra)
+	atomic.StoreUint64(&p.seq, d.seq)
+}
+
+// load reads rank r's current call.
+func (g *shmGroup) load(r int) shmDesc {
+	p := g.desc(r)
+	d := shmDesc{seq: atomic.LoadUint64(&p.seq)}
+	d.op = atomic.LoadUint64(&p.op)
+	d.count = atomic.LoadUint64(&p.count)
+	d.region = atomic.LoadUint64(&p.region)
+	d.offset = atomic.LoadUint64(&p.offset)
+	d.extra = atomic.LoadUint64(&p.extra)
+	return d
+}
+
+// current is the descriptor of the running call on region (noRegion for
+// ordinary memory) at offset.
+func (c *Comm) current(region uint64, offset int) shmDesc {
+	return shmDesc{seq: uint64(c.cur.seq), op: uint64(c.cur.op), count: c.cur.count,
+		region: region, offset: uint64(offset), extra: uint64(c.cur.extra)}
+}
+
+// outOfStep fails the communicator because rank q is in call d while this
+// rank is in mine.
+func (c *Comm) outOfStep(q int, d, mine shmDesc, self int) error {
+	return c.fail(&PeerError{Rank: q, Addr: c.cfg.Addrs[q], Via: -1,
+		Err: fmt.Errorf("%w: it called %s, rank %d called %s", ErrOutOfStep, d.describe(), self, mine.describe())})
+}
+
 // wakeShm wakes this host's ranks sleeping in a barrier, so that they look
 // at the communicator's state again.
 func (c *Comm) wakeShm() {
@@ -277,6 +321,11 @@ func (c *Comm) shmBarrier() error {
 		}
 		p := c.peers[missing]
 		c.waitingOn.Store(int32(missing))
+		// A peer in this very call over TCP will never arrive here. (Other
+		// disagreements show after the barrier, compared with rank 0.)
+		if d := g.load(missing); d.region == noRegion && d.seq == uint64(c.cur.seq) {
+			return c.outOfStep(missing, d, g.load(c.rank), c.rank)
+		}
 		select {
 		case <-p.resolved:
 			return c.peerFailure(p, errPeerGone)
@@ -303,21 +352,16 @@ var errPeerGone = fmt.Errorf("peer connection ended")
 // rank 0.
 func (c *Comm) shmPublish(region uint32, offset int) error {
 	g := c.shm
-	mine := shmDesc{seq: uint64(c.cur.seq), op: uint64(c.cur.op), count: c.cur.count,
-		region: uint64(region), offset: uint64(offset), extra: uint64(c.cur.extra)}
-	*g.desc(c.rank) = mine
+	g.announce(c.rank, c.current(uint64(region), offset))
 	if err := c.shmBarrier(); err != nil {
 		return err
 	}
 	// Everyone compares with rank 0, so every rank names the same culprit.
-	ref := *g.desc(0)
+	ref := g.load(0)
 	for q := 1; q < c.size; q++ {
-		d := *g.desc(q)
-		if d == ref {
-			continue
+		if d := g.load(q); d != ref {
+			return c.outOfStep(q, d, ref, 0)
 		}
-		return c.fail(&PeerError{Rank: q, Addr: c.cfg.Addrs[q], Via: -1,
-			Err: fmt.Errorf("%w: it called %s, rank 0 called %s", ErrOutOfStep, d.describe(), ref.describe())})
 	}
 	return nil
 }
@@ -325,8 +369,11 @@ func (c *Comm) shmPublish(region uint32, offset int) error {
 func (d shmDesc) describe() string {
 	h := header{kind: kindData, op: opCode(d.op), seq: uint32(d.seq), count: d.count, extra: uint32(d.extra)}
 	s := h.describeCall()
-	if opCode(d.op) == opAlloc {
+	switch {
+	case opCode(d.op) == opAlloc:
 		return s
+	case d.region == noRegion:
+		return s + " on ordinary memory"
 	}
 	return fmt.Sprintf("%s on shared buffer %d at element %d", s, d.region, d.offset)
 }

@@ -212,3 +212,24 @@ func TestShmOnlyWithinOneServer(t *testing.T) {
 		t.Errorf("two servers, shm required: transport %v, want shm", got)
 	}
 }
+
+// A rank that reduces ordinary memory (TCP) while the others reduce shared
+// memory is out of step at once, not after the timeout: the barrier sees
+// its call.
+func TestShmMixedWithTCPIsOutOfStep(t *testing.T) {
+	comms := shmGroupOf(t, 3, shmDir(t))
+	shared := allocAll(t, comms, 64)
+	errs := onAll(comms, func(r int, c *Comm) error {
+		buf := shared[r]
+		if r == 2 {
+			buf = make([]float32, 64)
+		}
+		return c.AllReduce(context.Background(), buf, Sum)
+	})
+	want := "rank 2 (" + comms[0].cfg.Addrs[2] + ") is out of step: it called allreduce #2 of 64 elements (sum) on ordinary memory"
+	for r, err := range errs {
+		if !errors.Is(err, ErrOutOfStep) || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want ...%s", r, err, want)
+		}
+	}
+}
