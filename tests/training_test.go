@@ -148,3 +148,29 @@ func shmFilesOf(t *testing.T, dir string) []string {
 	left, _ := filepath.Glob(filepath.Join(collective.DefaultShmDir, "mspipe-"+collective.ShmTag(cfg)+"-*"))
 	return left
 }
+
+// A simulated device too small for the model fails the stage like a real
+// one: the reason names what did not fit.
+func TestDeviceMemoryTooSmallFailsNamingTheBuffer(t *testing.T) {
+	w := newWorkspace(t)
+	w.write("oom.yaml", `version: 1
+name: oom
+stages:
+  prepare: {uses: cifar/prepare, with: {train_images: 80, test_images: 20}}
+  train:
+    uses: npu/train
+    needs: prepare
+    with: {data: "${{ stages.prepare.outputs.dir }}", mode: stand_alone, epochs: 1, batch_size: 8, device_memory: 3MiB}
+`)
+	r := w.run("run", "oom.yaml")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	train := w.state(id).Stages["train"]
+	want := "out of device memory: optimizer moments needs 1.0 MiB, 2.2 MiB of 3.0 MiB in use " +
+		"(largest: resnet20 parameters 1.0 MiB, resnet20 gradients 1.0 MiB, input batch float32[8 3 32 32] 96.0 KiB)"
+	if train.Status != "failed" || !strings.Contains(train.Reason, want) {
+		t.Errorf("train = %s: %s; want failed with ...%s", train.Status, train.Reason, want)
+	}
+}

@@ -27,10 +27,10 @@ func (r *ReLU) Params() []*Param { return nil }
 // Forward computes max(x, 0).
 func (r *ReLU) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	var err error
-	if r.y, err = ensure(r.y, x.Shape()...); err != nil {
+	if r.y, err = r.dev.ensure(r.name, "output", r.y, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("relu %s output: %w", r.name, err)
 	}
-	if r.dx, err = ensure(r.dx, x.Shape()...); err != nil {
+	if r.dx, err = r.dev.ensure(r.name, "input gradient", r.dx, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("relu %s input gradient: %w", r.name, err)
 	}
 	r.job = reluJob{a: x.Data(), out: r.y.Data(), forward: true}

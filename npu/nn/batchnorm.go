@@ -88,10 +88,10 @@ func (b *BatchNorm2d) forward(x *tensor.Tensor, train, relu bool, residual []flo
 		return nil, err
 	}
 	var err error
-	if b.y, err = ensure(b.y, x.Shape()...); err != nil {
+	if b.y, err = b.dev.ensure(b.name, "output", b.y, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("batchnorm %s output: %w", b.name, err)
 	}
-	if b.dx, err = ensure(b.dx, x.Shape()...); err != nil {
+	if b.dx, err = b.dev.ensure(b.name, "input gradient", b.dx, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("batchnorm %s input gradient: %w", b.name, err)
 	}
 	if residual != nil && len(residual) != x.Len() {

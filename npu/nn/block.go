@@ -125,7 +125,7 @@ func (b *ResidualBlock) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, e
 	if !tensor.SameShape(h, s) {
 		return nil, fmt.Errorf("block %s: main path %v and shortcut %v differ: %w", b.name, h.Shape(), s.Shape(), tensor.ErrShape)
 	}
-	if b.dsum, err = ensure(b.dsum, h.Shape()...); err != nil {
+	if b.dsum, err = b.dev.ensure(b.name, "gradient sum", b.dsum, h.Shape()...); err != nil {
 		return nil, fmt.Errorf("block %s gradient: %w", b.name, err)
 	}
 	return b.last.forward(h, train, true, s.Data())

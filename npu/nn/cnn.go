@@ -17,7 +17,10 @@ func NewCNN(cfg ResNetConfig) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cnn: %w", err)
 	}
-	dev := NewDevice(cfg.Threads)
+	dev, err := cfg.device()
+	if err != nil {
+		return nil, err
+	}
 	m, err := buildCNN(classes, cfg.Seed, dev)
 	if err != nil {
 		dev.Close()

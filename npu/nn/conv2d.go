@@ -108,10 +108,10 @@ func (c *Conv2d) prepare(x *tensor.Tensor) error {
 		c.geom = g
 	}
 	var err error
-	if c.y, err = ensure(c.y, n, c.cfg.Out, g.OutH, g.OutW); err != nil {
+	if c.y, err = c.dev.ensure(c.name, "output", c.y, n, c.cfg.Out, g.OutH, g.OutW); err != nil {
 		return fmt.Errorf("conv %s output: %w", c.name, err)
 	}
-	if c.dx, err = ensure(c.dx, x.Shape()...); err != nil {
+	if c.dx, err = c.dev.ensure(c.name, "input gradient", c.dx, x.Shape()...); err != nil {
 		return fmt.Errorf("conv %s input gradient: %w", c.name, err)
 	}
 	// 3×3 convolutions take the shift kernels: with stride 1 and one pixel
@@ -134,7 +134,9 @@ func (c *Conv2d) prepare(x *tensor.Tensor) error {
 		if err != nil {
 			return fmt.Errorf("conv %s: input %v: %w", c.name, x.Shape(), err)
 		}
-		c.xs = make([]float32, c.shift.InputLen())
+		if c.xs, err = c.dev.floats(c.name, "packed input", c.xs, c.shift.InputLen()); err != nil {
+			return fmt.Errorf("conv %s: %w", c.name, err)
+		}
 	}
 	c.keepCols = nil
 	if c.shift != nil {
@@ -146,10 +148,10 @@ func (c *Conv2d) prepare(x *tensor.Tensor) error {
 	// once in a buffer of the layer and Backward reuses them.
 	if cols := g.ColRows() * g.ColCols() * n; cols <= 2*c.chunkFloats {
 		c.chunk = n
-		if cap(c.colBuf) < cols {
-			c.colBuf = make([]float32, cols)
+		if c.colBuf, err = c.dev.floats(c.name, "columns", c.colBuf, cols); err != nil {
+			return fmt.Errorf("conv %s: %w", c.name, err)
 		}
-		c.keepCols = c.colBuf[:cols]
+		c.keepCols = c.colBuf
 	}
 	if len(c.rowOffs) < c.cfg.Out+g.ColRows() {
 		c.rowOffs = make([]int, c.cfg.Out+g.ColRows())
@@ -170,7 +172,10 @@ func (c *Conv2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	k, p, out := g.ColRows(), g.ColCols(), c.cfg.Out
 	w := c.dev.workers
 	if s := c.shift; s != nil {
-		ys := c.dev.scratchFloats(s.Len(out))
+		ys, err := c.dev.scratchFloats(s.Len(out))
+		if err != nil {
+			return nil, fmt.Errorf("conv %s: %w", c.name, err)
+		}
 		s.PackInput(w, c.xs, x.Data())
 		s.Forward(w, ys, c.xs, c.weight.Value.Data())
 		var bias []float32
@@ -183,7 +188,10 @@ func (c *Conv2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	for n0 := 0; n0 < n; n0 += c.chunk {
 		gg := min(c.chunk, n-n0)
 		ld := gg * p
-		buf := c.dev.scratchFloats(k*ld + out*ld)
+		buf, err := c.dev.scratchFloats(k*ld + out*ld)
+		if err != nil {
+			return nil, fmt.Errorf("conv %s: %w", c.name, err)
+		}
 		col, res := buf[:k*ld], buf[k*ld:]
 		if c.keepCols != nil {
 			col, res = c.keepCols, buf[:out*ld]
@@ -224,7 +232,10 @@ func (c *Conv2d) backward(dy *tensor.Tensor, add []float32) (*tensor.Tensor, err
 		c.biasGrad(dy.Data(), n, p)
 	}
 	if s := c.shift; s != nil {
-		buf := c.dev.scratchFloats(s.Len(out) + s.InputLen())
+		buf, err := c.dev.scratchFloats(s.Len(out) + s.InputLen())
+		if err != nil {
+			return nil, fmt.Errorf("conv %s: %w", c.name, err)
+		}
 		dys, dxs := buf[:s.Len(out)], buf[s.Len(out):]
 		s.Pack(w, dys, dy.Data(), out)
 		s.BackwardWeights(w, dw, dys, c.xs)
@@ -235,12 +246,18 @@ func (c *Conv2d) backward(dy *tensor.Tensor, add []float32) (*tensor.Tensor, err
 		return c.dx, nil
 	}
 	if len(c.dwPart) < len(dw) && c.chunk < n {
-		c.dwPart = make([]float32, len(dw))
+		var err error
+		if c.dwPart, err = c.dev.floats(c.name, "weight gradient parts", c.dwPart, len(dw)); err != nil {
+			return nil, fmt.Errorf("conv %s: %w", c.name, err)
+		}
 	}
 	for n0 := 0; n0 < n; n0 += c.chunk {
 		gg := min(c.chunk, n-n0)
 		ld := gg * p
-		buf := c.dev.scratchFloats(2*k*ld + out*ld)
+		buf, err := c.dev.scratchFloats(2*k*ld + out*ld)
+		if err != nil {
+			return nil, fmt.Errorf("conv %s: %w", c.name, err)
+		}
 		col, dcol, dres := buf[:k*ld], buf[k*ld:2*k*ld], buf[2*k*ld:]
 		if c.keepCols != nil {
 			col = c.keepCols

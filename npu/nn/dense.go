@@ -50,10 +50,10 @@ func (d *Dense) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	}
 	n := x.Dim(0)
 	var err error
-	if d.y, err = ensure(d.y, n, d.out); err != nil {
+	if d.y, err = d.dev.ensure(d.name, "output", d.y, n, d.out); err != nil {
 		return nil, fmt.Errorf("dense %s output: %w", d.name, err)
 	}
-	if d.dx, err = ensure(d.dx, n, d.in); err != nil {
+	if d.dx, err = d.dev.ensure(d.name, "input gradient", d.dx, n, d.in); err != nil {
 		return nil, fmt.Errorf("dense %s input gradient: %w", d.name, err)
 	}
 	d.x = x

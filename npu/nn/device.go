@@ -3,11 +3,14 @@ package nn
 import "github.com/mspipe/mspipe/npu/tensor"
 
 // Device is what the layers of one model run on: a worker pool spreading
-// kernels over the CPU cores and one scratch buffer the layers share, since
-// they run one after another. A simulated NPU rank owns one Device.
+// kernels over the CPU cores, one scratch buffer the layers share, since
+// they run one after another, and a memory capacity the layers' buffers
+// are counted against (see SetMemory). A simulated NPU rank owns one
+// Device.
 type Device struct {
 	workers *tensor.Workers
 	scratch []float32
+	mem     memory
 }
 
 // NewDevice returns a device that uses threads goroutines (threads <= 0:
@@ -24,12 +27,12 @@ func (d *Device) Workers() *tensor.Workers { return d.workers }
 func (d *Device) Close() { d.workers.Close() }
 
 // scratchFloats returns n floats of shared scratch, valid until the next call.
-// It grows (allocates) only when a larger size is first asked for.
-func (d *Device) scratchFloats(n int) []float32 {
-	if cap(d.scratch) < n {
-		d.scratch = make([]float32, n)
-	}
-	return d.scratch[:n]
+// It grows (allocates, counted as device memory) only when a larger size is
+// first asked for.
+func (d *Device) scratchFloats(n int) ([]float32, error) {
+	var err error
+	d.scratch, err = d.floats("device", "shared workspace", d.scratch, n)
+	return d.scratch, err
 }
 
 // orSerial returns d, or a device without extra goroutines when d is nil.

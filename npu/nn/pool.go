@@ -52,10 +52,10 @@ func (m *MaxPool2d) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error
 		return nil, fmt.Errorf("maxpool %s: input %v: %w", m.name, x.Shape(), err)
 	}
 	m.geom = g
-	if m.y, err = ensure(m.y, n, c, g.OutH, g.OutW); err != nil {
+	if m.y, err = m.dev.ensure(m.name, "output", m.y, n, c, g.OutH, g.OutW); err != nil {
 		return nil, fmt.Errorf("maxpool %s output: %w", m.name, err)
 	}
-	if m.dx, err = ensure(m.dx, x.Shape()...); err != nil {
+	if m.dx, err = m.dev.ensure(m.name, "input gradient", m.dx, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("maxpool %s input gradient: %w", m.name, err)
 	}
 	if len(m.argmax) != m.y.Len() {

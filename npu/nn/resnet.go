@@ -11,6 +11,20 @@ type ResNetConfig struct {
 	NumClasses int    // classes of the end_point layer; 0 means 10 (CIFAR-10)
 	Seed       uint64 // seed of the deterministic initialisation
 	Threads    int    // worker goroutines; 0 means GOMAXPROCS
+	// Memory is the device's memory capacity in bytes (0: unlimited);
+	// building or running the model past it fails with ErrOutOfMemory
+	// naming the buffer.
+	Memory int64
+}
+
+// device returns the device a model of cfg runs on.
+func (cfg ResNetConfig) device() (*Device, error) {
+	dev := NewDevice(cfg.Threads)
+	if err := dev.SetMemory(cfg.Memory); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return dev, nil
 }
 
 // Model is a network with its parameters packed in fixed order, ready for a
@@ -113,6 +127,12 @@ func newModel(name string, dev *Device, layers []Layer) (*Model, error) {
 	if m.values, m.grads, err = Pack(m.params); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if err := dev.Reserve(name+" parameters", 4*int64(len(m.values))); err != nil {
+		return nil, err
+	}
+	if err := dev.Reserve(name+" gradients", 4*int64(len(m.grads))); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -152,7 +172,10 @@ func NewResNet50(cfg ResNetConfig) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resnet50: %w", err)
 	}
-	dev := NewDevice(cfg.Threads)
+	dev, err := cfg.device()
+	if err != nil {
+		return nil, err
+	}
 	m, err := buildResNet50(classes, cfg.Seed, dev)
 	if err != nil {
 		dev.Close()
@@ -204,7 +227,10 @@ func NewResNet20(cfg ResNetConfig) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resnet20: %w", err)
 	}
-	dev := NewDevice(cfg.Threads)
+	dev, err := cfg.device()
+	if err != nil {
+		return nil, err
+	}
 	m, err := buildResNet20(classes, cfg.Seed, dev)
 	if err != nil {
 		dev.Close()

@@ -3,16 +3,19 @@ package trainer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/nn"
 )
 
 // wire makes cfg reduce its gradients through comm; with the shared-memory
@@ -231,5 +234,26 @@ func testRunsBitIdentical(t *testing.T, transport collective.Transport) {
 				t.Errorf("rank %d: %s differs between two identical runs", r, name)
 			}
 		}
+	}
+}
+
+// A device too small for the job fails training with an out-of-memory
+// error that names what did not fit; the result reports the peak a job
+// that fits used.
+func TestDeviceMemoryCap(t *testing.T) {
+	dataDir := tinyData(t, 16)
+	cfg := Config{DataDir: dataDir, Epochs: 1, BatchSize: 4, LearningRate: 0.05, Seed: 5, Threads: 1, MaxSteps: 2,
+		DeviceMemory: 3 << 20}
+	_, err := Train(context.Background(), cfg)
+	if !errors.Is(err, nn.ErrOutOfMemory) || !strings.Contains(err.Error(), "optimizer moments needs 1.0 MiB") {
+		t.Fatalf("3 MiB device: %v, want out of memory for the optimizer moments", err)
+	}
+	cfg.DeviceMemory = 0
+	res, err := Train(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeviceMemory != nn.Ascend910Memory || res.PeakDeviceMemory < 3<<20 || res.PeakDeviceMemory > 64<<20 {
+		t.Errorf("peak %d of %d bytes, want an Ascend 910's capacity and a few MiB", res.PeakDeviceMemory, res.DeviceMemory)
 	}
 }

@@ -62,6 +62,12 @@ type Config struct {
 	// optimizer state included, so the result equals an uninterrupted run.
 	Resume bool
 
+	// DeviceMemory is the simulated device's memory capacity in bytes: the
+	// model's buffers, parameters, gradients, optimizer state and input
+	// batch must fit, or training fails with nn.ErrOutOfMemory naming the
+	// buffer that did not. 0 means nn.Ascend910Memory (32 GiB).
+	DeviceMemory int64
+
 	// Eval measures accuracy and loss on the test split after training.
 	Eval bool
 	// MaxSteps stops after this many steps in all (0: no limit).
@@ -96,16 +102,19 @@ type StepInfo struct {
 
 // Result is what a training job produced.
 type Result struct {
-	Loss          float32 // of the last step
-	GlobalStep    int
-	Steps         int // steps run by this call (less than GlobalStep after a resume)
-	Seconds       float64
-	ImagesPerSec  float64 // this device's images per second of training
-	Checkpoint    string  // the last checkpoint written, or ""
-	Accuracy      float64 // held-out accuracy when Config.Eval, else NaN
-	EvalLoss      float64 // held-out mean loss when Config.Eval, else NaN
-	ResumedFrom   string  // checkpoint a Resume started from, or ""
-	StepsPerEpoch int
+	Loss         float32 // of the last step
+	GlobalStep   int
+	Steps        int // steps run by this call (less than GlobalStep after a resume)
+	Seconds      float64
+	ImagesPerSec float64 // this device's images per second of training
+	Checkpoint   string  // the last checkpoint written, or ""
+	Accuracy     float64 // held-out accuracy when Config.Eval, else NaN
+	EvalLoss     float64 // held-out mean loss when Config.Eval, else NaN
+	ResumedFrom  string  // checkpoint a Resume started from, or ""
+	// PeakDeviceMemory is the most device memory in use at once (bytes),
+	// and DeviceMemory the capacity it was counted against.
+	PeakDeviceMemory, DeviceMemory int64
+	StepsPerEpoch                  int
 }
 
 func (c *Config) defaults() error {
@@ -145,7 +154,10 @@ func (c *Config) defaults() error {
 
 // NewModel builds the named model.
 func NewModel(name string, seed uint64, threads int) (*nn.Model, error) {
-	cfg := nn.ResNetConfig{Seed: seed, Threads: threads}
+	return newModel(name, nn.ResNetConfig{Seed: seed, Threads: threads})
+}
+
+func newModel(name string, cfg nn.ResNetConfig) (*nn.Model, error) {
 	switch name {
 	case "resnet20", "":
 		return nn.NewResNet20(cfg)
@@ -188,11 +200,19 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("%w: %d training images on this shard are fewer than one batch of %d", ErrConfig, pipe.SamplesPerEpoch(), cfg.BatchSize)
 	}
 
-	model, err := NewModel(cfg.Model, cfg.Seed, cfg.Threads)
+	memory := cfg.DeviceMemory
+	if memory == 0 {
+		memory = nn.Ascend910Memory
+	}
+	model, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: memory})
 	if err != nil {
 		return nil, err
 	}
 	defer model.Close()
+	c, h, w := pipe.ImageShape()
+	if err := model.Device().Reserve(fmt.Sprintf("input batch float32[%d %d %d %d]", cfg.BatchSize, c, h, w), 4*int64(cfg.BatchSize*c*h*w)); err != nil {
+		return nil, err
+	}
 	if cfg.AllocGrads != nil {
 		buf, err := cfg.AllocGrads(ctx, len(model.Grads()))
 		if err != nil {
@@ -213,6 +233,10 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		LearningRates: lrs, Momentum: float32(cfg.Momentum), WeightDecay: float32(cfg.WeightDecay),
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Momentum keeps one moment per gradient element on the device.
+	if err := model.Device().Reserve("optimizer moments", 4*int64(len(model.Grads()))); err != nil {
 		return nil, err
 	}
 	res := &Result{StepsPerEpoch: steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
@@ -265,7 +289,6 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	loss := nn.NewSoftmaxCrossEntropyExpand()
 	loader := pipe.NewLoader()
 	batch := pipe.NewBatch()
-	c, h, w := pipe.ImageShape()
 	total := cfg.Epochs * steps
 	if cfg.MaxSteps > 0 {
 		total = min(total, start+cfg.MaxSteps)
@@ -342,6 +365,8 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		res.Accuracy, res.EvalLoss = acc, el
 	}
+	_, res.PeakDeviceMemory = model.Device().MemoryInUse()
+	res.DeviceMemory = memory
 	return res, nil
 }
 

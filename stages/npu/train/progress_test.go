@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/data"
@@ -55,5 +56,26 @@ func TestLossLinesBecomeProgress(t *testing.T) {
 	p.line(sc, "epoch: 2 step: 1, loss is 2.25")
 	if len(events) != 0 {
 		t.Errorf("without a manifest: events %+v, want none", events)
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"", 0, false}, {"32GiB", 32 << 30, false}, {"1.5GiB", 3 << 29, false}, {"512MiB", 512 << 20, false},
+		{"1048576", 1 << 20, false}, {"2097152B", 2 << 20, false},
+		{"100KiB", 0, true}, {"lots", 0, true}, {"-1GiB", 0, true}, {"32GB", 0, true},
+	} {
+		got, err := parseMemory(tc.in)
+		if tc.bad != (err != nil) || got != tc.want {
+			t.Errorf("parseMemory(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+	problems := check(With{Mode: "stand_alone", DeviceMemory: "lots"})
+	if len(problems) != 1 || problems[0].Path != "/device_memory" || !strings.Contains(problems[0].Message, `device memory "lots": want a size`) {
+		t.Errorf("check: %+v", problems)
 	}
 }

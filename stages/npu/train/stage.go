@@ -7,10 +7,15 @@
 //
 // Modes: stand_alone (one device) and data_parallel (every device trains a
 // full replica on its shard of the data; gradients are averaged by an
-// AllReduce over TCP between the rank processes, as HCCL does) work.
+// AllReduce between the rank processes, as HCCL does: through shared memory
+// when the rank table puts them on one server, over TCP otherwise) work.
 // semi_auto_parallel, auto_parallel and hybrid_parallel are not implemented
 // in this build: the stage refuses them with a clear error instead of
 // training something else.
+//
+// Every device has a memory capacity (device_memory, default an Ascend
+// 910's 32 GiB) that the model's buffers are counted against; a job that
+// does not fit fails naming the buffer, as a real device would.
 //
 // BatchNorm in data_parallel keeps per-device statistics, as MindSpore does
 // by default: each device normalizes with its own batch's mean and variance
@@ -44,7 +49,7 @@ import (
 const Name = "npu/train"
 
 // version is part of every cache key: bump it when results change.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // WorkerCommand is the hidden mspipe subcommand a rank process runs.
 const WorkerCommand = "__npu-worker"
@@ -70,7 +75,7 @@ type With struct {
 	KeepCheckpointMax   int                `json:"keep_checkpoint_max,omitempty" jsonschema:"default=5,minimum=1"`
 	Prefix              string             `json:"prefix,omitempty" jsonschema:"default=CKP,pattern=^[A-Za-z0-9_.]+$"`
 	IntegratedSave      *bool              `json:"integrated_save,omitempty" description:"semi/auto parallel: save whole tensors (not implemented in this build)"`
-	DeviceMemory        string             `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (not implemented in this build)"`
+	DeviceMemory        string             `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
 	Eval                *bool              `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
@@ -96,6 +101,7 @@ func New() plugins.Stage {
 			{Name: "global_step", Type: plugins.TypeInt},
 			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
 			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
+			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
 		},
 		Check:   check,
 		Execute: execute,
@@ -113,8 +119,8 @@ func check(w With) []plugins.Problem {
 	if len(w.Strategy) > 0 {
 		out = append(out, plugins.Problem{Path: "/strategy", Message: "shard strategies need semi_auto_parallel, which is " + ErrNotImplemented.Error()})
 	}
-	if w.DeviceMemory != "" {
-		out = append(out, plugins.Problem{Path: "/device_memory", Message: "device memory caps are " + ErrNotImplemented.Error()})
+	if _, err := parseMemory(w.DeviceMemory); err != nil {
+		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
 	}
 	return out
 }
@@ -145,6 +151,7 @@ type WorkerResult struct {
 	ImagesPerSec float64 `json:"images_per_second"`
 	Checkpoint   string  `json:"checkpoint"`
 	ResumedFrom  string  `json:"resumed_from,omitempty"`
+	PeakMemory   int64   `json:"peak_device_memory"` // bytes
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
@@ -245,6 +252,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	results := make([]WorkerResult, devices)
 	ips := 0.0
+	var peak int64
 	for i := range results {
 		data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
 		if err != nil {
@@ -254,16 +262,18 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			return nil, fmt.Errorf("rank %d result.json: %w", i, err)
 		}
 		ips += results[i].ImagesPerSec
+		peak = max(peak, results[i].PeakMemory)
 	}
 	r0 := results[0]
 	return map[string]any{
-		"checkpoints":       jobDir,
-		"checkpoint":        r0.Checkpoint,
-		"loss":              r0.Loss,
-		"accuracy":          r0.Accuracy,
-		"global_step":       r0.GlobalStep,
-		"wall_time":         r0.Seconds,
-		"images_per_second": ips,
+		"checkpoints":        jobDir,
+		"checkpoint":         r0.Checkpoint,
+		"loss":               r0.Loss,
+		"accuracy":           r0.Accuracy,
+		"global_step":        r0.GlobalStep,
+		"wall_time":          r0.Seconds,
+		"images_per_second":  ips,
+		"peak_device_memory": peak,
 	}, nil
 }
 
@@ -361,4 +371,28 @@ func (p *progress) line(sc sdk.Context, line string) {
 		sc.Metric("loss", loss, done)
 	}
 	sc.Progress(done, p.total, "step", fmt.Sprintf("epoch %d, loss %s", epoch, m[3]))
+}
+
+// parseMemory reads a device memory size: bytes, or a number with KiB, MiB,
+// GiB or TiB ("32GiB", "1.5GiB"); "" means the default.
+func parseMemory(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	num, mult := s, 1.0
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	n := v * mult
+	if err != nil || n < 1<<20 || n > 1<<50 {
+		return 0, fmt.Errorf("device memory %q: want a size from 1MiB to 1024TiB, like 32GiB or 512MiB", s)
+	}
+	return int64(n), nil
 }

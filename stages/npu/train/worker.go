@@ -13,6 +13,7 @@ import (
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/trainer"
 )
 
@@ -65,6 +66,9 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 		Init: init, Resume: true, Eval: eval && rank == 0,
 		LogSteps: w.LogSteps, Log: os.Stdout, ShuffleBuffer: w.ShuffleBuffer,
 	}
+	if tc.DeviceMemory, err = parseMemory(w.DeviceMemory); err != nil {
+		return err
+	}
 	if w.Mode == "data_parallel" {
 		comm, err := joinCollective(ctx, cfg, rank, &tc)
 		if err != nil {
@@ -82,7 +86,9 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	out := WorkerResult{
 		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
+		PeakMemory: res.PeakDeviceMemory,
 	}
+	fmt.Printf("device memory: peak %s of %s\n", nn.Bytes(res.PeakDeviceMemory), nn.Bytes(res.DeviceMemory))
 	if res.Checkpoint != "" {
 		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
 	}
