@@ -35,9 +35,13 @@ type Comm struct {
 	segElems  int
 	zeroCopy  bool // host order is wire order: frames read and write float32 memory directly
 
-	peers []*peer                // by rank; nil at c.rank
-	shm   *shmGroup              // shared memory with every rank, or nil (TCP only); set by Init
-	bell  atomic.Pointer[uint32] // shm's doorbell, for goroutines that wake its waiters
+	peers []*peer   // by rank; nil at c.rank
+	shm   *shmGroup // shared memory with every rank, or nil (TCP only); set by Init
+	// bell is shm's doorbell, for goroutines that wake its waiters; bellMu
+	// keeps it mapped while one rings it (fail may run on any goroutine,
+	// also after Close has stopped the communicator's own).
+	bellMu sync.RWMutex
+	bell   *uint32
 
 	callMu sync.Mutex // held by the running collective (and by Close while it stops goroutines)
 	seq    uint32

@@ -26,9 +26,12 @@ package collective
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -78,11 +81,14 @@ func ParseTransport(s string) (Transport, error) {
 const DefaultShmDir = "/dev/shm"
 
 const (
-	shmSlot     = 128 // bytes per rank in the control segment: arrive word, then the descriptor on its own cache line
-	shmDescOff  = 64
-	shmWaitStep = 20 * time.Millisecond // futex sleeps between checks of the control connections
-	shmSpins    = 64                    // yields before the first futex sleep
-	shmFallback = 1024                  // elements per block of the portable reduction
+	shmSlot        = 128 // bytes per rank in the control segment: arrive word, then the descriptor on its own cache line
+	shmDescOff     = 64
+	shmNonceOff    = 64 // in the segment's first slot, after the doorbell's cache line
+	shmNonceLen    = 16
+	shmWaitStep    = 20 * time.Millisecond // futex sleeps between checks of the control connections
+	shmSpins       = 64                    // yields before the first futex sleep
+	shmFallback    = 1024                  // elements per block of the portable reduction
+	shmKernelPiece = 1 << 16               // elements per call of the vector kernel (a multiple of addBcastBlock)
 )
 
 // shmDesc describes the collective a rank is in; every rank must publish
@@ -96,6 +102,13 @@ type shmDesc struct {
 
 // noRegion is the region of a call on ordinary memory.
 const noRegion = ^uint64(0)
+
+// allocFailed, as an Alloc descriptor's offset, says the rank could not
+// get its shared buffer.
+const allocFailed = ^uint64(0)
+
+// maxAllocElems bounds Alloc (16 GiB of float32 per rank).
+const maxAllocElems = 1 << 32
 
 // shmGroup is this rank's view of the shared memory of the job.
 type shmGroup struct {
@@ -173,41 +186,66 @@ func (c *Comm) setupShm(ctx context.Context) error {
 	size := pageRound((c.size + 1) * shmSlot)
 	var ctl []byte
 	var mapErr error
+	created := false
 	if !shmSupported {
 		mapErr = fmt.Errorf("not supported on %s", runtime.GOOS)
 	} else if c.rank == 0 {
-		ctl, mapErr = mapShared(path, size, true)
+		// The nonce tells this communicator's segment from any other's of
+		// the same name, and makes its buffers' names unique.
+		if ctl, mapErr = mapShared(path, size, true); mapErr == nil {
+			created = true
+			if _, err := rand.Read(ctl[shmNonceOff : shmNonceOff+shmNonceLen]); err != nil {
+				mapErr = err
+			}
+		}
+	}
+	remove := func() {
+		if created {
+			_ = os.Remove(path)
+			created = false
+		}
 	}
 	if err := c.Barrier(ctx); err != nil {
-		c.dropCtl(ctl, path)
+		remove()
+		c.dropCtl(ctl)
 		return err
 	}
 	if c.rank != 0 && mapErr == nil {
 		ctl, mapErr = mapShared(path, size, false)
 	}
-	ok := []float32{1}
-	if mapErr != nil {
-		ok[0] = 0
+	// Every rank says whether it mapped the segment and which nonce it
+	// found there: shared memory only if all found rank 0's.
+	mine := make([]float32, 1+shmNonceLen/4)
+	if mapErr == nil {
+		mine[0] = 1
+		for i := range shmNonceLen / 4 {
+			mine[1+i] = math.Float32frombits(binary.LittleEndian.Uint32(ctl[shmNonceOff+4*i:]))
+		}
 	}
-	all := make([]float32, c.size)
-	err := c.AllGather(ctx, ok, all)
+	all := make([]float32, c.size*len(mine))
+	err := c.AllGather(ctx, mine, all)
 	if err == nil {
 		err = c.Barrier(ctx) // every rank is done opening the file
 	}
-	c.dropCtl(nil, path)
+	remove()
 	c.seq = 0 // the caller's first collective is call #1 on every rank, as without this setup
 	if err != nil {
-		c.dropCtl(ctl, "")
+		c.dropCtl(ctl)
 		return err
 	}
 	var missing []string
-	for r, v := range all {
-		if v == 0 {
+	for r := range c.size {
+		got := all[r*len(mine) : (r+1)*len(mine)]
+		same := got[0] == 1
+		for i := 1; same && i < len(mine); i++ {
+			same = math.Float32bits(got[i]) == math.Float32bits(all[i])
+		}
+		if !same {
 			missing = append(missing, fmt.Sprint(r))
 		}
 	}
 	if len(missing) > 0 {
-		c.dropCtl(ctl, "")
+		c.dropCtl(ctl)
 		if c.cfg.Transport == TransportShm {
 			why := ""
 			if mapErr != nil {
@@ -219,23 +257,21 @@ func (c *Comm) setupShm(ctx context.Context) error {
 		return nil
 	}
 	c.shm = &shmGroup{
-		dir: dir, tag: tag, ctl: ctl,
+		dir: dir, tag: tag + "-" + hex.EncodeToString(ctl[shmNonceOff:shmNonceOff+4]), ctl: ctl,
 		bell: (*uint32)(unsafe.Pointer(&ctl[0])),
 		srcs: make([]unsafe.Pointer, c.size),
 		acc:  make([]float32, shmFallback),
 	}
-	c.bell.Store(c.shm.bell)
+	c.bellMu.Lock()
+	c.bell = c.shm.bell
+	c.bellMu.Unlock()
 	return nil
 }
 
-// dropCtl unmaps ctl (if any) and, from rank 0, removes the file at path
-// (if any).
-func (c *Comm) dropCtl(ctl []byte, path string) {
+// dropCtl unmaps ctl, if any.
+func (c *Comm) dropCtl(ctl []byte) {
 	if ctl != nil {
 		unmap(ctl)
-	}
-	if path != "" && c.rank == 0 {
-		_ = os.Remove(path)
 	}
 }
 
@@ -288,8 +324,10 @@ func (c *Comm) outOfStep(q int, d, mine shmDesc, self int) error {
 // wakeShm wakes this host's ranks sleeping in a barrier, so that they look
 // at the communicator's state again.
 func (c *Comm) wakeShm() {
-	if b := c.bell.Load(); b != nil {
-		ring(b)
+	c.bellMu.RLock()
+	defer c.bellMu.RUnlock()
+	if c.bell != nil {
+		ring(c.bell)
 	}
 }
 
@@ -388,8 +426,8 @@ func (d shmDesc) describe() string {
 // process) and is never freed, so allocate long-lived buffers such as a
 // model's gradients, not one per step.
 func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
-	if count < 0 {
-		return nil, fmt.Errorf("collective: alloc: %w: negative count %d", ErrBuffer, count)
+	if count < 0 || count > maxAllocElems {
+		return nil, fmt.Errorf("collective: alloc: %w: %d elements (want 0 to %d)", ErrBuffer, count, maxAllocElems)
 	}
 	if c.shm == nil || count == 0 {
 		return make([]float32, count), nil
@@ -404,19 +442,50 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 			return filepath.Join(g.dir, fmt.Sprintf("mspipe-%s-r%d-b%d", g.tag, r, id))
 		}
 		reg := &shmRegion{id: id, count: count, maps: make([][]byte, c.size), views: make([][]float32, c.size)}
-		own, err := mapShared(name(c.rank), size, true)
-		if err != nil {
-			return c.fail(fmt.Errorf("alloc %d elements: %w", count, err))
-		}
+		own, ownErr := mapShared(name(c.rank), size, true)
 		reg.maps[c.rank] = own
 		defer func() {
-			_ = os.Remove(name(c.rank))
-			if out == nil {
+			if ownErr == nil {
+				_ = os.Remove(name(c.rank))
+			}
+			if out == nil || !g.owns(reg) {
 				reg.unmapAll()
 			}
 		}()
-		if err := c.shmPublish(id, 0); err != nil {
+		// Every rank says whether it got its buffer (offset allocFailed if
+		// not); all of them then agree to share or to fall back.
+		d := c.current(uint64(id), 0)
+		if ownErr != nil {
+			d.offset = allocFailed
+		}
+		g.announce(c.rank, d)
+		if err := c.shmBarrier(); err != nil {
 			return err
+		}
+		var failed []string
+		ref := g.load(0)
+		for q := 0; q < c.size; q++ {
+			dq := g.load(q)
+			if dq.offset == allocFailed {
+				failed = append(failed, fmt.Sprint(q))
+			}
+			a, b := dq, ref
+			a.offset, b.offset = 0, 0
+			if a != b {
+				return c.outOfStep(q, dq, ref, 0)
+			}
+		}
+		if len(failed) > 0 {
+			why := ""
+			if ownErr != nil {
+				why = fmt.Sprintf(" (here: %v)", ownErr)
+			}
+			if c.cfg.Transport == TransportShm {
+				return c.fail(fmt.Errorf("alloc %d elements of shared memory: rank(s) %s could not%s", count, strings.Join(failed, ", "), why))
+			}
+			// Auto: ordinary memory on every rank, reduced over TCP.
+			out = make([]float32, count)
+			return nil
 		}
 		for q := 0; q < c.size; q++ {
 			if q == c.rank {
@@ -442,6 +511,29 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// owns reports whether reg is one of g's regions.
+func (g *shmGroup) owns(reg *shmRegion) bool {
+	for _, r := range g.regions {
+		if r == reg {
+			return true
+		}
+	}
+	return false
+}
+
+// IsShared reports whether buf lies in shared memory from Alloc, so that
+// AllReduce of it moves no data through TCP. Alloc falls back to ordinary
+// memory (with TransportAuto) when a rank cannot get shared memory, such
+// as when the tmpfs is full.
+func (c *Comm) IsShared(buf []float32) bool {
+	if !c.callMu.TryLock() {
+		return false
+	}
+	defer c.callMu.Unlock()
+	_, _, ok := c.shm.region(c.rank, buf)
+	return ok
 }
 
 func (r *shmRegion) unmapAll() {
@@ -499,15 +591,17 @@ func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, n int) {
 		head := min(hi-lo, int((32-a%32)%32)/4)
 		mid := (hi - lo - head) / addBcastBlock * addBcastBlock
 		g.reducePortable(reg, lo, lo+head, op, n)
-		if mid > 0 {
+		var divisor float32
+		if op == Mean {
+			divisor = float32(n)
+		}
+		// In pieces: the Go scheduler cannot preempt assembly, and a
+		// stop-the-world pause should not wait for a whole chunk.
+		for p := lo + head; p < lo+head+mid; p += shmKernelPiece {
 			for q := range g.srcs {
-				g.srcs[q] = unsafe.Pointer(&reg.views[q][lo+head])
+				g.srcs[q] = unsafe.Pointer(&reg.views[q][p])
 			}
-			var divisor float32
-			if op == Mean {
-				divisor = float32(n)
-			}
-			addBcastNT(g.srcs, g.srcs, mid, divisor)
+			addBcastNT(g.srcs, g.srcs, min(shmKernelPiece, lo+head+mid-p), divisor)
 		}
 		lo += head + mid
 	}
@@ -552,7 +646,9 @@ func (c *Comm) closeShm() {
 		}
 	}
 	g.regions = nil
-	c.bell.Store(nil)
+	c.bellMu.Lock()
+	c.bell = nil
 	unmap(g.ctl)
+	c.bellMu.Unlock()
 	g.ctl = nil
 }

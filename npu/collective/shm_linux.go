@@ -17,27 +17,29 @@ import (
 const shmSupported = true
 
 // mapShared maps size bytes of the file at path, creating it first when
-// create is set (a stale file of the same name, left by a crashed earlier
-// attempt of the same job, is replaced). Pages are populated now so that
-// collectives do not pay for page faults.
+// create is set (an existing file is an error: it belongs to another
+// communicator, or was left by a killed rank for RemoveShmLeftovers). The
+// file's memory is allocated now, so a full tmpfs is an error here rather
+// than a SIGBUS at the first write, and pages are populated so collectives
+// do not pay for page faults.
 func mapShared(path string, size int, create bool) ([]byte, error) {
 	flag := os.O_RDWR
 	if create {
 		flag |= os.O_CREATE | os.O_EXCL
 	}
 	f, err := os.OpenFile(path, flag, 0o600)
-	if create && errors.Is(err, os.ErrExist) {
-		_ = os.Remove(path)
-		f, err = os.OpenFile(path, flag, 0o600)
-	}
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	if create {
-		if err := f.Truncate(int64(size)); err != nil {
+		err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size))
+		if errors.Is(err, syscall.EOPNOTSUPP) {
+			err = f.Truncate(int64(size)) // a file system without fallocate: size only
+		}
+		if err != nil {
 			_ = os.Remove(path)
-			return nil, err
+			return nil, fmt.Errorf("allocate %d bytes for %s: %w", size, path, err)
 		}
 	} else {
 		st, err := f.Stat()
@@ -63,17 +65,22 @@ func unmap(b []byte) { _ = syscall.Munmap(b) }
 
 // privatize replaces the shared mapping b with private memory holding the
 // same bytes at the same address, so slices of it stay valid after the
-// communicator that shared it is closed.
+// communicator that shared it is closed. The copy is made in a new private
+// mapping that mremap then moves over b in one step, so a reader never
+// sees anything but b's bytes.
 func privatize(b []byte) error {
-	keep := make([]byte, len(b))
-	copy(keep, b)
-	addr := uintptr(unsafe.Pointer(&b[0]))
-	_, _, errno := syscall.Syscall6(syscall.SYS_MMAP, addr, uintptr(len(b)),
-		syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS|syscall.MAP_FIXED, ^uintptr(0), 0)
+	priv, err := syscall.Mmap(-1, 0, len(b), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		return err
+	}
+	copy(priv, b)
+	const mremapMayMove, mremapFixed = 1, 2
+	_, _, errno := syscall.Syscall6(syscall.SYS_MREMAP, uintptr(unsafe.Pointer(&priv[0])), uintptr(len(priv)), uintptr(len(b)),
+		mremapMayMove|mremapFixed, uintptr(unsafe.Pointer(&b[0])), 0)
 	if errno != 0 {
+		_ = syscall.Munmap(priv)
 		return errno
 	}
-	copy(b, keep)
 	return nil
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -230,6 +232,137 @@ func TestShmMixedWithTCPIsOutOfStep(t *testing.T) {
 	for r, err := range errs {
 		if !errors.Is(err, ErrOutOfStep) || !strings.Contains(err.Error(), want) {
 			t.Errorf("rank %d: %v, want ...%s", r, err, want)
+		}
+	}
+}
+
+// A rank that cannot get its shared buffer (here: its file name is taken)
+// makes every rank fall back to ordinary memory under TransportAuto, and
+// fails every rank, saying which could not, when shared memory is
+// required.
+func TestShmAllocFallsBackTogether(t *testing.T) {
+	for _, required := range []bool{false, true} {
+		dir := shmDir(t)
+		comms := group(t, 3, func(c *Config) {
+			c.ShmDir = dir
+			if required {
+				c.Transport = TransportShm
+			}
+		})
+		g := comms[1].shm
+		taken := filepath.Join(dir, fmt.Sprintf("mspipe-%s-r1-b0", g.tag))
+		if err := os.WriteFile(taken, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([][]float32, 3)
+		errs := onAll(comms, func(r int, c *Comm) error {
+			var err error
+			bufs[r], err = c.Alloc(context.Background(), 1000)
+			return err
+		})
+		for r, err := range errs {
+			switch {
+			case required && (err == nil || !strings.Contains(err.Error(), "alloc 1000 elements of shared memory: rank(s) 1 could not")):
+				t.Errorf("required, rank %d: %v, want an error naming rank 1", r, err)
+			case !required && err != nil:
+				t.Errorf("auto, rank %d: %v", r, err)
+			case !required && (len(bufs[r]) != 1000 || comms[r].IsShared(bufs[r])):
+				t.Errorf("auto, rank %d: %d elements, shared %v; want 1000 of ordinary memory", r, len(bufs[r]), comms[r].IsShared(bufs[r]))
+			}
+		}
+		if !required {
+			bufs[0][999], bufs[1][999], bufs[2][999] = 1, 2, 3
+			mustAll(t, onAll(comms, func(r int, c *Comm) error { return c.AllReduce(context.Background(), bufs[r], Sum) }))
+			if bufs[2][999] != 6 {
+				t.Errorf("reduced over TCP to %v, want 6", bufs[2][999])
+			}
+		}
+		os.Remove(taken)
+		if left, _ := filepath.Glob(filepath.Join(dir, "mspipe-*")); len(left) != 0 {
+			t.Errorf("files left: %v", left)
+		}
+	}
+}
+
+// Two communicators of the same job (secret and addresses) alive at once
+// never share a buffer: each has its own segment nonce.
+func TestShmSameJobTwiceKeepsBuffersApart(t *testing.T) {
+	dir := shmDir(t)
+	first := configs(t, 2, func(c *Config) { c.Transport = TransportShm; c.ShmDir = dir })
+	addrs := first[0].Addrs
+	a, errs := initAll(first)
+	mustAll(t, errs)
+	defer func() {
+		for _, c := range a {
+			c.Close()
+		}
+	}()
+	// The same addresses again, now that a's listeners are closed.
+	second := make([]Config, 2)
+	for r := range second {
+		ln, err := net.Listen("tcp", addrs[r])
+		if err != nil {
+			t.Skipf("address %s not free again: %v", addrs[r], err)
+		}
+		second[r] = first[r]
+		second[r].Listener = ln
+	}
+	b, errs := initAll(second)
+	mustAll(t, errs)
+	defer func() {
+		for _, c := range b {
+			c.Close()
+		}
+	}()
+	// Their buffers' file names differ, so no interleaving of their Allocs
+	// can make one map the other's.
+	if a[0].shm.tag == b[0].shm.tag {
+		t.Fatalf("both communicators name their buffers mspipe-%s-*", a[0].shm.tag)
+	}
+	alloc := func(comms []*Comm) [][]float32 { return allocAll(t, comms, 1024) }
+	a0, b0, a1 := alloc(a), alloc(b), alloc(a)
+	for r := range 2 {
+		for i := range 1024 {
+			a0[r][i], b0[r][i], a1[r][i] = float32(r+1), float32(10*(r+1)), float32(100*(r+1))
+		}
+	}
+	mustAll(t, onAll(a, func(r int, c *Comm) error { return c.AllReduce(context.Background(), a1[r], Sum) }))
+	mustAll(t, onAll(b, func(r int, c *Comm) error { return c.AllReduce(context.Background(), b0[r], Sum) }))
+	for r := range 2 {
+		if a0[r][1023] != float32(r+1) || b0[r][1023] != 30 || a1[r][1023] != 300 {
+			t.Errorf("rank %d: buffers hold %v, %v, %v; want %d, 30, 300", r, a0[r][1023], b0[r][1023], a1[r][1023], r+1)
+		}
+	}
+}
+
+// A full tmpfs is an error at Alloc (or a fallback under TransportAuto),
+// never a SIGBUS at the first write. It needs a small tmpfs, which only
+// root can mount: MSPIPE_TEST_SMALL_TMPFS names one (mount -t tmpfs -o
+// size=1m none DIR).
+func TestShmFullTmpfs(t *testing.T) {
+	dir := os.Getenv("MSPIPE_TEST_SMALL_TMPFS")
+	if dir == "" {
+		t.Skip("set MSPIPE_TEST_SMALL_TMPFS to a tmpfs of about 1 MiB")
+	}
+	for _, transport := range []Transport{TransportAuto, TransportShm} {
+		comms := group(t, 2, func(c *Config) { c.ShmDir, c.Transport = dir, transport })
+		bufs := make([][]float32, 2)
+		errs := onAll(comms, func(r int, c *Comm) error {
+			var err error
+			bufs[r], err = c.Alloc(context.Background(), 1<<20) // 4 MiB each
+			return err
+		})
+		for r, err := range errs {
+			if transport == TransportShm {
+				if err == nil || !strings.Contains(err.Error(), "no space left on device") {
+					t.Errorf("shm, rank %d: %v, want no space left", r, err)
+				}
+				continue
+			}
+			if err != nil || comms[r].IsShared(bufs[r]) {
+				t.Errorf("auto, rank %d: %v, shared %v; want ordinary memory", r, err, comms[r].IsShared(bufs[r]))
+			}
+			bufs[r][len(bufs[r])-1] = 1 // writable, no SIGBUS
 		}
 	}
 }

@@ -124,6 +124,9 @@ func (c *Conv2d) prepare(x *tensor.Tensor) error {
 		g.OutH == h/2 && g.OutW == w/2 && g.PadTop <= 1 && g.PadLeft <= 1
 	switch {
 	case !stride1 && !stride2:
+		if c.xs != nil {
+			c.dev.mem.release(c.name, "packed input")
+		}
 		c.shift, c.xs = nil, nil
 	case c.shift == nil || c.shift.N != n || c.shift.H != h || c.shift.W != w:
 		if stride1 {

@@ -123,9 +123,7 @@ func (d *Device) ensure(owner, role string, t *tensor.Tensor, shape ...int) (*te
 	// A copy for the message, so shape itself does not escape and the
 	// happy path stays free of allocations.
 	what := fmt.Sprintf("%s %s float32%v", owner, role, append([]int(nil), shape...))
-	if t != nil {
-		d.mem.release(owner, role)
-	}
+	d.mem.release(owner, role) // whatever the owner held in this role before
 	if err := d.mem.hold(what, n); err != nil {
 		return nil, err
 	}
@@ -140,9 +138,7 @@ func (d *Device) floats(owner, role string, buf []float32, n int) ([]float32, er
 		return buf[:n], nil
 	}
 	what := fmt.Sprintf("%s %s float32[%d]", owner, role, n)
-	if buf != nil {
-		d.mem.release(owner, role)
-	}
+	d.mem.release(owner, role) // whatever the owner held in this role before
 	if err := d.mem.hold(what, 4*int64(n)); err != nil {
 		return nil, err
 	}
@@ -161,9 +157,12 @@ func (m *memory) rename(owner, role, what string) {
 	m.byRole[owner+"\x00"+role] = what
 }
 
+// release returns what owner holds in role, if anything.
 func (m *memory) release(owner, role string) {
 	m.mu.Lock()
-	what, ok := m.byRole[owner+"\x00"+role]
+	key := owner + "\x00" + role
+	what, ok := m.byRole[key]
+	delete(m.byRole, key)
 	m.mu.Unlock()
 	if ok {
 		_ = m.hold(what, 0)

@@ -100,3 +100,40 @@ func TestOutOfMemoryNamesTheBuffer(t *testing.T) {
 		t.Fatalf("after raising the capacity: %v", err)
 	}
 }
+
+// A buffer a layer drops is no longer counted, and one it replaces is
+// counted once: a stride-2 3×3 convolution takes the packed-input path on
+// even inputs and im2col on odd ones.
+func TestDroppedBuffersAreReleased(t *testing.T) {
+	dev := NewDevice(1)
+	defer dev.Close()
+	c, err := NewConv2d("c", Conv2dConfig{In: 16, Out: 16, Kernel: 3, Stride: 2}, 1, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := func() int {
+		n := 0
+		for what := range dev.mem.held {
+			if strings.Contains(what, "packed input") {
+				n++
+			}
+		}
+		return n
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ side, want int }{{32, 1}, {33, 0}, {16, 1}, {32, 1}} {
+		if _, err := c.Forward(randTensor(t, r, 2, 16, tc.side, tc.side), true); err != nil {
+			t.Fatal(err)
+		}
+		if got := packed(); got != tc.want {
+			t.Errorf("after a %d×%d input: %d packed-input buffers counted, want %d", tc.side, tc.side, got, tc.want)
+		}
+		var sum int64
+		for _, n := range dev.mem.held {
+			sum += n
+		}
+		if used, _ := dev.MemoryInUse(); used != sum {
+			t.Errorf("after a %d×%d input: %d bytes in use, the held buffers add up to %d", tc.side, tc.side, used, sum)
+		}
+	}
+}

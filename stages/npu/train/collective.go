@@ -104,7 +104,13 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	// Gradients live in the communicator's memory: with the shared-memory
 	// transport (every rank on this host) the AllReduce then reads the
 	// other ranks' gradients in place instead of sending them over TCP.
-	tc.AllocGrads = comm.Alloc
+	tc.AllocGrads = func(ctx context.Context, n int) ([]float32, error) {
+		buf, err := comm.Alloc(ctx, n)
+		if err == nil && comm.Transport() == collective.TransportShm && !comm.IsShared(buf) {
+			fmt.Printf("collective: no shared memory for the gradients (is %s full?): AllReduce goes over TCP\n", collective.DefaultShmDir)
+		}
+		return buf, err
+	}
 	tc.Reduce = func(ctx context.Context, grads []float32) error {
 		return comm.AllReduce(ctx, grads, op)
 	}
