@@ -99,3 +99,37 @@ func TestBuiltinStageServedByMspipe(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkBuiltinStage measures a built-in stage's whole life, as
+// BenchmarkEmptyStage in plugins does for an SDK plugin: start of the
+// mspipe binary as `mspipe __stage exec`, handshake, Run of the command
+// `true`, stop. The mspipe binary links everything the host needs, so its
+// start costs more than a small plugin's.
+func BenchmarkBuiltinStage(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "mspipe")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe").CombinedOutput(); err != nil {
+		b.Fatalf("build mspipe: %v\n%s", err, out)
+	}
+	reg, err := builtinStages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	res, err := (&plugins.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	req := plugins.RunRequest{StageID: "s", WorkDir: b.TempDir(), With: map[string]any{"command": []any{"true"}}}
+	for b.Loop() {
+		c, err := plugins.Launch(ctx, res.LaunchConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Run(ctx, req, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
