@@ -95,9 +95,7 @@ func (c *Comm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 		if reg, off, ok := c.shm.region(c.rank, buf); ok {
 			return c.shmAllReduce(buf, op, reg, off)
 		}
-		if c.shm != nil {
-			c.shm.announce(c.rank, c.current(noRegion, 0))
-		}
+		c.announceTCP()
 		c.ensureScratch(lay.seg)
 		if c.cfg.Algorithm == Ring {
 			if err := c.ringReduceScatter(buf, lay, op, true); err != nil {
@@ -136,6 +134,10 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []float32, op Op) e
 			finish(op, recv, 1)
 			return nil
 		}
+		if reg, off, ok := c.shm.region(c.rank, send); ok {
+			return c.shmReduceScatter(send, recv, op, reg, off)
+		}
+		c.announceTCP()
 		c.ensureScratch(lay.seg)
 		if c.cfg.Algorithm == Mesh {
 			return c.meshReduceScatter(send, recv, lay, op, false)
@@ -179,6 +181,10 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []float32) error {
 		if c.size == 1 || b == 0 {
 			return nil
 		}
+		if reg, off, ok := c.shm.region(c.rank, recv); ok {
+			return c.shmAllGather(recv, b, reg, off)
+		}
+		c.announceTCP()
 		for k := 0; k < lay.segs(b); k++ {
 			so, sl := lay.segment(b, k)
 			seg := own[so : so+sl]
@@ -216,6 +222,10 @@ func (c *Comm) Broadcast(ctx context.Context, buf []float32, root int) error {
 		if c.size == 1 || len(buf) == 0 {
 			return nil
 		}
+		if reg, off, ok := c.shm.region(c.rank, buf); ok {
+			return c.shmBroadcast(buf, root, reg, off)
+		}
+		c.announceTCP()
 		next, prev := c.peers[(c.rank+1)%c.size], c.peers[(c.rank-1+c.size)%c.size]
 		last := (c.rank-root+c.size)%c.size == c.size-1
 		for k := 0; k < lay.segs(len(buf)); k++ {
@@ -279,6 +289,10 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv []float32) error {
 		if c.size == 1 || b == 0 {
 			return nil
 		}
+		if reg, off, ok := c.shm.region(c.rank, recv); ok {
+			return c.shmAllGather(recv, b, reg, off)
+		}
+		c.announceTCP()
 		for k := 0; k < lay.segs(b); k++ {
 			so, sl := lay.segment(b, k)
 			for d := 1; d < c.size; d++ {

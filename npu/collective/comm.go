@@ -608,10 +608,10 @@ func (c *Comm) run(ctx context.Context, op opCode, count uint64, extra uint32, b
 	}
 	c.seq++
 	c.cur = call{op: op, seq: c.seq, count: count, extra: extra}
-	if c.shm != nil && op != opAllReduce && op != opAlloc {
+	if c.shm != nil && !op.mayUseShm() {
 		// Ranks waiting in a shared-memory barrier learn that this one
-		// is in the same call over TCP (AllReduce says which path it
-		// takes itself).
+		// is in the same call over TCP (collectives that may use shared
+		// memory say which path they take themselves).
 		c.shm.announce(c.rank, c.current(noRegion, 0))
 	}
 	c.curOp.Store(int32(op))

@@ -44,9 +44,11 @@
 // (see shm.go). That moves each element once in and once out of every
 // rank, without the kernel's socket copies. Results are the bits Mesh
 // gives over TCP. A model keeps its gradients in Alloc memory to use it
-// (trainer.Config.AllocGrads). Other collectives, and AllReduce of
-// ordinary buffers, use TCP; every rank must pass Alloc memory or none (a
-// mix fails at once as out of step).
+// (trainer.Config.AllocGrads). ReduceScatter of a send buffer, AllGather
+// into a recv buffer and Broadcast of a buffer from Alloc also read the
+// other ranks' memory directly (same rank order, same bits as Mesh).
+// Barrier, AllToAll and collectives of ordinary buffers use TCP; every rank
+// must pass Alloc memory or none (a mix fails at once as out of step).
 // TransportTCP turns shared memory off; TransportShm makes Init fail
 // unless every rank can use it.
 //

@@ -578,6 +578,62 @@ func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error
 	return c.shmBarrier()
 }
 
+// announceTCP tells ranks waiting in a shared-memory barrier that this
+// rank runs the current call over TCP.
+func (c *Comm) announceTCP() {
+	if c.shm != nil {
+		c.shm.announce(c.rank, c.current(noRegion, 0))
+	}
+}
+
+// shmReduceScatter is ReduceScatter of send, which lies at offset off of
+// reg: rank r reduces block r of every rank's send, in rank order, into
+// its recv.
+func (c *Comm) shmReduceScatter(send, recv []float32, op Op, reg *shmRegion, off int) error {
+	if err := c.shmPublish(reg.id, off); err != nil {
+		return err
+	}
+	m := len(recv)
+	base := off + c.rank*m
+	for b := 0; b < m; b += shmFallback {
+		e := min(b+shmFallback, m)
+		acc := recv[b:e]
+		copy(acc, reg.views[0][base+b:base+e])
+		for q := 1; q < c.size; q++ {
+			reduceInto(op, acc, reg.views[q][base+b:base+e])
+		}
+		finish(op, acc, c.size)
+	}
+	return c.shmBarrier() // no rank changes its send before every rank has read it
+}
+
+// shmAllGather is AllGather into recv, which lies at offset off of reg and
+// already holds this rank's block b elements long: every rank copies block
+// q from rank q's recv.
+func (c *Comm) shmAllGather(recv []float32, b int, reg *shmRegion, off int) error {
+	if err := c.shmPublish(reg.id, off); err != nil {
+		return err
+	}
+	for q := 0; q < c.size; q++ {
+		if q != c.rank {
+			copy(recv[q*b:(q+1)*b], reg.views[q][off+q*b:off+(q+1)*b])
+		}
+	}
+	return c.shmBarrier() // no rank changes its recv before every rank has read its block
+}
+
+// shmBroadcast is Broadcast of buf, which lies at offset off of reg: every
+// rank copies root's.
+func (c *Comm) shmBroadcast(buf []float32, root int, reg *shmRegion, off int) error {
+	if err := c.shmPublish(reg.id, off); err != nil {
+		return err
+	}
+	if c.rank != root {
+		copy(buf, reg.views[root][off:off+len(buf)])
+	}
+	return c.shmBarrier() // root keeps buf unchanged until every rank has it
+}
+
 // reduce reduces elements [lo, hi) of every rank's buffer of reg in rank
 // order and stores the result into every rank's buffer.
 func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, n int) {

@@ -366,3 +366,78 @@ func TestShmFullTmpfs(t *testing.T) {
 		}
 	}
 }
+
+// ReduceScatter of a shared send buffer, AllGather into a shared recv
+// buffer (in place or not) and Broadcast of a shared buffer go through
+// shared memory and give the rank-order results TCP gives.
+func TestShmReduceScatterAllGatherBroadcast(t *testing.T) {
+	for _, n := range []int{2, 3, 8} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			comms := shmGroupOf(t, n, shmDir(t))
+			const m = 1000 + 3 // per-rank block, past a portable block
+			shared := allocAll(t, comms, n*m)
+			ctx := context.Background()
+			for _, op := range []Op{Sum, Mean, Max, Min, Prod} {
+				xs := inputs(n, n*m, op, 9)
+				want := rankOrderRef(xs, op)
+				recv := make([][]float32, n)
+				for r := range comms {
+					copy(shared[r], xs[r])
+					recv[r] = make([]float32, m)
+				}
+				mustAll(t, onAll(comms, func(r int, c *Comm) error { return c.ReduceScatter(ctx, shared[r], recv[r], op) }))
+				viaShm(t, comms, "reducescatter")
+				for r := range comms {
+					if i := sameBits(recv[r], want[r*m:(r+1)*m]); i >= 0 {
+						t.Fatalf("reducescatter %v rank %d: element %d = %v, want %v", op, r, i, recv[r][i], want[r*m+i])
+					}
+					if i := sameBits(shared[r], xs[r]); i >= 0 {
+						t.Fatalf("reducescatter %v changed rank %d's send at %d", op, r, i)
+					}
+				}
+			}
+			for _, inPlace := range []bool{false, true} {
+				xs := inputs(n, m, Sum, 21)
+				mustAll(t, onAll(comms, func(r int, c *Comm) error {
+					send := slices.Clone(xs[r])
+					if inPlace {
+						send = shared[r][r*m : (r+1)*m]
+						copy(send, xs[r])
+					}
+					return c.AllGather(ctx, send, shared[r])
+				}))
+				viaShm(t, comms, "allgather")
+				for r := range comms {
+					for q := range comms {
+						if i := sameBits(shared[r][q*m:(q+1)*m], xs[q]); i >= 0 {
+							t.Fatalf("allgather (in place %v) rank %d block %d: element %d differs", inPlace, r, q, i)
+						}
+					}
+				}
+			}
+			for root := range comms {
+				xs := inputs(n, n*m, Sum, uint64(30+root))
+				for r := range comms {
+					copy(shared[r], xs[r])
+				}
+				mustAll(t, onAll(comms, func(r int, c *Comm) error { return c.Broadcast(ctx, shared[r], root) }))
+				viaShm(t, comms, "broadcast")
+				for r := range comms {
+					if i := sameBits(shared[r], xs[root]); i >= 0 {
+						t.Fatalf("broadcast from %d, rank %d: element %d differs", root, r, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// viaShm checks that every rank ran its last call through shared memory.
+func viaShm(t *testing.T, comms []*Comm, what string) {
+	t.Helper()
+	for r, c := range comms {
+		if d := c.shm.load(r); d.region == noRegion {
+			t.Fatalf("%s: rank %d ran over TCP", what, r)
+		}
+	}
+}

@@ -50,6 +50,16 @@ const (
 	opAlloc // shared-memory allocation; never on the wire
 )
 
+// mayUseShm reports whether the collective can run through shared memory
+// (then its body announces which path it takes).
+func (o opCode) mayUseShm() bool {
+	switch o {
+	case opAllReduce, opReduceScatter, opAllGather, opBroadcast, opAlloc:
+		return true
+	}
+	return false
+}
+
 func (o opCode) String() string {
 	switch o {
 	case opInit:
