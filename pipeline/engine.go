@@ -90,7 +90,12 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 	if err := atomicfile.WriteFile(filepath.Join(dir, "pipeline.yaml"), specData, 0o644); err != nil {
 		return nil, err
 	}
-	specDir, _ := filepath.Abs(p.BaseDir)
+	specDir, err := filepath.Abs(p.BaseDir)
+	if err != nil {
+		return nil, err
+	}
+	// Stages run in their own directories: give them absolute paths.
+	p.BaseDir = specDir
 	st := &RunState{
 		Version: stateVersion, ID: id, Pipeline: p.Name, SpecFile: p.File, SpecDir: specDir,
 		Params: params, Status: StatusRunning, Created: now, Updated: now,

@@ -174,3 +174,36 @@ stages:
 		t.Errorf("train = %s: %s; want failed with ...%s", train.Status, train.Reason, want)
 	}
 }
+
+// A cluster given as a rank table path relative to the spec trains: the
+// ranks, which run in their device{i}/ directories, get it as an absolute
+// RANK_TABLE_FILE. Two servers of the table talk TCP, not shared memory.
+func TestRelativeRankTable(t *testing.T) {
+	w := newWorkspace(t)
+	r := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local")
+	if r.code != 0 {
+		t.Fatalf("generate: exit %d\n%s", r.code, r.stderr)
+	}
+	w.write("tables/two-hosts.json", r.stdout)
+	w.write("mh.yaml", `version: 1
+name: two-hosts
+cluster: {rank_table: tables/two-hosts.json}
+stages:
+  prepare: {uses: cifar/prepare, with: {train_images: 640, test_images: 40, shards: 16}}
+  train:
+    uses: npu/train
+    needs: prepare
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, epochs: 1, batch_size: 8}
+`)
+	r = w.run("run", "mh.yaml")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	for _, rank := range []int{0, 15} {
+		log, _ := os.ReadFile(filepath.Join(w.dir, "runs", id, "stages", "train", fmt.Sprintf("device%d", rank), fmt.Sprintf("train.log%d", rank)))
+		if want := fmt.Sprintf("collective: rank %d of 16, transport tcp", rank); !bytes.Contains(log, []byte(want)) {
+			t.Errorf("rank %d's log does not say %q", rank, want)
+		}
+	}
+}

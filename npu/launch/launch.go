@@ -88,6 +88,15 @@ func Run(ctx context.Context, job Job) error {
 	if len(job.Ranks) == 0 {
 		return fmt.Errorf("launch: no ranks")
 	}
+	// Ranks run in their device{i}/ directories: a relative rank table
+	// path would not be found there.
+	if job.RankTable != "" {
+		abs, err := filepath.Abs(job.RankTable)
+		if err != nil {
+			return fmt.Errorf("launch: rank table %s: %w", job.RankTable, err)
+		}
+		job.RankTable = abs
+	}
 	procs := make([]*proc, 0, len(job.Ranks))
 	stopAll := func() {
 		for _, p := range procs {
