@@ -177,7 +177,7 @@ stages:
 
 // A cluster given as a rank table path relative to the spec trains: the
 // ranks, which run in their device{i}/ directories, get it as an absolute
-// RANK_TABLE_FILE. Two servers of the table talk TCP, not shared memory.
+// RANK_TABLE_FILE. The ranks of each of the two servers share memory.
 func TestRelativeRankTable(t *testing.T) {
 	w := newWorkspace(t)
 	r := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local")
@@ -202,7 +202,7 @@ stages:
 	id := strings.TrimSpace(r.stdout)
 	for _, rank := range []int{0, 15} {
 		log, _ := os.ReadFile(filepath.Join(w.dir, "runs", id, "stages", "train", fmt.Sprintf("device%d", rank), fmt.Sprintf("train.log%d", rank)))
-		if want := fmt.Sprintf("collective: rank %d of 16, transport tcp", rank); !bytes.Contains(log, []byte(want)) {
+		if want := fmt.Sprintf("collective: rank %d of 16, transport shm within each of 2 servers, tcp between them", rank); !bytes.Contains(log, []byte(want)) {
 			t.Errorf("rank %d's log does not say %q", rank, want)
 		}
 	}

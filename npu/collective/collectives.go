@@ -134,7 +134,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []float32, op Op) e
 			finish(op, recv, 1)
 			return nil
 		}
-		if reg, off, ok := c.shm.region(c.rank, send); ok {
+		if reg, off, ok := c.shm.flatRegion(c.rank, send); ok {
 			return c.shmReduceScatter(send, recv, op, reg, off)
 		}
 		c.announceTCP()
@@ -181,7 +181,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []float32) error {
 		if c.size == 1 || b == 0 {
 			return nil
 		}
-		if reg, off, ok := c.shm.region(c.rank, recv); ok {
+		if reg, off, ok := c.shm.flatRegion(c.rank, recv); ok {
 			return c.shmAllGather(recv, b, reg, off)
 		}
 		c.announceTCP()
@@ -222,7 +222,7 @@ func (c *Comm) Broadcast(ctx context.Context, buf []float32, root int) error {
 		if c.size == 1 || len(buf) == 0 {
 			return nil
 		}
-		if reg, off, ok := c.shm.region(c.rank, buf); ok {
+		if reg, off, ok := c.shm.flatRegion(c.rank, buf); ok {
 			return c.shmBroadcast(buf, root, reg, off)
 		}
 		c.announceTCP()
@@ -289,7 +289,7 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv []float32) error {
 		if c.size == 1 || b == 0 {
 			return nil
 		}
-		if reg, off, ok := c.shm.region(c.rank, recv); ok {
+		if reg, off, ok := c.shm.flatRegion(c.rank, recv); ok {
 			return c.shmAllGather(recv, b, reg, off)
 		}
 		c.announceTCP()

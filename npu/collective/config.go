@@ -135,10 +135,10 @@ type Config struct {
 	// TransportAuto: shared memory when every rank runs on this host).
 	Transport Transport
 	// Hosts, when set, gives the server of every rank (index = rank), as
-	// the rank table's server_list does. TransportAuto then uses shared
-	// memory only if they are all on one server, as HCCL uses HCCS only
-	// inside a server: a multi-server job simulated on one machine still
-	// talks TCP.
+	// the rank table's server_list does. Shared memory is then used within
+	// each server and TCP between servers, as HCCL uses HCCS inside a
+	// server and the network between servers (a multi-server job simulated
+	// on one machine keeps that split). Unset means one server.
 	Hosts []int
 	// ShmDir is the tmpfs directory for shared-memory segments (default
 	// DefaultShmDir).

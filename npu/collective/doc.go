@@ -33,20 +33,26 @@
 //
 // # Transports
 //
-// TCP carries every collective and all control traffic. When every rank
-// runs on this host (Config.Transport TransportAuto, the default: the rank
-// table puts every rank on one server, Config.Hosts, and Init checks that
-// all ranks map one tmpfs segment), AllReduce of a buffer
-// from Comm.Alloc goes through shared memory instead, as HCCL uses HCCS
-// inside a server and the network between servers: every rank maps every
-// other rank's buffer, rank c reduces chunk c straight from all of them in
-// rank order and stores the result into all of them, with two barriers
-// (see shm.go). That moves each element once in and once out of every
-// rank, without the kernel's socket copies. Results are the bits Mesh
-// gives over TCP. A model keeps its gradients in Alloc memory to use it
-// (trainer.Config.AllocGrads). ReduceScatter of a send buffer, AllGather
-// into a recv buffer and Broadcast of a buffer from Alloc also read the
-// other ranks' memory directly (same rank order, same bits as Mesh).
+// TCP carries every collective and all control traffic. With
+// Config.Transport TransportAuto (the default), the ranks of each server
+// (Config.Hosts, from the rank table) also share memory, as HCCL uses HCCS
+// inside a server and the network between servers: Init checks that every
+// rank maps its server's tmpfs segment, and that every server has as many
+// ranks. AllReduce of a buffer from Comm.Alloc then goes through shared
+// memory: every rank maps every other rank's buffer on its server, rank c
+// reduces chunk c straight from all of them in rank order and stores the
+// result into all of them, with two barriers (see shm.go). That moves each
+// element once in and once out of every rank, without the kernel's socket
+// copies, and gives the bits Mesh gives over TCP. With several servers,
+// rank c reduces chunk c of its server's buffers, the ranks at index c of
+// every server combine their partial results over TCP in server order,
+// and each stores the total into its server's buffers: the result is a
+// reduction over servers of reductions over each server's ranks, fixed
+// but not Mesh's order. A model keeps its gradients in Alloc memory to use
+// it (trainer.Config.AllocGrads). On one server, ReduceScatter of a send
+// buffer, AllGather into a recv buffer and Broadcast of a buffer from
+// Alloc also read the other ranks' memory directly (same rank order, same
+// bits as Mesh).
 // Barrier, AllToAll and collectives of ordinary buffers use TCP; every rank
 // must pass Alloc memory or none (a mix fails at once as out of step).
 // TransportTCP turns shared memory off; TransportShm makes Init fail

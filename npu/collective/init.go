@@ -59,7 +59,7 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	c.start(links)
-	if cfg.Transport == TransportShm || cfg.Transport == TransportAuto && oneHost(cfg.Hosts) {
+	if cfg.Transport != TransportTCP {
 		if err := c.setupShm(ctx); err != nil {
 			c.Close()
 			return nil, err
@@ -316,15 +316,4 @@ func (k *connector) missing(links []link, waited time.Duration, rejected []rejec
 		fmt.Fprintf(&b, "; refused %d connection(s) that did not prove the job secret, e.g. %s", len(rejected), shown)
 	}
 	return k.hs.peer(first, fmt.Errorf("%w within %s", ErrPeerTimeout, b.String()))
-}
-
-// oneHost reports whether every rank is on the same server (true when the
-// servers are not known).
-func oneHost(hosts []int) bool {
-	for _, h := range hosts {
-		if h != hosts[0] {
-			return false
-		}
-	}
-	return true
 }

@@ -58,8 +58,15 @@ func helperMain() error {
 	if os.Getenv("SHM") == "1" {
 		transport = TransportShm
 	}
+	var hosts []int
+	if h := os.Getenv("HOSTS"); h != "" {
+		for _, f := range strings.Split(h, ",") {
+			n, _ := strconv.Atoi(f)
+			hosts = append(hosts, n)
+		}
+	}
 	c, err := Init(context.Background(), Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
-		Timeout: timeout, Algorithm: alg, Listener: ln, Transport: transport})
+		Timeout: timeout, Algorithm: alg, Listener: ln, Transport: transport, Hosts: hosts})
 	if err != nil {
 		return err
 	}
@@ -235,8 +242,17 @@ func TestMultiProcessAllReduceAgrees(t *testing.T) {
 // Killing one rank process in the middle of collectives fails every other
 // rank within the timeout, each naming the dead rank.
 func TestKilledRankFailsEveryOtherRank(t *testing.T) {
-	for _, shm := range []bool{false, true} {
-		t.Run(map[bool]string{false: "tcp", true: "shm"}[shm], func(t *testing.T) { testKilledRank(t, shm) })
+	for _, tc := range []struct {
+		name  string
+		shm   bool
+		hosts string
+	}{{"tcp", false, ""}, {"shm", true, ""}, {"shm-2-servers", true, "0,0,1,1"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.hosts != "" {
+				t.Setenv("HOSTS", tc.hosts) // inherited by the rank processes
+			}
+			testKilledRank(t, tc.shm)
+		})
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -110,7 +111,9 @@ const allocFailed = ^uint64(0)
 // maxAllocElems bounds Alloc (16 GiB of float32 per rank).
 const maxAllocElems = 1 << 32
 
-// shmGroup is this rank's view of the shared memory of the job.
+// shmGroup is this rank's view of the shared memory of its server: the
+// ranks the rank table puts on the same server share memory, servers talk
+// TCP.
 type shmGroup struct {
 	dir, tag string
 	ctl      []byte
@@ -118,9 +121,22 @@ type shmGroup struct {
 	epoch    uint32
 	nextID   uint32
 	regions  []*shmRegion
-	srcs     []unsafe.Pointer // kernel arguments, one per rank
-	acc      []float32        // portable reduction block
+
+	members []int // ranks on this server, ascending; members[0] leads
+	local   int   // this rank's index in members
+	// column holds the rank at index local of every server, in server
+	// order (this rank among them, at colPos): the ranks that combine
+	// their servers' partial results across servers. One server: just
+	// this rank.
+	column []int
+	colPos int
+
+	srcs, dsts []unsafe.Pointer // kernel arguments
+	acc        []float32        // portable reduction block
 }
+
+// flat reports whether every rank of the job is on this server.
+func (g *shmGroup) flat() bool { return len(g.column) == 1 }
 
 // shmRegion is one Alloc: every rank's buffer, mapped here.
 type shmRegion struct {
@@ -163,6 +179,19 @@ func RemoveShmLeftovers(cfg Config) error {
 	return nil
 }
 
+// Servers returns the number of servers the job's ranks are on
+// (Config.Hosts; 1 when it is not set).
+func (c *Comm) Servers() int {
+	if c.cfg.Hosts == nil {
+		return 1
+	}
+	seen := map[int]bool{}
+	for _, h := range c.cfg.Hosts {
+		seen[h] = true
+	}
+	return len(seen)
+}
+
 // Transport returns the transport in use: TransportShm or TransportTCP.
 func (c *Comm) Transport() Transport {
 	if c.shm != nil {
@@ -176,20 +205,30 @@ func pageRound(n int) int {
 	return (n + p - 1) / p * p
 }
 
-// setupShm decides the transport at the end of Init: rank 0 creates the
-// control segment, every other rank maps it, and shared memory is used
-// only if all of them could.
+// setupShm decides the transport at the end of Init. The ranks of each
+// server (Config.Hosts; all of them when it is not set) share a control
+// segment: the server's first rank creates it, the others map it, and
+// shared memory is used only if every rank of the job could, and every
+// server has as many ranks (the ranks at one index of every server combine
+// their servers' results).
 func (c *Comm) setupShm(ctx context.Context) error {
+	members, column, colPos, even := serverLayout(c.cfg.Hosts, c.size, c.rank)
 	dir := c.cfg.ShmDir
 	tag := ShmTag(c.cfg)
 	path := filepath.Join(dir, "mspipe-"+tag+"-ctl")
+	if len(column) > 1 {
+		path = filepath.Join(dir, fmt.Sprintf("mspipe-%s-h%d-ctl", tag, c.cfg.Hosts[c.rank]))
+	}
+	leader := members[0]
 	size := pageRound((c.size + 1) * shmSlot)
 	var ctl []byte
 	var mapErr error
 	created := false
 	if !shmSupported {
 		mapErr = fmt.Errorf("not supported on %s", runtime.GOOS)
-	} else if c.rank == 0 {
+	} else if !even {
+		mapErr = fmt.Errorf("the servers of the rank table have different numbers of ranks")
+	} else if c.rank == leader {
 		// The nonce tells this communicator's segment from any other's of
 		// the same name, and makes its buffers' names unique.
 		if ctl, mapErr = mapShared(path, size, true); mapErr == nil {
@@ -210,11 +249,12 @@ func (c *Comm) setupShm(ctx context.Context) error {
 		c.dropCtl(ctl)
 		return err
 	}
-	if c.rank != 0 && mapErr == nil {
+	if c.rank != leader && mapErr == nil {
 		ctl, mapErr = mapShared(path, size, false)
 	}
-	// Every rank says whether it mapped the segment and which nonce it
-	// found there: shared memory only if all found rank 0's.
+	// Every rank says whether it mapped its server's segment and which
+	// nonce it found there: shared memory only if all found their
+	// leader's.
 	mine := make([]float32, 1+shmNonceLen/4)
 	if mapErr == nil {
 		mine[0] = 1
@@ -236,9 +276,11 @@ func (c *Comm) setupShm(ctx context.Context) error {
 	var missing []string
 	for r := range c.size {
 		got := all[r*len(mine) : (r+1)*len(mine)]
+		lead, _, _, _ := serverLayout(c.cfg.Hosts, c.size, r)
+		ref := all[lead[0]*len(mine) : (lead[0]+1)*len(mine)]
 		same := got[0] == 1
 		for i := 1; same && i < len(mine); i++ {
-			same = math.Float32bits(got[i]) == math.Float32bits(all[i])
+			same = math.Float32bits(got[i]) == math.Float32bits(ref[i])
 		}
 		if !same {
 			missing = append(missing, fmt.Sprint(r))
@@ -258,14 +300,54 @@ func (c *Comm) setupShm(ctx context.Context) error {
 	}
 	c.shm = &shmGroup{
 		dir: dir, tag: tag + "-" + hex.EncodeToString(ctl[shmNonceOff:shmNonceOff+4]), ctl: ctl,
-		bell: (*uint32)(unsafe.Pointer(&ctl[0])),
-		srcs: make([]unsafe.Pointer, c.size),
+		bell:    (*uint32)(unsafe.Pointer(&ctl[0])),
+		members: members, local: slices.Index(members, c.rank), column: column, colPos: colPos,
+		srcs: make([]unsafe.Pointer, len(members)),
+		dsts: make([]unsafe.Pointer, len(members)),
 		acc:  make([]float32, shmFallback),
 	}
 	c.bellMu.Lock()
 	c.bell = c.shm.bell
 	c.bellMu.Unlock()
 	return nil
+}
+
+// serverLayout returns, for rank of a job of size ranks on the servers
+// hosts gives (nil: one server), the ranks on its server (ascending), the
+// ranks at its index on every server (in server order) with its position
+// among them, and whether every server has as many ranks.
+func serverLayout(hosts []int, size, rank int) (members, column []int, colPos int, even bool) {
+	if hosts == nil {
+		members = make([]int, size)
+		for r := range members {
+			members[r] = r
+		}
+		return members, []int{rank}, 0, true
+	}
+	byHost := map[int][]int{}
+	var order []int
+	for r, h := range hosts {
+		if _, ok := byHost[h]; !ok {
+			order = append(order, h)
+		}
+		byHost[h] = append(byHost[h], r)
+	}
+	slices.Sort(order)
+	members = byHost[hosts[rank]]
+	local := slices.Index(members, rank)
+	even = true
+	for _, h := range order {
+		ms := byHost[h]
+		if len(ms) != len(members) {
+			even = false
+			continue
+		}
+		if h == hosts[rank] {
+			colPos = len(column)
+		}
+		column = append(column, ms[local])
+	}
+	return members, column, colPos, even
 }
 
 // dropCtl unmaps ctl, if any.
@@ -345,7 +427,7 @@ func (c *Comm) shmBarrier() error {
 	for spin := 0; ; spin++ {
 		b := atomic.LoadUint32(g.bell)
 		missing := -1
-		for q := 0; q < c.size; q++ {
+		for _, q := range g.members {
 			if int32(atomic.LoadUint32(g.arrive(q))-e) < 0 {
 				missing = q
 				break
@@ -394,11 +476,14 @@ func (c *Comm) shmPublish(region uint32, offset int) error {
 	if err := c.shmBarrier(); err != nil {
 		return err
 	}
-	// Everyone compares with rank 0, so every rank names the same culprit.
-	ref := g.load(0)
-	for q := 1; q < c.size; q++ {
+	// Everyone compares with the server's first rank, so every rank names
+	// the same culprit. (Ranks of other servers are checked by the frames
+	// of the TCP part.)
+	lead := g.members[0]
+	ref := g.load(lead)
+	for _, q := range g.members[1:] {
 		if d := g.load(q); d != ref {
-			return c.outOfStep(q, d, ref, 0)
+			return c.outOfStep(q, d, ref, lead)
 		}
 	}
 	return nil
@@ -463,8 +548,8 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 			return err
 		}
 		var failed []string
-		ref := g.load(0)
-		for q := 0; q < c.size; q++ {
+		ref := g.load(g.members[0])
+		for _, q := range g.members {
 			dq := g.load(q)
 			if dq.offset == allocFailed {
 				failed = append(failed, fmt.Sprint(q))
@@ -472,22 +557,32 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 			a, b := dq, ref
 			a.offset, b.offset = 0, 0
 			if a != b {
-				return c.outOfStep(q, dq, ref, 0)
+				return c.outOfStep(q, dq, ref, g.members[0])
 			}
 		}
-		if len(failed) > 0 {
+		// Every server must decide alike: the column tells each rank what
+		// the other servers found.
+		elsewhere, err := c.columnAny(len(failed) > 0)
+		if err != nil {
+			return err
+		}
+		if len(failed) > 0 || elsewhere {
 			why := ""
 			if ownErr != nil {
 				why = fmt.Sprintf(" (here: %v)", ownErr)
 			}
+			who := "rank(s) " + strings.Join(failed, ", ")
+			if len(failed) == 0 {
+				who = "ranks of another server"
+			}
 			if c.cfg.Transport == TransportShm {
-				return c.fail(fmt.Errorf("alloc %d elements of shared memory: rank(s) %s could not%s", count, strings.Join(failed, ", "), why))
+				return c.fail(fmt.Errorf("alloc %d elements of shared memory: %s could not%s", count, who, why))
 			}
 			// Auto: ordinary memory on every rank, reduced over TCP.
 			out = make([]float32, count)
 			return nil
 		}
-		for q := 0; q < c.size; q++ {
+		for _, q := range g.members {
 			if q == c.rank {
 				continue
 			}
@@ -501,7 +596,9 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 			return err
 		}
 		for q, m := range reg.maps {
-			reg.views[q] = unsafe.Slice((*float32)(unsafe.Pointer(&m[0])), count)
+			if m != nil {
+				reg.views[q] = unsafe.Slice((*float32)(unsafe.Pointer(&m[0])), count)
+			}
 		}
 		g.regions = append(g.regions, reg)
 		out = reg.views[c.rank]
@@ -511,6 +608,38 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// columnAny tells the ranks of this rank's column (one per server) whether
+// this server found a problem, and reports whether another did. With one
+// server it sends nothing.
+func (c *Comm) columnAny(here bool) (bool, error) {
+	g := c.shm
+	if g.flat() {
+		return false, nil
+	}
+	flag := []float32{0}
+	if here {
+		flag[0] = 1
+	}
+	for _, p := range g.column {
+		if p != c.rank {
+			if err := c.post(c.peers[p], phaseDirect, 0, flag); err != nil {
+				return false, err
+			}
+		}
+	}
+	any := false
+	got := []float32{0}
+	for _, p := range g.column {
+		if p != c.rank {
+			if err := c.recv(c.peers[p], phaseDirect, 0, got); err != nil {
+				return false, err
+			}
+			any = any || got[0] != 0
+		}
+	}
+	return any, nil
 }
 
 // owns reports whether reg is one of g's regions.
@@ -564,18 +693,100 @@ func (g *shmGroup) region(rank int, buf []float32) (*shmRegion, int, bool) {
 	return nil, 0, false
 }
 
+// flatRegion is region for the collectives that use shared memory only
+// when every rank is on this server (ReduceScatter, AllGather, Broadcast).
+func (g *shmGroup) flatRegion(rank int, buf []float32) (*shmRegion, int, bool) {
+	if g == nil || !g.flat() {
+		return nil, 0, false
+	}
+	return g.region(rank, buf)
+}
+
 // shmAllReduce is AllReduce of buf, which lies at offset off of reg.
+//
+// On one server, the rank at index l of the server reduces block range l
+// of the buffer (blocks of addBcastBlock elements, so the vector kernel
+// gets whole blocks) from every rank's buffer, in rank order, and stores
+// the result into every rank's buffer. With several servers, it reduces
+// its range of its own server's buffers into its own buffer, combines that
+// partial result with those of the ranks at index l of the other servers
+// over TCP, in server order, and stores the total into every buffer of
+// its server: a sum over servers of sums over each server's ranks.
 func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error {
+	g := c.shm
 	if err := c.shmPublish(reg.id, off); err != nil {
 		return err
 	}
-	// Rank c reduces block range c of the buffer (blocks of
-	// addBcastBlock elements, so the vector kernel gets whole blocks).
+	n := len(g.members)
 	blocks := (len(buf) + addBcastBlock - 1) / addBcastBlock
-	lo := min(len(buf), c.rank*blocks/c.size*addBcastBlock)
-	hi := min(len(buf), (c.rank+1)*blocks/c.size*addBcastBlock)
-	c.shm.reduce(reg, off+lo, off+hi, op, c.size)
+	lo := min(len(buf), g.local*blocks/n*addBcastBlock)
+	hi := min(len(buf), (g.local+1)*blocks/n*addBcastBlock)
+	if g.flat() {
+		g.reduce(reg, off+lo, off+hi, op, g.members, g.members, c.size)
+		return c.shmBarrier()
+	}
+	partial := op
+	if op == Mean {
+		partial = Sum // divided once, at the end
+	}
+	g.reduce(reg, off+lo, off+hi, partial, g.members, []int{c.rank}, 0)
+	if err := c.combineColumn(reg.views, off, lo, hi, partial, op); err != nil {
+		return err
+	}
 	return c.shmBarrier()
+}
+
+// combineColumn combines elements [off+lo, off+hi) of this rank's buffer,
+// its server's partial result, with those of the other ranks of its column
+// over TCP, in server order, finishes op for the job's size and stores the
+// result into the same elements of every buffer of the server.
+func (c *Comm) combineColumn(views [][]float32, off, lo, hi int, partial, op Op) error {
+	g := c.shm
+	if hi <= lo {
+		return nil
+	}
+	seg := max(c.segElems, (hi-lo+maxSegments-1)/maxSegments)
+	if len(c.work) < hi-lo {
+		c.work = make([]float32, hi-lo)
+	}
+	// Send a copy: the result overwrites this rank's buffer before the
+	// peers may have read what was sent from it.
+	mine := c.work[:hi-lo]
+	copy(mine, views[c.rank][off+lo:off+hi])
+	for so := 0; so < hi-lo; so += seg {
+		sl := min(seg, hi-lo-so)
+		for _, p := range g.column {
+			if p != c.rank {
+				if err := c.post(c.peers[p], phaseReduce, lo+so, mine[so:so+sl]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	c.ensureScratch(seg)
+	for so := 0; so < hi-lo; so += seg {
+		sl := min(seg, hi-lo-so)
+		acc, got := c.acc[:sl], c.tmp[:sl]
+		for j, p := range g.column {
+			in := mine[so : so+sl]
+			if p != c.rank {
+				if err := c.recv(c.peers[p], phaseReduce, lo+so, got); err != nil {
+					return err
+				}
+				in = got
+			}
+			if j == 0 {
+				copy(acc, in)
+			} else {
+				reduceInto(partial, acc, in)
+			}
+		}
+		finish(op, acc, c.size)
+		for _, q := range g.members {
+			copy(views[q][off+lo+so:off+lo+so+sl], acc)
+		}
+	}
+	return nil
 }
 
 // announceTCP tells ranks waiting in a shared-memory barrier that this
@@ -634,47 +845,54 @@ func (c *Comm) shmBroadcast(buf []float32, root int, reg *shmRegion, off int) er
 	return c.shmBarrier() // root keeps buf unchanged until every rank has it
 }
 
-// reduce reduces elements [lo, hi) of every rank's buffer of reg in rank
-// order and stores the result into every rank's buffer.
-func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, n int) {
+// reduce reduces elements [lo, hi) of the buffers of the ranks from, in
+// that order, finishes op for n ranks (n 0: not at all) and stores the
+// result into the buffers of the ranks to.
+func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
 	if lo >= hi {
 		return
 	}
 	if haveAddBcast && (op == Sum || op == Mean) {
 		// The vector kernel needs 32-byte aligned addresses; every rank's
 		// buffer has the same alignment, so one split serves all.
-		a := uintptr(unsafe.Pointer(&reg.views[0][lo]))
+		a := uintptr(unsafe.Pointer(&reg.views[from[0]][lo]))
 		head := min(hi-lo, int((32-a%32)%32)/4)
 		mid := (hi - lo - head) / addBcastBlock * addBcastBlock
-		g.reducePortable(reg, lo, lo+head, op, n)
+		g.reducePortable(reg, lo, lo+head, op, from, to, n)
 		var divisor float32
-		if op == Mean {
+		if op == Mean && n > 0 {
 			divisor = float32(n)
 		}
+		srcs, dsts := g.srcs[:len(from)], g.dsts[:len(to)]
 		// In pieces: the Go scheduler cannot preempt assembly, and a
 		// stop-the-world pause should not wait for a whole chunk.
 		for p := lo + head; p < lo+head+mid; p += shmKernelPiece {
-			for q := range g.srcs {
-				g.srcs[q] = unsafe.Pointer(&reg.views[q][p])
+			for i, q := range from {
+				srcs[i] = unsafe.Pointer(&reg.views[q][p])
 			}
-			addBcastNT(g.srcs, g.srcs, min(shmKernelPiece, lo+head+mid-p), divisor)
+			for i, q := range to {
+				dsts[i] = unsafe.Pointer(&reg.views[q][p])
+			}
+			addBcastNT(srcs, dsts, min(shmKernelPiece, lo+head+mid-p), divisor)
 		}
 		lo += head + mid
 	}
-	g.reducePortable(reg, lo, hi, op, n)
+	g.reducePortable(reg, lo, hi, op, from, to, n)
 }
 
 // reducePortable is reduce in Go, a block at a time.
-func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, n int) {
+func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
 	for b := lo; b < hi; b += shmFallback {
 		e := min(b+shmFallback, hi)
 		acc := g.acc[:e-b]
-		copy(acc, reg.views[0][b:e])
-		for q := 1; q < n; q++ {
+		copy(acc, reg.views[from[0]][b:e])
+		for _, q := range from[1:] {
 			reduceInto(op, acc, reg.views[q][b:e])
 		}
-		finish(op, acc, n)
-		for q := 0; q < n; q++ {
+		if n > 0 {
+			finish(op, acc, n)
+		}
+		for _, q := range to {
 			copy(reg.views[q][b:e], acc)
 		}
 	}

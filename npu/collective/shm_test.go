@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -196,22 +197,71 @@ func TestShmFallbackAndRequirement(t *testing.T) {
 	}
 }
 
-// Auto uses shared memory only for ranks on one server of the rank table:
-// a two-server job simulated on one machine talks TCP, unless shared
-// memory is required.
-func TestShmOnlyWithinOneServer(t *testing.T) {
-	dir := shmDir(t)
-	twoServers := func(c *Config) { c.ShmDir, c.Hosts = dir, []int{0, 0, 1, 1} }
-	if got := group(t, 4, twoServers)[0].Transport(); got != TransportTCP {
-		t.Errorf("two servers, auto: transport %v, want tcp", got)
+// Ranks on several servers share memory within each server and combine
+// their servers' partial results over TCP: AllReduce gives, bit for bit, a
+// reduction over servers (in server order) of reductions over each
+// server's ranks (in rank order). Servers with different numbers of ranks
+// talk TCP only.
+func TestShmAcrossServers(t *testing.T) {
+	for _, hosts := range [][]int{{0, 0, 1, 1}, {0, 0, 0, 0, 1, 1, 1, 1}, {2, 2, 0, 0, 1, 1}} {
+		t.Run(fmt.Sprint(hosts), func(t *testing.T) {
+			n := len(hosts)
+			dir := shmDir(t)
+			comms := group(t, n, func(c *Config) { c.ShmDir, c.Hosts = dir, hosts })
+			for r, c := range comms {
+				if c.Transport() != TransportShm || c.shm.flat() {
+					t.Fatalf("rank %d: transport %v, flat %v; want shared memory per server", r, c.Transport(), c.shm.flat())
+				}
+			}
+			servers := slices.Compact(slices.Sorted(slices.Values(hosts)))
+			const count = 20011
+			bufs := allocAll(t, comms, count)
+			for _, op := range []Op{Sum, Mean, Max, Min, Prod} {
+				xs := inputs(n, count, op, 17)
+				for r := range bufs {
+					copy(bufs[r], xs[r])
+				}
+				mustAll(t, onAll(comms, func(r int, c *Comm) error { return c.AllReduce(context.Background(), bufs[r], op) }))
+				partial := op
+				if op == Mean {
+					partial = Sum
+				}
+				for i := 0; i < count; i++ {
+					var total float32
+					for si, h := range servers {
+						var sub float32
+						first := true
+						for r := range n {
+							if hosts[r] != h {
+								continue
+							}
+							if first {
+								sub, first = xs[r][i], false
+							} else {
+								sub = combine(partial, sub, xs[r][i])
+							}
+						}
+						if si == 0 {
+							total = sub
+						} else {
+							total = combine(partial, total, sub)
+						}
+					}
+					if op == Mean {
+						total /= float32(n)
+					}
+					for r := range bufs {
+						if math.Float32bits(bufs[r][i]) != math.Float32bits(total) {
+							t.Fatalf("%v rank %d element %d = %v, want %v", op, r, i, bufs[r][i], total)
+						}
+					}
+				}
+			}
+		})
 	}
-	oneServer := func(c *Config) { c.ShmDir, c.Hosts = dir, []int{1, 1, 1, 1} }
-	if got := group(t, 4, oneServer)[0].Transport(); got != TransportShm {
-		t.Errorf("one server, auto: transport %v, want shm", got)
-	}
-	forced := func(c *Config) { twoServers(c); c.Transport = TransportShm }
-	if got := group(t, 4, forced)[0].Transport(); got != TransportShm {
-		t.Errorf("two servers, shm required: transport %v, want shm", got)
+	uneven := group(t, 3, func(c *Config) { c.ShmDir, c.Hosts = shmDir(t), []int{0, 0, 1} })
+	if got := uneven[0].Transport(); got != TransportTCP {
+		t.Errorf("servers of 2 and 1 ranks: transport %v, want tcp", got)
 	}
 }
 

@@ -47,7 +47,7 @@ const (
 	opBroadcast
 	opBarrier
 	opAllToAll
-	opAlloc // shared-memory allocation; never on the wire
+	opAlloc // shared-memory allocation (on the wire only between servers)
 )
 
 // mayUseShm reports whether the collective can run through shared memory

@@ -96,7 +96,11 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
+	if s := comm.Servers(); s > 1 && comm.Transport() == collective.TransportShm {
+		fmt.Printf("collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
+	} else {
+		fmt.Printf("collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
+	}
 	op := collective.Mean
 	if cfg.With.GradientsMean != nil && !*cfg.With.GradientsMean {
 		op = collective.Sum

@@ -8,7 +8,7 @@
 // Modes: stand_alone (one device) and data_parallel (every device trains a
 // full replica on its shard of the data; gradients are averaged by an
 // AllReduce between the rank processes, as HCCL does: through shared memory
-// when the rank table puts them on one server, over TCP otherwise) work.
+// within each server of the rank table, over TCP between servers) work.
 // semi_auto_parallel, auto_parallel and hybrid_parallel are not implemented
 // in this build: the stage refuses them with a clear error instead of
 // training something else.
@@ -80,7 +80,7 @@ type With struct {
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
-	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp,default=auto" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm when the rank table puts every rank on one server, on this host)"`
+	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp,default=auto" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
 	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=0" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10)"`
 }
 
