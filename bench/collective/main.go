@@ -4,6 +4,7 @@
 //
 //	go run ./bench/collective                      # 2, 4, 8 ranks; mesh and ring; 1 KiB … 256 MiB
 //	go run ./bench/collective -ranks 8 -max 64MiB -profile /tmp/prof
+//	go run ./bench/collective -ranks 8 -servers 2        # 2 simulated servers of 4 ranks
 //
 // For each rank count it starts that many processes (this program,
 // re-executed), each inheriting its listening socket, and runs every size
@@ -75,6 +76,7 @@ type options struct {
 	profile string
 	segment int
 	sockbuf int
+	servers int
 }
 
 func parseOptions() (options, error) {
@@ -86,6 +88,7 @@ func parseOptions() (options, error) {
 	profile := flag.String("profile", "", "directory for each rank's CPU profile")
 	segment := flag.String("segment", "1MiB", "frame payload size (Config.SegmentBytes)")
 	sockbuf := flag.Int("sockbuf", 0, "data socket buffer bytes (Config.SocketBuffer; 0 default, -1 kernel autotuning)")
+	servers := flag.Int("servers", 1, "simulated servers the ranks are spread over (rank r on server r*servers/ranks): shm shares memory within a server, TCP between")
 	flag.Parse()
 	var o options
 	for _, s := range strings.Split(*ranks, ",") {
@@ -118,7 +121,12 @@ func parseOptions() (options, error) {
 	if o.segment, err = parseSize(*segment); err != nil {
 		return o, fmt.Errorf("-segment: %w", err)
 	}
-	o.budget, o.profile, o.sockbuf = *budget, *profile, *sockbuf
+	o.budget, o.profile, o.sockbuf, o.servers = *budget, *profile, *sockbuf, *servers
+	for _, n := range o.ranks {
+		if *servers < 1 || n%*servers != 0 {
+			return o, fmt.Errorf("-servers %d does not divide %d ranks", *servers, n)
+		}
+	}
 	return o, nil
 }
 
@@ -242,7 +250,8 @@ func runGroup(n int, alg string, o options) ([]result, error) {
 		cmd := exec.CommandContext(ctx, exe)
 		cmd.Env = append(os.Environ(), childEnv+"=1", "RANK="+strconv.Itoa(r), "ADDRS="+strings.Join(addrs, ","),
 			"SECRET="+hex.EncodeToString(secret), "ALGORITHM="+alg, "SIZES="+strings.Join(sizes, ","),
-			"BUDGET="+o.budget.String(), "PROFILE="+o.profile, "SEGMENT="+strconv.Itoa(o.segment), "SOCKBUF="+strconv.Itoa(o.sockbuf))
+			"BUDGET="+o.budget.String(), "PROFILE="+o.profile, "SEGMENT="+strconv.Itoa(o.segment), "SOCKBUF="+strconv.Itoa(o.sockbuf),
+			"SERVERS="+strconv.Itoa(o.servers))
 		cmd.ExtraFiles = []*os.File{files[r]}
 		cmd.Stderr = os.Stderr
 		if r == 0 {
@@ -302,6 +311,14 @@ func child() (err error) {
 	if err != nil {
 		return err
 	}
+	servers, err := strconv.Atoi(os.Getenv("SERVERS"))
+	if err != nil {
+		return err
+	}
+	hosts := make([]int, len(addrs))
+	for r := range hosts {
+		hosts[r] = r * servers / len(addrs)
+	}
 	sockbuf, err := strconv.Atoi(os.Getenv("SOCKBUF"))
 	if err != nil {
 		return err
@@ -335,7 +352,7 @@ func child() (err error) {
 	}
 	ctx := context.Background()
 	c, err := collective.Init(ctx, collective.Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
-		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, SocketBuffer: sockbuf, Listener: ln,
+		Timeout: time.Minute, Algorithm: alg, SegmentBytes: segment, SocketBuffer: sockbuf, Listener: ln, Hosts: hosts,
 		Transport: transport})
 	if err != nil {
 		return err
@@ -431,7 +448,11 @@ func printTables(o options, results []result, memcpy map[int]float64) {
 	}
 	for _, n := range o.ranks {
 		factor := 2 * float64(n-1) / float64(n)
-		fmt.Printf("\n### AllReduce (sum, float32), %d rank processes: shm = shared memory, mesh and ring = loopback TCP\n\n", n)
+		where := "shm = shared memory"
+		if o.servers > 1 {
+			where = fmt.Sprintf("%d servers of %d ranks, shm = shared memory within a server and TCP between", o.servers, n/o.servers)
+		}
+		fmt.Printf("\n### AllReduce (sum, float32), %d rank processes: %s, mesh and ring = loopback TCP\n\n", n, where)
 		head, rule := "| size | memcpy GB/s |", "|---:|---:|"
 		for _, alg := range o.algs {
 			head += fmt.Sprintf(" %s time | %s algbw GB/s | %s busbw GB/s |", alg, alg, alg)
