@@ -804,17 +804,8 @@ func (c *Comm) shmReduceScatter(send, recv []float32, op Op, reg *shmRegion, off
 	if err := c.shmPublish(reg.id, off); err != nil {
 		return err
 	}
-	m := len(recv)
-	base := off + c.rank*m
-	for b := 0; b < m; b += shmFallback {
-		e := min(b+shmFallback, m)
-		acc := recv[b:e]
-		copy(acc, reg.views[0][base+b:base+e])
-		for q := 1; q < c.size; q++ {
-			reduceInto(op, acc, reg.views[q][base+b:base+e])
-		}
-		finish(op, acc, c.size)
-	}
+	base := off + c.rank*len(recv)
+	c.shm.reduceOut(reg, base, recv, op, c.size)
 	return c.shmBarrier() // no rank changes its send before every rank has read it
 }
 
@@ -878,6 +869,52 @@ func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, from, to []int, n i
 		lo += head + mid
 	}
 	g.reducePortable(reg, lo, hi, op, from, to, n)
+}
+
+// reduceOut reduces elements [lo, lo+len(dst)) of every member's buffer,
+// in rank order, finishes op for n ranks and stores the result into dst,
+// which may be any memory: the vector kernel when dst has the buffers'
+// alignment, Go otherwise.
+func (g *shmGroup) reduceOut(reg *shmRegion, lo int, dst []float32, op Op, n int) {
+	hi := lo + len(dst)
+	if lo >= hi {
+		return
+	}
+	head, mid := 0, 0
+	if haveAddBcast && (op == Sum || op == Mean) {
+		a := uintptr(unsafe.Pointer(&reg.views[g.members[0]][lo]))
+		head = min(hi-lo, int((32-a%32)%32)/4)
+		if head < len(dst) && uintptr(unsafe.Pointer(&dst[head]))%32 == 0 {
+			mid = (hi - lo - head) / addBcastBlock * addBcastBlock
+		}
+	}
+	g.reduceOutPortable(reg, lo, dst[:head], op, n)
+	var divisor float32
+	if op == Mean {
+		divisor = float32(n)
+	}
+	srcs, dsts := g.srcs[:len(g.members)], g.dsts[:1]
+	for p := head; p < head+mid; p += shmKernelPiece {
+		for i, q := range g.members {
+			srcs[i] = unsafe.Pointer(&reg.views[q][lo+p])
+		}
+		dsts[0] = unsafe.Pointer(&dst[p])
+		addBcastNT(srcs, dsts, min(shmKernelPiece, head+mid-p), divisor)
+	}
+	g.reduceOutPortable(reg, lo+head+mid, dst[head+mid:], op, n)
+}
+
+// reduceOutPortable is reduceOut in Go, a block at a time.
+func (g *shmGroup) reduceOutPortable(reg *shmRegion, lo int, dst []float32, op Op, n int) {
+	for b := 0; b < len(dst); b += shmFallback {
+		e := min(b+shmFallback, len(dst))
+		acc := dst[b:e]
+		copy(acc, reg.views[g.members[0]][lo+b:lo+e])
+		for _, q := range g.members[1:] {
+			reduceInto(op, acc, reg.views[q][lo+b:lo+e])
+		}
+		finish(op, acc, n)
+	}
 }
 
 // reducePortable is reduce in Go, a block at a time.

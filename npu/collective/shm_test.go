@@ -491,3 +491,30 @@ func viaShm(t *testing.T, comms []*Comm, what string) {
 		}
 	}
 }
+
+// reduceOut gives the rank-order bits whether dst shares the buffers'
+// alignment (vector kernel) or not (Go).
+func TestShmReduceOutPaths(t *testing.T) {
+	const n, count = 4, 5000
+	comms := shmGroupOf(t, n, shmDir(t))
+	bufs := allocAll(t, comms, count)
+	g := comms[0].shm
+	reg, _, _ := g.region(0, bufs[0])
+	for _, op := range []Op{Sum, Mean, Max} {
+		xs := inputs(n, count, op, 41)
+		for r := range bufs {
+			copy(bufs[r], xs[r])
+		}
+		want := rankOrderRef(xs, op)
+		const lo = 37
+		m := count - lo - 100
+		for shift := range 8 {
+			backing := make([]float32, m+16)
+			dst := backing[shift : shift+m]
+			g.reduceOut(reg, lo, dst, op, n)
+			if i := sameBits(dst, want[lo:lo+m]); i >= 0 {
+				t.Fatalf("%v, dst shifted by %d: element %d = %v, want %v", op, shift, i, dst[i], want[lo+i])
+			}
+		}
+	}
+}
