@@ -1,23 +1,28 @@
 package collective
 
 // The shared-memory transport, the counterpart of HCCS inside an Ascend
-// server: when every rank runs on this host, AllReduce of buffers from
-// Comm.Alloc reads the other ranks' buffers directly instead of sending
-// them over loopback TCP.
+// server: the ranks of one server read each other's buffers from
+// Comm.Alloc directly instead of sending them over loopback TCP.
 //
-// Init creates a control segment (a tmpfs file that every rank maps and
-// rank 0 unlinks once all have it) holding a doorbell word and one slot per
-// rank: the epoch of the last barrier the rank reached and a descriptor of
-// the call it is in. Alloc gives every rank a buffer in a tmpfs file that
-// every other rank maps too; the files are unlinked as soon as everyone
-// has mapped them, so nothing is left behind however the processes end.
+// Init creates, per server, a control segment (a tmpfs file that the
+// server's first rank creates with a random nonce, every rank of the
+// server maps, and the creator unlinks once all have it) holding a
+// doorbell word and one slot per rank: the epoch of the last barrier the
+// rank reached and a descriptor of the call it is in. Alloc gives every
+// rank a buffer in a tmpfs file (its name carries the nonce) that every
+// other rank of the server maps too; the files are unlinked as soon as
+// everyone has mapped them, so nothing is left behind however the
+// processes end.
 //
-// An AllReduce then takes two barriers. After the first, every rank has
-// published its input; rank c reduces chunk c straight from every rank's
-// buffer, in rank order (the order Mesh uses, so results are the same bits
-// as over TCP), and stores the result into every rank's buffer. After the
-// second, every rank holds the whole result. Each element is read once and
-// written once per rank, the least any AllReduce can move.
+// An AllReduce then takes two barriers. After the first, every rank of the
+// server has published its input; the rank at index c reduces chunk c
+// straight from every buffer, in rank order (the order Mesh uses, so on
+// one server results are the same bits as over TCP), and stores the result
+// into every buffer. After the second, every rank holds the whole result.
+// Each element is read once and written once per rank, the least any
+// AllReduce can move. With several servers, the reduced chunk is first
+// combined over TCP with the same chunk of the other servers (see
+// combineColumn).
 //
 // Barriers wait on the doorbell with a futex, in slices, checking between
 // slices what the TCP control connections say: a rank that died or
