@@ -498,11 +498,14 @@ func (c *Comm) ctrlLoop(p *peer) {
 		_ = p.ctrl.SetReadDeadline(time.Now().Add(wait))
 		wait = c.timeout
 		if _, err := io.ReadFull(p.ctrl, hb[:]); err != nil {
-			p.setState(stateLost)
+			// A silent peer is a timeout: record it before marking the
+			// peer lost, so nobody waiting on the peer's state (a
+			// shared-memory barrier) takes it for a closed connection.
 			var ne net.Error
 			if !c.closing.Load() && errors.As(err, &ne) && ne.Timeout() {
 				c.fail(&PeerError{Rank: p.rank, Addr: p.addr, Err: fmt.Errorf("%w within %v", ErrPeerTimeout, c.timeout), Via: -1})
 			}
+			p.setState(stateLost)
 			return
 		}
 		p.heard.Store(time.Now().UnixNano())
