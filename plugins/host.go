@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -76,6 +77,7 @@ type Client struct {
 	pid    int
 	exited <-chan struct{}
 	tail   *stderrTail
+	tls    *tls.Config // the host's side of this plugin's connection
 
 	closing   chan struct{} // closed when Close starts; ends the context watcher
 	closeOnce sync.Once
@@ -117,6 +119,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
+	launch, err := creds.forLaunch()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
 
 	logw := &lockedWriter{w: cfg.Log}
 	if cfg.Log == nil {
@@ -127,7 +133,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	// Last, so that they win over inherited values. PLUGIN_CLIENT_CERT lets
 	// a plugin built with an SDK that relied on AutoMTLS answer with its own
 	// server certificate, which go-plugin then trusts for that connection.
-	cmd.Env = append(append(os.Environ(), cfg.Env...), creds.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
+	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
 	cmd.Dir = cfg.Dir
 	cmd.SysProcAttr = sysProcAttr()
 	pc := plugin.NewClient(&plugin.ClientConfig{
@@ -136,8 +142,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		TLSConfig:        creds.client.Clone(),
-		SkipHostEnv:      true, // cmd.Env already has it, under cfg.Env
+		TLSConfig:        launch.client.Clone(), // go-plugin may modify it
+		SkipHostEnv:      true,                  // cmd.Env already has it, under cfg.Env
 		StartTimeout:     cfg.StartTimeout,
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name:   "mspipe",
@@ -157,7 +163,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		pc.Kill()
 		return nil, startError(label, cfg, cmd, tail, err)
 	}
-	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, closing: make(chan struct{})}
+	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client, closing: make(chan struct{})}
 	raw, err := rpc.Dispense(PluginName)
 	if err != nil {
 		_ = c.Close()

@@ -20,11 +20,12 @@ import (
 // The host and a plugin talk gRPC over mutually authenticated TLS on a unix
 // socket. go-plugin's AutoMTLS would set this up, but it makes a P-521 key
 // and certificate on both sides at every launch, about 8 ms of CPU each.
-// Instead the host makes two P-256 key pairs with self-signed certificates
-// once per process, one for itself as the client and one for its plugins'
-// servers, and hands each plugin the server's key and certificate and the
-// client's certificate through the environment variable EnvTLS. Only the
-// host and the plugins it started can then take part in a connection.
+// Instead the host makes a P-256 key pair with a self-signed certificate
+// for itself as the client once per process, and one for each plugin's
+// server at its launch (a P-256 key is cheap), and hands each plugin its
+// server key and certificate and the client's certificate through the
+// environment variable EnvTLS. Only the host and the plugin it started can
+// then take part in a connection; one plugin cannot pose as another.
 //
 // Trust model: a process's environment is readable only by its user (and
 // root), the same trust go-plugin's AutoMTLS places in PLUGIN_CLIENT_CERT
@@ -47,22 +48,17 @@ const tlsServerName = "localhost"
 // process; a run may take weeks.
 const certLifetime = 10 * 365 * 24 * time.Hour
 
-// hostTLS is the host's TLS material for all its plugins.
+// hostTLS is the host's client credentials, for all its plugins.
 type hostTLS struct {
-	client        *tls.Config // cloned for each launch: go-plugin may modify it
-	env           string      // EnvTLS=... for the plugin's environment
+	client        tls.Certificate
 	clientCertPEM []byte
 }
 
-// hostCredentials makes the host's TLS material on first use, once per
-// process: key generation is the costly part of a launch otherwise.
+// hostCredentials makes the host's client credentials on first use, once
+// per process.
 var hostCredentials = sync.OnceValues(newHostTLS)
 
 func newHostTLS() (*hostTLS, error) {
-	serverCert, serverKey, err := selfSignedCert(x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return nil, fmt.Errorf("plugin server certificate: %w", err)
-	}
 	clientCert, clientKey, err := selfSignedCert(x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return nil, fmt.Errorf("plugin client certificate: %w", err)
@@ -70,6 +66,21 @@ func newHostTLS() (*hostTLS, error) {
 	client, err := tls.X509KeyPair(clientCert, clientKey)
 	if err != nil {
 		return nil, fmt.Errorf("plugin client certificate: %w", err)
+	}
+	return &hostTLS{client: client, clientCertPEM: clientCert}, nil
+}
+
+// launchTLS is the TLS material of one plugin launch.
+type launchTLS struct {
+	client *tls.Config // the host's side: its certificate, and the plugin's as the only root
+	env    string      // EnvTLS=... for the plugin's environment
+}
+
+// forLaunch makes a server key and certificate for one plugin.
+func (h *hostTLS) forLaunch() (*launchTLS, error) {
+	serverCert, serverKey, err := selfSignedCert(x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, fmt.Errorf("plugin server certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(serverCert) {
@@ -79,16 +90,15 @@ func newHostTLS() (*hostTLS, error) {
 	env.WriteString(EnvTLS + "=")
 	env.Write(serverCert)
 	env.Write(serverKey)
-	env.Write(clientCert)
-	return &hostTLS{
+	env.Write(h.clientCertPEM)
+	return &launchTLS{
 		client: &tls.Config{
-			Certificates: []tls.Certificate{client},
+			Certificates: []tls.Certificate{h.client},
 			RootCAs:      roots,
 			ServerName:   tlsServerName,
 			MinVersion:   tls.VersionTLS13,
 		},
-		env:           env.String(),
-		clientCertPEM: clientCert,
+		env: env.String(),
 	}, nil
 }
 

@@ -39,28 +39,28 @@ func TestPluginRequiresTheHostClientCertificate(t *testing.T) {
 		t.Fatalf("plugin address: %+v", reattach)
 	}
 	addr := reattach.Addr.String()
-	creds, err := hostCredentials()
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	if err := tryTLS(t, addr, creds.client.Clone()); err != nil {
+	if err := tryTLS(t, addr, c.tls.Clone()); err != nil {
 		t.Fatalf("the host's own client configuration fails: %v", err)
 	}
 
-	noCert := creds.client.Clone()
+	noCert := c.tls.Clone()
 	noCert.Certificates = nil
-	err = tryTLS(t, addr, noCert)
+	err := tryTLS(t, addr, noCert)
 	t.Log("without a client certificate:", err)
 	if err == nil || !strings.Contains(err.Error(), "certificate required") {
 		t.Errorf("without a client certificate: err = %v, want the server to require one", err)
 	}
 
-	other, err := newHostTLS() // a well-formed certificate of another host
+	otherHost, err := newHostTLS() // a well-formed certificate of another host
 	if err != nil {
 		t.Fatal(err)
 	}
-	strange := creds.client.Clone()
+	other, err := otherHost.forLaunch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strange := c.tls.Clone()
 	strange.Certificates = other.client.Certificates
 	err = tryTLS(t, addr, strange)
 	t.Log("with another host's client certificate:", err)
@@ -68,17 +68,31 @@ func TestPluginRequiresTheHostClientCertificate(t *testing.T) {
 		t.Errorf("with another client certificate: err = %v, want it refused", err)
 	}
 
-	// The client side checks the server in turn: another host's server
-	// certificate is not the plugin's.
-	err = tryTLS(t, addr, other.client.Clone())
-	var unknown x509.UnknownAuthorityError
-	if !errors.As(err, &unknown) {
-		t.Errorf("against other roots: err = %v, want an unknown authority", err)
+	// The client side checks the server in turn: the server certificate of
+	// another launch, even of this host, is not this plugin's.
+	host, err := hostCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sibling, err := host.forLaunch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, cfg := range map[string]*tls.Config{"another host's": other.client, "another launch's": sibling.client} {
+		err = tryTLS(t, addr, cfg.Clone())
+		var unknown x509.UnknownAuthorityError
+		if !errors.As(err, &unknown) {
+			t.Errorf("against %s roots: err = %v, want an unknown authority", what, err)
+		}
 	}
 }
 
 func TestServerTLSConfig(t *testing.T) {
-	creds, err := newHostTLS()
+	host, err := newHostTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := host.forLaunch()
 	if err != nil {
 		t.Fatal(err)
 	}
