@@ -27,8 +27,9 @@
 //     is left.
 //   - The host and a plugin talk gRPC over mutual TLS: the plugin accepts
 //     only the host's client certificate and the host only the server
-//     certificate it handed the plugin. Both are made once per host process
-//     and reach the plugin in [EnvTLS].
+//     certificate it handed the plugin. The client's is made once per host
+//     process, the server's at each launch; they reach the plugin in
+//     [EnvTLS].
 //   - JSON values (`with`, outputs, log fields) keep integers distinct from
 //     floats: integers decode as int64, other numbers as float64, and a float
 //     with an integral value is encoded with a decimal point ("2.0").

@@ -2,7 +2,7 @@
 //
 // A stage plugin is a separate process started by mspipe through
 // HashiCorp go-plugin (gRPC transport, mutual TLS with certificates the host
-// makes once per process and passes in MSPIPE_PLUGIN_TLS). The host asks
+// makes and passes in MSPIPE_PLUGIN_TLS). The host asks
 // the plugin to describe itself, to check a stage's `with` block, and to run
 // the stage once; events stream back while the stage runs.
 //
