@@ -1,8 +1,6 @@
 package nn
 
 import (
-	"fmt"
-
 	"github.com/mspipe/mspipe/npu/tensor"
 )
 
@@ -13,20 +11,7 @@ import (
 // training over N devices computes exactly what one device computes over the
 // whole batch (up to float32 rounding): the model the equivalence checks use.
 func NewCNN(cfg ResNetConfig) (*Model, error) {
-	classes, err := cfg.classes()
-	if err != nil {
-		return nil, fmt.Errorf("cnn: %w", err)
-	}
-	dev, err := cfg.device()
-	if err != nil {
-		return nil, err
-	}
-	m, err := buildCNN(classes, cfg.Seed, dev)
-	if err != nil {
-		dev.Close()
-		return nil, fmt.Errorf("cnn: %w", err)
-	}
-	return m, nil
+	return cfg.build("cnn", buildCNN)
 }
 
 func buildCNN(classes int, seed uint64, dev *Device) (*Model, error) {

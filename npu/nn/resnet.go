@@ -17,14 +17,24 @@ type ResNetConfig struct {
 	Memory int64
 }
 
-// device returns the device a model of cfg runs on.
-func (cfg ResNetConfig) device() (*Device, error) {
+// build makes the device a model of cfg runs on and builds the model
+// named name on it; the device is closed again if that fails.
+func (cfg ResNetConfig) build(name string, build func(classes int, seed uint64, dev *Device) (*Model, error)) (*Model, error) {
+	classes, err := cfg.classes()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	dev := NewDevice(cfg.Threads)
 	if err := dev.SetMemory(cfg.Memory); err != nil {
 		dev.Close()
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return dev, nil
+	m, err := build(classes, cfg.Seed, dev)
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return m, nil
 }
 
 // Model is a network with its parameters packed in fixed order, ready for a
@@ -168,20 +178,7 @@ func (c ResNetConfig) classes() (int, error) {
 // 2, global average pool, flatten and the end_point Dense. BatchNorms use
 // eps 1e-4 and momentum 0.9 as model_zoo's _bn.
 func NewResNet50(cfg ResNetConfig) (*Model, error) {
-	classes, err := cfg.classes()
-	if err != nil {
-		return nil, fmt.Errorf("resnet50: %w", err)
-	}
-	dev, err := cfg.device()
-	if err != nil {
-		return nil, err
-	}
-	m, err := buildResNet50(classes, cfg.Seed, dev)
-	if err != nil {
-		dev.Close()
-		return nil, fmt.Errorf("resnet50: %w", err)
-	}
-	return m, nil
+	return cfg.build("resnet50", buildResNet50)
 }
 
 func buildResNet50(classes int, seed uint64, dev *Device) (*Model, error) {
@@ -223,20 +220,7 @@ func buildResNet50(classes int, seed uint64, dev *Device) (*Model, error) {
 // conv1, bn1, layerS.B.conv1/bn1d/conv2/bn2d, layerS.B.down_sample_layer.0/1,
 // end_point. BatchNorms use MindSpore's defaults, eps 1e-5 and momentum 0.9.
 func NewResNet20(cfg ResNetConfig) (*Model, error) {
-	classes, err := cfg.classes()
-	if err != nil {
-		return nil, fmt.Errorf("resnet20: %w", err)
-	}
-	dev, err := cfg.device()
-	if err != nil {
-		return nil, err
-	}
-	m, err := buildResNet20(classes, cfg.Seed, dev)
-	if err != nil {
-		dev.Close()
-		return nil, fmt.Errorf("resnet20: %w", err)
-	}
-	return m, nil
+	return cfg.build("resnet20", buildResNet20)
 }
 
 func buildResNet20(classes int, seed uint64, dev *Device) (*Model, error) {
