@@ -278,11 +278,23 @@ func (c *Comm) setupShm(ctx context.Context) error {
 		c.dropCtl(ctl)
 		return err
 	}
+	leaderOf := make(map[int]int) // host -> its first rank
+	for r := c.size - 1; r >= 0; r-- {
+		h := 0
+		if c.cfg.Hosts != nil {
+			h = c.cfg.Hosts[r]
+		}
+		leaderOf[h] = r
+	}
 	var missing []string
 	for r := range c.size {
 		got := all[r*len(mine) : (r+1)*len(mine)]
-		lead, _, _, _ := serverLayout(c.cfg.Hosts, c.size, r)
-		ref := all[lead[0]*len(mine) : (lead[0]+1)*len(mine)]
+		h := 0
+		if c.cfg.Hosts != nil {
+			h = c.cfg.Hosts[r]
+		}
+		lead := leaderOf[h]
+		ref := all[lead*len(mine) : (lead+1)*len(mine)]
 		same := got[0] == 1
 		for i := 1; same && i < len(mine); i++ {
 			same = math.Float32bits(got[i]) == math.Float32bits(ref[i])
@@ -893,7 +905,7 @@ func (g *shmGroup) reduceOut(reg *shmRegion, lo int, dst []float32, op Op, n int
 			mid = (hi - lo - head) / addBcastBlock * addBcastBlock
 		}
 	}
-	g.reduceOutPortable(reg, lo, dst[:head], op, n)
+	g.reduceOutPortable(reg, lo, dst[:head], op, g.members, n)
 	var divisor float32
 	if op == Mean {
 		divisor = float32(n)
@@ -906,34 +918,33 @@ func (g *shmGroup) reduceOut(reg *shmRegion, lo int, dst []float32, op Op, n int
 		dsts[0] = unsafe.Pointer(&dst[p])
 		addBcastNT(srcs, dsts, min(shmKernelPiece, head+mid-p), divisor)
 	}
-	g.reduceOutPortable(reg, lo+head+mid, dst[head+mid:], op, n)
+	g.reduceOutPortable(reg, lo+head+mid, dst[head+mid:], op, g.members, n)
 }
 
-// reduceOutPortable is reduceOut in Go, a block at a time.
-func (g *shmGroup) reduceOutPortable(reg *shmRegion, lo int, dst []float32, op Op, n int) {
+// reduceOutPortable reduces elements [lo, lo+len(dst)) of the buffers of
+// the ranks from, in that order, into dst in Go, finishing op for n ranks
+// (n 0: not at all), a cache-sized block at a time.
+func (g *shmGroup) reduceOutPortable(reg *shmRegion, lo int, dst []float32, op Op, from []int, n int) {
 	for b := 0; b < len(dst); b += shmFallback {
 		e := min(b+shmFallback, len(dst))
 		acc := dst[b:e]
-		copy(acc, reg.views[g.members[0]][lo+b:lo+e])
-		for _, q := range g.members[1:] {
-			reduceInto(op, acc, reg.views[q][lo+b:lo+e])
-		}
-		finish(op, acc, n)
-	}
-}
-
-// reducePortable is reduce in Go, a block at a time.
-func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
-	for b := lo; b < hi; b += shmFallback {
-		e := min(b+shmFallback, hi)
-		acc := g.acc[:e-b]
-		copy(acc, reg.views[from[0]][b:e])
+		copy(acc, reg.views[from[0]][lo+b:lo+e])
 		for _, q := range from[1:] {
-			reduceInto(op, acc, reg.views[q][b:e])
+			reduceInto(op, acc, reg.views[q][lo+b:lo+e])
 		}
 		if n > 0 {
 			finish(op, acc, n)
 		}
+	}
+}
+
+// reducePortable is reduce in Go, a cache-sized block at a time, so the
+// result can be stored into buffers that are also inputs.
+func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
+	for b := lo; b < hi; b += shmFallback {
+		e := min(b+shmFallback, hi)
+		acc := g.acc[:e-b]
+		g.reduceOutPortable(reg, b, acc, op, from, n)
 		for _, q := range to {
 			copy(reg.views[q][b:e], acc)
 		}
