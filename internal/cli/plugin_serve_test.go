@@ -50,21 +50,8 @@ func TestStageServeByHand(t *testing.T) {
 // TestBuiltinStageServedByMspipe runs the built-in exec stage the way a
 // pipeline does: the real mspipe binary re-executed as `mspipe __stage exec`.
 func TestBuiltinStageServedByMspipe(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "mspipe")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build mspipe: %v\n%s", err, out)
-	}
-	reg, err := builtinStages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := (&plugins.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	cfg := res.LaunchConfig()
+	cfg := builtinExecStage(t)
 	var log bytes.Buffer
 	cfg.Log = &log
 	c, err := plugins.Launch(ctx, cfg)
@@ -106,22 +93,11 @@ func TestBuiltinStageServedByMspipe(t *testing.T) {
 // `true`, stop. The mspipe binary links everything the host needs, so its
 // start costs more than a small plugin's.
 func BenchmarkBuiltinStage(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "mspipe")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe").CombinedOutput(); err != nil {
-		b.Fatalf("build mspipe: %v\n%s", err, out)
-	}
-	reg, err := builtinStages()
-	if err != nil {
-		b.Fatal(err)
-	}
-	res, err := (&plugins.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := builtinExecStage(b)
 	ctx := context.Background()
 	req := plugins.RunRequest{StageID: "s", WorkDir: b.TempDir(), With: map[string]any{"command": []any{"true"}}}
 	for b.Loop() {
-		c, err := plugins.Launch(ctx, res.LaunchConfig())
+		c, err := plugins.Launch(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -132,4 +108,23 @@ func BenchmarkBuiltinStage(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// builtinExecStage builds the mspipe binary and returns the launch
+// configuration of its built-in exec stage, as a pipeline resolves it.
+func builtinExecStage(tb testing.TB) plugins.LaunchConfig {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "mspipe")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe").CombinedOutput(); err != nil {
+		tb.Fatalf("build mspipe: %v\n%s", err, out)
+	}
+	reg, err := builtinStages()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res, err := (&plugins.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res.LaunchConfig()
 }
