@@ -300,7 +300,7 @@ func (d *decoder) stringMap(n *yaml.Node, what string) map[string]string {
 
 func (d *decoder) pipeline(p *Pipeline, root *yaml.Node) {
 	if r := d.resolve(root); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
-		d.errs.add(Pos{File: d.file, Line: 1, Col: 1}, "empty spec: expected a mapping with version, name and stages")
+		d.errs.addCode(Pos{File: d.file, Line: 1, Col: 1}, CodeEmpty, "empty spec: expected a mapping with version, name and stages")
 		return
 	}
 	var haveVersion, haveName, haveStages bool
