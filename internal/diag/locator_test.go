@@ -12,9 +12,9 @@ func TestLocatorPosition(t *testing.T) {
 		{3, 2, 1},                       // an empty line
 		{4, 3, 1}, {6, 3, 3}, {7, 3, 4}, // \r is a byte of the line
 		{8, 4, 1}, {10, 4, 3}, // ÿ is two bytes: columns count bytes
-		{11, 4, 4},  // just past the end: where "end of file" is reported
-		{99, 4, 4},  // clamped to the end
-		{-5, 1, 1},  // clamped to the start
+		{11, 4, 4}, // just past the end: where "end of file" is reported
+		{99, 4, 4}, // clamped to the end
+		{-5, 1, 1}, // clamped to the start
 	}
 	loc := NewLocator(data)
 	for _, tt := range tests {
