@@ -25,8 +25,9 @@ func (s Severity) String() string {
 	return "error"
 }
 
-// Diagnostic is one problem found in a file. Line and Column are 1-based and
-// Column counts bytes, as Go tools do; 0 means unknown.
+// Diagnostic is one problem found in a file. Line and Column are 1-based;
+// 0 means unknown. Column counts what the file's parser counts: characters
+// in YAML (yaml.v3), bytes in JSON (Locator), as Go tools do.
 type Diagnostic struct {
 	File     string
 	Line     int

@@ -6,7 +6,8 @@ import (
 )
 
 // Locator turns byte offsets in a text into 1-based lines and columns;
-// columns count bytes, as Go tools do.
+// columns count bytes, as Go tools do. Rank tables use it for every value,
+// specs for the first byte that is not text.
 type Locator struct {
 	size   int
 	starts []int // offset at which each line starts; starts[0] == 0
