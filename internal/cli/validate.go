@@ -26,6 +26,10 @@ rank table files named by a cluster.
 
 PATH may be a file, a directory (every *.yaml and *.yml below it) or a glob.
 Every problem is reported, not only the first, as file:line:col.
+--format json prints {"valid", "files": [{"file", "valid", "problems":
+[{"file", "line", "col", "severity", "code", "message"}]}]}; code names the
+problems after which a file is not checked further (yaml-syntax, spec-empty,
+spec-not-text, spec-too-large, spec-too-complex) and is left out otherwise.
 
 Exit status: 0 all specs valid (warnings allowed), 1 a spec is invalid,
 2 usage error or a file that cannot be read.`,
