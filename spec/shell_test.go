@@ -103,21 +103,21 @@ func TestShellRefsArithmetic(t *testing.T) {
 
 func TestShellQuoteStateRefs(t *testing.T) {
 	for text, want := range map[string]string{
-		`echo `:                 `"${V}"`,
-		`echo "a `:              `${V}`,
-		`echo 'a `:              `'"${V}"'`,
-		`echo 'it''s `:          `'"${V}"'`,
-		`echo "it's `:           `${V}`,
-		`echo \" `:              `"${V}"`,
-		`echo "$(cat "`:         `${V}`,
-		`echo "$(cat `:          `"${V}"`,
-		`echo $(( 1 + (2 * `:    `${V}`,
-		`echo $(( 1 + (2) )) `:  `"${V}"`,
-		"echo `cat ":            `"${V}"`,
-		`echo "$(f "a") `:       `${V}`,
-		`x=$(echo "a)" ) `:      `"${V}"`,
-		`echo 'a' "b" `:         `"${V}"`,
-		`echo "\"" `:            `"${V}"`,
+		`echo `:                `"${V}"`,
+		`echo "a `:             `${V}`,
+		`echo 'a `:             `'"${V}"'`,
+		`echo 'it''s `:         `'"${V}"'`,
+		`echo "it's `:          `${V}`,
+		`echo \" `:             `"${V}"`,
+		`echo "$(cat "`:        `${V}`,
+		`echo "$(cat `:         `"${V}"`,
+		`echo $(( 1 + (2 * `:   `${V}`,
+		`echo $(( 1 + (2) )) `: `"${V}"`,
+		"echo `cat ":           `"${V}"`,
+		`echo "$(f "a") `:      `${V}`,
+		`x=$(echo "a)" ) `:     `"${V}"`,
+		`echo 'a' "b" `:        `"${V}"`,
+		`echo "\"" `:           `"${V}"`,
 	} {
 		var q shellQuoteState
 		q.scan(text)
