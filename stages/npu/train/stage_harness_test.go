@@ -1,12 +1,14 @@
 package train_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,6 +26,9 @@ import (
 // not a copy of their wiring.
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == train.WorkerCommand {
+		if prefix := os.Getenv(crashAtEnv); prefix != "" {
+			crashAtLine(prefix)
+		}
 		// Like cmd/mspipe: SIGTERM from the launcher cancels training,
 		// which then stops after its last complete checkpoint.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -36,6 +41,33 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// crashAtEnv makes a rank process started by a test kill itself with
+// SIGKILL when it prints a line starting with the variable's value: a crash
+// at a known point of training, with no chance to clean up.
+const crashAtEnv = "NPU_TRAIN_TEST_CRASH_AT"
+
+// crashAtLine puts a pipe in front of stdout, which the worker's
+// LossMonitor lines go to, and kills the process on the first line that
+// starts with prefix.
+func crashAtLine(prefix string) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	go func() {
+		lines := bufio.NewScanner(r)
+		for lines.Scan() {
+			fmt.Fprintln(stdout, lines.Text())
+			if strings.HasPrefix(lines.Text(), prefix) {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+	}()
 }
 
 // synthData writes a synthetic CIFAR-10 data set of 5×perBatch training
