@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 		if prefix := os.Getenv(crashAtEnv); prefix != "" {
 			crashAtLine(prefix)
 		}
+		if result, ok := os.LookupEnv(brokenResultEnv); ok {
+			leaveBrokenResult(result)
+		}
 		// Like cmd/mspipe: SIGTERM from the launcher cancels training,
 		// which then stops after its last complete checkpoint.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -68,6 +71,21 @@ func crashAtLine(prefix string) {
 			}
 		}
 	}()
+}
+
+// brokenResultEnv makes a rank process started by a test exit 0 at once,
+// without training, leaving the variable's value as its result.json (no
+// file when the value is empty): a rank that did not keep its contract.
+const brokenResultEnv = "NPU_TRAIN_TEST_BROKEN_RESULT"
+
+func leaveBrokenResult(result string) {
+	if result != "" {
+		if err := os.WriteFile("result.json", []byte(result), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(0)
 }
 
 // synthData writes a synthetic CIFAR-10 data set of 5×perBatch training
