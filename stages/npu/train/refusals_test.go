@@ -18,25 +18,28 @@ import (
 func TestValidateRefusesWhatIsNotImplemented(t *testing.T) {
 	dataDir := t.TempDir()
 	for _, tc := range []struct {
-		name, path, message string
-		with                map[string]any
+		name, path, what string
+		with             map[string]any
 	}{
-		{"semi_auto_parallel", "/mode", "mode semi_auto_parallel is not implemented in this build", map[string]any{"mode": "semi_auto_parallel"}},
-		{"auto_parallel", "/mode", "mode auto_parallel is not implemented in this build", map[string]any{"mode": "auto_parallel"}},
-		{"hybrid_parallel", "/mode", "mode hybrid_parallel is not implemented in this build", map[string]any{"mode": "hybrid_parallel"}},
-		{"strategy", "/strategy", "not implemented in this build",
+		{"semi_auto_parallel", "/mode", "semi_auto_parallel", map[string]any{"mode": "semi_auto_parallel"}},
+		{"auto_parallel", "/mode", "auto_parallel", map[string]any{"mode": "auto_parallel"}},
+		{"hybrid_parallel", "/mode", "hybrid_parallel", map[string]any{"mode": "hybrid_parallel"}},
+		{"strategy", "/strategy", "strateg",
 			map[string]any{"mode": "data_parallel", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			says := func(msg string) bool {
+				return strings.Contains(msg, tc.what) && strings.Contains(msg, "not implemented in this build")
+			}
 			problems := validate(t, withBlock(dataDir, tc.with))
-			if len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.message) {
-				t.Errorf("problems %+v, want one at %s saying %q", problems, tc.path, tc.message)
+			if len(problems) != 1 || problems[0].Path != tc.path || !says(problems[0].Message) {
+				t.Errorf("problems %+v, want one at %s saying %s is not implemented in this build", problems, tc.path, tc.what)
 			}
 			// Run refuses the same block before starting any rank.
 			work := t.TempDir()
 			r := runStage(context.Background(), work, 2, 1, withBlock(dataDir, tc.with))
-			if r.err == nil || !strings.Contains(r.err.Error(), tc.message) {
-				t.Errorf("Run: %v, want an error saying %q", r.err, tc.message)
+			if r.err == nil || !says(r.err.Error()) {
+				t.Errorf("Run: %v, want an error saying %s is not implemented in this build", r.err, tc.what)
 			}
 			if entries, _ := os.ReadDir(work); len(entries) != 0 {
 				t.Errorf("a refused job left %d entries in its work dir", len(entries))
