@@ -14,6 +14,7 @@ import (
 
 	"github.com/mspipe/mspipe/internal/diag"
 	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/ranktable"
 	"gopkg.in/yaml.v3"
 )
 
@@ -505,19 +506,11 @@ func (d *decoder) cluster(n *yaml.Node, what string) *Cluster {
 	return c
 }
 
-// CheckDeviceCount applies HCCL's rule for a cluster given by a device count:
-// 1, 2, 4 or 8 devices on one host, or whole 8-device hosts beyond that.
-func CheckDeviceCount(n int) error {
-	switch {
-	case n == 1 || n == 2 || n == 4 || n == 8:
-		return nil
-	case n > 8 && n%8 == 0:
-		return nil
-	case n < 8:
-		return fmt.Errorf("HCCL supports 1, 2, 4 or 8 devices on one host, not %d", n)
-	}
-	return fmt.Errorf("%d devices: more than 8 devices need whole 8-device hosts (16, 24, ...)", n)
-}
+// CheckDeviceCount applies the rules for a cluster given by a device count
+// (ranktable.CheckDeviceCount: HCCL's host sizes, and the most devices this
+// machine can simulate). It is the one check: validate, the resolver and
+// the launcher all use it, so validate can never pass what run refuses.
+func CheckDeviceCount(n int) error { return ranktable.CheckDeviceCount(n) }
 
 func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 	if r := d.resolve(n); r != nil && r.Kind == yaml.MappingNode && len(r.Content) == 0 {
