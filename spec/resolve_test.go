@@ -182,3 +182,62 @@ func TestPipelineLookups(t *testing.T) {
 		t.Errorf("template String() = %q", tmpl)
 	}
 }
+
+// TestResolveShellCommand: for a stage whose command runs through the
+// shell, expression values reach it as environment variables, never as
+// shell syntax; commands that do not run through a shell keep the values.
+func TestResolveShellCommand(t *testing.T) {
+	cat := testCatalog{"gen": catalog["gen"], "exec": {Name: "exec", ShellCommand: true}}
+	src := `version: 1
+name: sh
+params:
+  x: {type: string, default: "a; rm -rf /"}
+stages:
+  a: {uses: gen}
+  quoted: {uses: exec, needs: a, with: {command: "echo ${{ params.x }} '${{ stages.a.outputs.dir }}'"}}
+  argv: {uses: exec, with: {command: ["echo", "${{ params.x }}"]}}
+  list_shell: {uses: exec, with: {shell: true, command: ["sh", "-c", "echo ${{ params.x }}"], env: {K: v}}}
+  no_shell: {uses: exec, with: {shell: false, command: "echo ${{ params.x }}"}}
+  taken: {uses: exec, with: {command: "echo ${{ params.x }}", env: {MSPIPE_EXPR_1: mine}}}
+  plain: {uses: exec, with: {command: "echo plain"}}
+`
+	p, errs := Parse("p.yaml", []byte(src))
+	if errs = append(errs, Validate(p, cat, Options{})...); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	r, err := NewResolver(p, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := "a; rm -rf /"
+	sc := &Scope{Params: map[string]any{"x": evil}, Stages: map[string]StageValue{"a": {Outputs: map[string]any{"dir": "/d x"}}}}
+	tests := []struct {
+		stage string
+		want  map[string]any
+	}{
+		{"quoted", map[string]any{
+			// Inside single quotes the reference closes them, stands in
+			// double quotes, and reopens them.
+			"command": `echo "${MSPIPE_EXPR_1}" ''"${MSPIPE_EXPR_2}"''`,
+			"env":     map[string]any{"MSPIPE_EXPR_1": evil, "MSPIPE_EXPR_2": "/d x"},
+		}},
+		{"argv", map[string]any{"command": []any{"echo", evil}}},
+		{"list_shell", map[string]any{
+			"shell":   true,
+			"command": []any{"sh", "-c", `echo "${MSPIPE_EXPR_1}"`},
+			"env":     map[string]any{"K": "v", "MSPIPE_EXPR_1": evil},
+		}},
+		{"no_shell", map[string]any{"shell": false, "command": "echo " + evil}},
+		{"plain", map[string]any{"command": "echo plain"}},
+	}
+	for _, tt := range tests {
+		got, err := r.With(p.StageByID(tt.stage), sc)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: with = %#v, %v\nwant %#v", tt.stage, got, err, tt.want)
+		}
+	}
+	_, err = r.With(p.StageByID("taken"), sc)
+	if err == nil || err.Error() != "p.yaml:11:3: stages.taken.with.env.MSPIPE_EXPR_1: the name is reserved for expression values in the command" {
+		t.Errorf("a user env name that collides: %v", err)
+	}
+}
