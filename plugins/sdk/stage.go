@@ -178,6 +178,12 @@ func (c Context) Metric(name string, value float64, step int64) {
 	c.emit(plugins.Event{Time: time.Now(), Metric: &plugins.MetricEvent{Name: name, Value: value, Step: step}})
 }
 
+// Step reports a finished training step of one rank; the host turns
+// rank 0's steps into the stage's progress.
+func (c Context) Step(s plugins.StepEvent) {
+	c.emit(plugins.Event{Time: time.Now(), Step: &s})
+}
+
 // Artifact hashes the file at path (absolute or relative to the work dir)
 // and announces it.
 func (c Context) Artifact(name, path string) error {
