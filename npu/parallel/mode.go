@@ -75,13 +75,14 @@ func (m *Mode) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// JSONSchema describes a mode in a stage's `with` schema: one of the names.
+// JSONSchema describes a mode in a stage's `with` schema: one of the
+// names, stand_alone (the zero Mode) by default, as in MindSpore.
 func (Mode) JSONSchema() map[string]any {
 	names := make([]any, len(modeNames))
 	for i, n := range modeNames {
 		names[i] = n
 	}
-	return map[string]any{"type": "string", "enum": names}
+	return map[string]any{"type": "string", "enum": names, "default": StandAlone.String()}
 }
 
 // OneDevice reports whether the mode runs on exactly one device.

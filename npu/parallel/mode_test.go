@@ -67,7 +67,7 @@ func TestModeProperties(t *testing.T) {
 func TestModeSchemaListsEveryMode(t *testing.T) {
 	s := StandAlone.JSONSchema()
 	enum, _ := s["enum"].([]any)
-	if s["type"] != "string" || len(enum) != len(Modes()) {
+	if s["type"] != "string" || len(enum) != len(Modes()) || s["default"] != "stand_alone" {
 		t.Fatalf("schema %v", s)
 	}
 	for i, m := range Modes() {

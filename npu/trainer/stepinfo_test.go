@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"reflect"
 	"testing"
 )
 
@@ -47,5 +48,23 @@ func TestStepHookReportsEveryStep(t *testing.T) {
 	}
 	if len(seen) != 3 || seen[0].GlobalStep != 8 || seen[0].Epoch != 2 || seen[0].StepInEpoch != 3 || seen[2].TotalSteps != 10 {
 		t.Fatalf("resumed steps %+v, want global steps 8 to 10 of 10 from epoch 2 step 3", seen)
+	}
+}
+
+// A Config left zero trains with Defaults (the table the npu/train stage's
+// schema is built from).
+func TestZeroConfigTakesDefaults(t *testing.T) {
+	c := Config{DataDir: "d"}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	want := Defaults()
+	want.DataDir = "d"
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("zero config with defaults:\n%+v\nwant\n%+v", c, want)
+	}
+	c = Config{DataDir: "d", NoMomentum: true}
+	if err := c.defaults(); err != nil || c.Momentum != 0 {
+		t.Errorf("NoMomentum: momentum %v, %v", c.Momentum, err)
 	}
 }
