@@ -17,6 +17,12 @@
 // 910's 32 GiB) that the model's buffers are counted against; a job that
 // does not fit fails naming the buffer, as a real device would.
 //
+// Progress is data: every rank reports each finished step (epoch, step,
+// global step, loss, learning rate, images/s, device memory) as a JSON line
+// on a pipe the stage hands it (events.go), and the stage sends them on as
+// step events, rank 0's printed lines as log records. train.log{i} keeps
+// MindSpore's LossMonitor lines for people; nothing reads it back.
+//
 // BatchNorm in data_parallel keeps per-device statistics, as MindSpore does
 // by default: each device normalizes with its own batch's mean and variance
 // and updates its own moving statistics, so checkpoints of different ranks
