@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mspipe/mspipe/internal/userfile"
 )
 
 // Limits that keep hostile or broken files from exhausting memory.
@@ -45,18 +46,12 @@ var (
 // Load reads and decodes the spec at path. The error is non-nil only when
 // the file cannot be read; problems in its content are in the ErrorList.
 func Load(path string) (*Pipeline, ErrorList, error) {
-	f, err := os.Open(path)
+	// A regular file only: a FIFO would block the open, a device the read.
+	f, st, err := userfile.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read spec: %w", err)
+		return nil, nil, fmt.Errorf("read spec %s: %w", path, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("read spec: %w", err)
-	}
-	if st.IsDir() {
-		return nil, nil, fmt.Errorf("read spec %s: is a directory", path)
-	}
 	if st.Size() > MaxFileSize {
 		return nil, ErrorList{{Pos: Pos{File: path}, Severity: SeverityError, Err: ErrTooLarge,
 			Msg: fmt.Sprintf("file is %d bytes, larger than the %d-byte limit for a spec", st.Size(), MaxFileSize)}}, nil
