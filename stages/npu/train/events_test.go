@@ -126,3 +126,28 @@ func TestEventWriterKeepsLinesAtomic(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Whatever arrives on the stream, relaying it never panics, warns a
+// bounded number of times and relays only valid events.
+func FuzzRelayEvents(f *testing.F) {
+	f.Add([]byte(`{"kind":"log","rank":0,"message":"epoch: 1 step: 1, loss is 2.5"}` + "\n"))
+	f.Add([]byte(`{"kind":"step","rank":1,"epoch":1,"step":2,"global_step":2,"total_steps":4,"loss":1.5}` + "\n{"))
+	f.Add([]byte("\n\n{\"kind\":\"step\",\"rank\":-1}\nnull\n[]\n"))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		warnings := 0
+		sc := sdk.NewContext(plugins.RunRequest{}, func(e plugins.Event) {
+			switch {
+			case e.Log != nil && e.Log.Level == plugins.LevelWarn:
+				warnings++
+			case e.Step != nil && (e.Step.Rank < 0 || e.Step.Rank >= 2 || e.Step.GlobalStep < 1):
+				t.Errorf("relayed an invalid step %+v", e.Step)
+			}
+		})
+		if err := relayEvents(bytes.NewReader(stream), sc, 2); err != nil {
+			t.Fatal(err)
+		}
+		if warnings > maxEventWarnings+1 {
+			t.Errorf("%d warnings", warnings)
+		}
+	})
+}
