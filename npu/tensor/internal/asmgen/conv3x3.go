@@ -35,19 +35,8 @@ func writeConv3x3Kernel(a *asm, rows int) {
 	a.args(6, "c R11", "ldc R12")
 	a.p("\tSHLQ $2, R12")
 	betaIsZero(a, "beta+64(FP)", accumulate)
-	t.store(a, "R11", "R12")
+	t.writeC(a, "R11", "R12", "", false)
 	a.p("%s:", accumulate)
 	a.p("\tVBROADCASTSS beta+64(FP), Z26")
-	for i := 0; i < rows; i++ {
-		for v := 0; v < t.vecs; v++ {
-			a.p("\tVFMADD231PS %s(R11), Z26, %s", off(v*t.lanes*4), t.acc(i, v))
-		}
-		for v := 0; v < t.vecs; v++ {
-			a.p("\tVMOVUPS %s, %s(R11)", t.acc(i, v), off(v*t.lanes*4))
-		}
-		if i < rows-1 {
-			a.p("\tADDQ R12, R11")
-		}
-	}
-	a.ret()
+	t.writeC(a, "R11", "R12", "Z26", false)
 }

@@ -131,18 +131,9 @@ func (k gemmKernel) write(a *asm) {
 		}
 	}
 	betaIsZero(a, "beta+52(FP)", "update")
-	t.store(a, "DX", "R8")
+	t.writeC(a, "DX", "R8", "", false)
 	a.p("update:")
-	for i := 0; i < t.rows; i++ {
-		for v := 0; v < t.vecs; v++ {
-			a.p("\tVFMADD231PS %s(DX), %s, %s", off(v*vbytes), beta, t.acc(i, v))
-			a.p("\tVMOVUPS %s, %s(DX)", t.acc(i, v), off(v*vbytes))
-		}
-		if i < t.rows-1 {
-			a.p("\tADDQ R8, DX")
-		}
-	}
-	a.ret()
+	t.writeC(a, "DX", "R8", beta, true)
 }
 
 // writePackCopy emits gemmPackCopy<width>: rows of width floats, ld floats

@@ -149,12 +149,24 @@ func (t tile) fmaStep(a *asm, bmem func(v int) string, bregs []string, amem func
 	}
 }
 
-// store writes the tile to C at ptr, rows stride bytes apart (ptr
-// advances), and returns.
-func (t tile) store(a *asm, ptr, stride string) {
+// writeC stores the tile to C at ptr, rows stride bytes apart (ptr
+// advances), and returns. With beta (a register holding it) not empty,
+// each vector first becomes fma(beta, c, acc): interleaved stores each
+// vector right after its multiply-add, else a row's multiply-adds come
+// before its stores.
+func (t tile) writeC(a *asm, ptr, stride, beta string, interleaved bool) {
+	vec := func(v int) string { return fmt.Sprintf("%s(%s)", off(v*t.lanes*4), ptr) }
 	for i := 0; i < t.rows; i++ {
 		for v := 0; v < t.vecs; v++ {
-			a.p("\tVMOVUPS %s, %s(%s)", t.acc(i, v), off(v*t.lanes*4), ptr)
+			if beta != "" {
+				a.p("\tVFMADD231PS %s, %s, %s", vec(v), beta, t.acc(i, v))
+			}
+			if beta == "" || interleaved {
+				a.p("\tVMOVUPS %s, %s", t.acc(i, v), vec(v))
+			}
+		}
+		for v := 0; beta != "" && !interleaved && v < t.vecs; v++ {
+			a.p("\tVMOVUPS %s, %s", t.acc(i, v), vec(v))
 		}
 		if i < t.rows-1 {
 			a.p("\tADDQ %s, %s", stride, ptr)
