@@ -9,6 +9,7 @@
 // step; sums keep four float64 chains per quantity, added in a fixed order.
 
 // func sumSqAVX2(x *float32, n int) (sum, sumSq float64)
+// sum = Σx[i], sumSq = Σx[i]², i < n, in float64.
 TEXT ·sumSqAVX2(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
@@ -56,6 +57,7 @@ sumsqloop:
 	RET
 
 // func affineAVX2(y, x *float32, n int, s, t, lo float32)
+// y[i] = max(lo, fma(x[i], s, t)), i < n (lo −∞: no clamp).
 TEXT ·affineAVX2(SB), NOSPLIT, $0-36
 	MOVQ y+0(FP), DI
 	MOVQ x+8(FP), SI
@@ -77,6 +79,7 @@ affineloop:
 	RET
 
 // func affineAddAVX2(y, x, r *float32, n int, s, t, lo float32)
+// y[i] = max(lo, fma(x[i], s, t) + r[i]), i < n.
 TEXT ·affineAddAVX2(SB), NOSPLIT, $0-44
 	MOVQ y+0(FP), DI
 	MOVQ x+8(FP), SI
@@ -100,6 +103,7 @@ affineaddloop:
 	RET
 
 // func gradSumsAVX2(dy, x *float32, n int) (sumD, sumDX float64)
+// sumD = Σdy[i], sumDX = Σdy[i]·x[i], i < n, in float64.
 TEXT ·gradSumsAVX2(SB), NOSPLIT, $0-40
 	MOVQ dy+0(FP), SI
 	MOVQ x+8(FP), DI
@@ -152,6 +156,7 @@ gradsumsloop:
 	RET
 
 // func maskedGradSumsAVX2(out, dy, x, m *float32, n int) (sumD, sumDX float64)
+// out[i] = dy[i] where m[i] > 0, else 0; the sums of gradSumsAVX2 over out and x.
 TEXT ·maskedGradSumsAVX2(SB), NOSPLIT, $0-56
 	MOVQ out+0(FP), R8
 	MOVQ dy+8(FP), SI
@@ -217,6 +222,7 @@ maskedloop:
 	RET
 
 // func linCombAVX2(dx, dy, x *float32, n int, a, b, c, xm float32)
+// dx[i] = fma(a, dy[i], fma(b, x[i]−xm, c)), i < n.
 TEXT ·linCombAVX2(SB), NOSPLIT, $0-48
 	MOVQ dx+0(FP), R8
 	MOVQ dy+8(FP), SI
@@ -242,6 +248,7 @@ lincombloop:
 	RET
 
 // func reluGradAVX2(out, dy, y *float32, n int)
+// out[i] = dy[i] where y[i] > 0, else 0, i < n.
 TEXT ·reluGradAVX2(SB), NOSPLIT, $0-32
 	MOVQ out+0(FP), R8
 	MOVQ dy+8(FP), SI
@@ -262,6 +269,7 @@ relugradloop:
 	RET
 
 // func addAVX2(out, a, b *float32, n int)
+// out[i] = a[i] + b[i], i < n.
 TEXT ·addAVX2(SB), NOSPLIT, $0-32
 	MOVQ out+0(FP), R8
 	MOVQ a+8(FP), SI

@@ -1277,6 +1277,7 @@ update:
 	RET
 
 // func gemmPackCopy32(dst *float32, src *float32, ld int, rows int)
+// dst[r·32+j] = src[r·ld+j] for r < rows, j < 32.
 TEXT ·gemmPackCopy32(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -1303,6 +1304,7 @@ done:
 	RET
 
 // func gemmPackCopy16(dst *float32, src *float32, ld int, rows int)
+// dst[r·16+j] = src[r·ld+j] for r < rows, j < 16.
 TEXT ·gemmPackCopy16(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -1325,6 +1327,7 @@ done:
 	RET
 
 // func gemmPackCopy12(dst *float32, src *float32, ld int, rows int)
+// dst[r·12+j] = src[r·ld+j] for r < rows, j < 12.
 TEXT ·gemmPackCopy12(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -1347,6 +1350,7 @@ done:
 	RET
 
 // func gemmPackCopy6(dst *float32, src *float32, ld int, rows int)
+// dst[r·6+j] = src[r·ld+j] for r < rows, j < 6.
 TEXT ·gemmPackCopy6(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -1369,6 +1373,7 @@ done:
 	RET
 
 // func gemmPackTrans(dst *float32, src *float32, ld int, k int, w int)
+// dst[l·w+i] = src[i·ld+l] for i < w, l < k.
 TEXT ·gemmPackTrans(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), R11
 	MOVQ src+8(FP), R12

@@ -13,7 +13,7 @@ func writeElementwise(a *asm) {
 
 	// Sums: Y0–Y3 hold four float64 chains of the first sum, Y4–Y7 of the
 	// second, 16 floats a step.
-	a.text("sumSqAVX2", "(x *float32, n int) (sum, sumSq float64)", "", 32)
+	a.text("sumSqAVX2", "(x *float32, n int) (sum, sumSq float64)", "sum = Σx[i], sumSq = Σx[i]², i < n, in float64.", 32)
 	a.args(0, "x SI", "n CX")
 	sumsLoop(a, "sumsqloop", func() {
 		cvtQuarters(a, "SI", 8)
@@ -26,19 +26,19 @@ func writeElementwise(a *asm) {
 	})
 	sumsResults(a, "sum+16(FP)", "sumSq+24(FP)")
 
-	a.text("affineAVX2", "(y, x *float32, n int, s, t, lo float32)", "", 36)
+	a.text("affineAVX2", "(y, x *float32, n int, s, t, lo float32)", "y[i] = max(lo, fma(x[i], s, t)), i < n (lo −∞: no clamp).", 36)
 	a.args(0, "y DI", "x SI", "n CX")
 	broadcasts(a, 24, "s", "t", "lo")
 	mapLoop(a, "affineloop", "VMOVUPS (SI)(AX*1), Y0", "VFMADD213PS Y9, Y8, Y0",
 		"VMAXPS Y0, Y10, Y0", "VMOVUPS Y0, (DI)(AX*1)")
 
-	a.text("affineAddAVX2", "(y, x, r *float32, n int, s, t, lo float32)", "", 44)
+	a.text("affineAddAVX2", "(y, x, r *float32, n int, s, t, lo float32)", "y[i] = max(lo, fma(x[i], s, t) + r[i]), i < n.", 44)
 	a.args(0, "y DI", "x SI", "r DX", "n CX")
 	broadcasts(a, 32, "s", "t", "lo")
 	mapLoop(a, "affineaddloop", "VMOVUPS (SI)(AX*1), Y0", "VFMADD213PS Y9, Y8, Y0",
 		"VADDPS (DX)(AX*1), Y0, Y0", "VMAXPS Y0, Y10, Y0", "VMOVUPS Y0, (DI)(AX*1)")
 
-	a.text("gradSumsAVX2", "(dy, x *float32, n int) (sumD, sumDX float64)", "", 40)
+	a.text("gradSumsAVX2", "(dy, x *float32, n int) (sumD, sumDX float64)", "sumD = Σdy[i], sumDX = Σdy[i]·x[i], i < n, in float64.", 40)
 	a.args(0, "dy SI", "x DI", "n CX")
 	sumsLoop(a, "gradsumsloop", func() {
 		cvtQuarters(a, "SI", 8)
@@ -53,7 +53,8 @@ func writeElementwise(a *asm) {
 	sumsResults(a, "sumD+24(FP)", "sumDX+32(FP)")
 
 	// The mask m > 0 (ordered, not equal: NaN is not positive) selects dy.
-	a.text("maskedGradSumsAVX2", "(out, dy, x, m *float32, n int) (sumD, sumDX float64)", "", 56)
+	a.text("maskedGradSumsAVX2", "(out, dy, x, m *float32, n int) (sumD, sumDX float64)",
+		"out[i] = dy[i] where m[i] > 0, else 0; the sums of gradSumsAVX2 over out and x.", 56)
 	a.args(0, "out R8", "dy SI", "x DI", "m DX", "n CX")
 	a.lines("SHLQ $2, CX", "XORQ AX, AX")
 	a.zero("VXORPD", "Y", 0, 8)
@@ -76,13 +77,13 @@ func writeElementwise(a *asm) {
 	})
 	sumsResults(a, "sumD+40(FP)", "sumDX+48(FP)")
 
-	a.text("linCombAVX2", "(dx, dy, x *float32, n int, a, b, c, xm float32)", "", 48)
+	a.text("linCombAVX2", "(dx, dy, x *float32, n int, a, b, c, xm float32)", "dx[i] = fma(a, dy[i], fma(b, x[i]−xm, c)), i < n.", 48)
 	a.args(0, "dx R8", "dy SI", "x DI", "n CX")
 	broadcasts(a, 32, "a", "b", "c", "xm")
 	mapLoop(a, "lincombloop", "VMOVUPS (DI)(AX*1), Y0", "VSUBPS Y11, Y0, Y0", "VFMADD213PS Y10, Y9, Y0",
 		"VMOVUPS (SI)(AX*1), Y1", "VFMADD231PS Y1, Y8, Y0", "VMOVUPS Y0, (R8)(AX*1)")
 
-	a.text("reluGradAVX2", "(out, dy, y *float32, n int)", "", 32)
+	a.text("reluGradAVX2", "(out, dy, y *float32, n int)", "out[i] = dy[i] where y[i] > 0, else 0, i < n.", 32)
 	a.args(0, "out R8", "dy SI", "y DI", "n CX")
 	a.lines("SHLQ $2, CX", "XORQ AX, AX", "VXORPS Y8, Y8, Y8")
 	loop(a, "relugradloop", 32, func() {
@@ -90,7 +91,7 @@ func writeElementwise(a *asm) {
 	})
 	a.ret()
 
-	a.text("addAVX2", "(out, a, b *float32, n int)", "", 32)
+	a.text("addAVX2", "(out, a, b *float32, n int)", "out[i] = a[i] + b[i], i < n.", 32)
 	a.args(0, "out R8", "a SI", "b DI", "n CX")
 	mapLoop(a, "addloop", "VMOVUPS (SI)(AX*1), Y0", "VADDPS (DI)(AX*1), Y0, Y0", "VMOVUPS Y0, (R8)(AX*1)")
 

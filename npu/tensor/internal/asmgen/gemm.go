@@ -140,7 +140,8 @@ func (k gemmKernel) write(a *asm) {
 // apart in src, copied to consecutive rows of dst (the packed layout of B,
 // and of A when it is stored transposed).
 func writePackCopy(a *asm, width int) {
-	a.text(fmt.Sprintf("gemmPackCopy%d", width), "(dst *float32, src *float32, ld int, rows int)", "", 32)
+	a.text(fmt.Sprintf("gemmPackCopy%d", width), "(dst *float32, src *float32, ld int, rows int)",
+		fmt.Sprintf("dst[r·%d+j] = src[r·ld+j] for r < rows, j < %d.", width, width), 32)
 	a.args(0, "dst DI", "src SI", "ld R8")
 	a.p("\tSHLQ $2, R8")
 	a.args(3, "rows CX")
@@ -182,7 +183,7 @@ func writePackCopy(a *asm, width int) {
 // l < k, the packed layout of A from row-major A (and of B when it is stored
 // transposed). Sources are read along rows; stores go w floats apart.
 func writePackTrans(a *asm) {
-	a.text("gemmPackTrans", "(dst *float32, src *float32, ld int, k int, w int)", "", 40)
+	a.text("gemmPackTrans", "(dst *float32, src *float32, ld int, k int, w int)", "dst[l·w+i] = src[i·ld+l] for i < w, l < k.", 40)
 	a.args(0, "dst R11", "src R12", "ld R13")
 	a.p("\tSHLQ $2, R13")
 	a.args(4, "w R14")
