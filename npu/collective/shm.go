@@ -726,11 +726,12 @@ func (g *shmGroup) flatRegion(rank int, buf []float32) (*shmRegion, int, bool) {
 // On one server, the rank at index l of the server reduces block range l
 // of the buffer (blocks of tensor.SumBroadcastBlock elements, so the
 // vector kernel gets whole blocks) from every rank's buffer, in rank
-// order, and stores the result into every rank's buffer. With several servers, it reduces
-// its range of its own server's buffers into its own buffer, combines that
-// partial result with those of the ranks at index l of the other servers
-// over TCP, in server order, and stores the total into every buffer of
-// its server: a sum over servers of sums over each server's ranks.
+// order, and stores the result into every rank's buffer. With several
+// servers, it reduces its range of its own server's buffers into its own
+// buffer, combines that partial result with those of the ranks at index l
+// of the other servers over TCP, in server order, and stores the total
+// into every buffer of its server: a sum over servers of sums over each
+// server's ranks.
 func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error {
 	g := c.shm
 	if err := c.shmPublish(reg.id, off); err != nil {
@@ -870,9 +871,11 @@ func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, from, to []int, n i
 	}
 	srcs, dsts := g.srcs[:len(from)], g.dsts[:len(to)]
 	// In pieces: the Go scheduler cannot preempt the vector kernel, and a
-	// stop-the-world pause should not wait for a whole chunk.
-	for p := lo; p < hi; p += shmKernelPiece {
-		e := min(p+shmKernelPiece, hi)
+	// stop-the-world pause should not wait for a whole chunk. Pieces end
+	// at multiples of shmKernelPiece of the region, so all but the first
+	// start where the buffers are aligned and need no Go loop.
+	for p := lo; p < hi; {
+		e := min(hi, (p/shmKernelPiece+1)*shmKernelPiece)
 		for i, q := range from {
 			srcs[i] = reg.views[q][p:e]
 		}
@@ -880,6 +883,7 @@ func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, from, to []int, n i
 			dsts[i] = reg.views[q][p:e]
 		}
 		tensor.SumBroadcast(dsts, srcs, divisor)
+		p = e
 	}
 }
 
