@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mspipe/mspipe/internal/atomicfile"
 )
 
 // outputs lists each generated file with the function that writes its body.
@@ -44,7 +46,7 @@ func main() {
 		a.p("")
 		a.p("#include \"textflag.h\"")
 		o.write(&a)
-		if err := os.WriteFile(filepath.Join(dir, o.name), []byte(a.String()), 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, o.name), []byte(a.String()), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "asmgen:", err)
 			os.Exit(1)
 		}
