@@ -139,3 +139,29 @@ func TestSumBroadcastPanicsOnLengths(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSumBroadcast reduces 8 buffers of one AllReduce piece (64K
+// floats) in place, as an 8-rank shared-memory AllReduce does, through
+// each path.
+func BenchmarkSumBroadcast(b *testing.B) {
+	const k, n = 8, 1 << 16
+	bufs := make([][]float32, k)
+	for i := range bufs {
+		bufs[i] = alignedAt(n, 0)
+		for j := range bufs[i] {
+			bufs[i][j] = float32(j%97) / 8
+		}
+	}
+	for _, asm := range []bool{false, true} {
+		b.Run(fmt.Sprintf("asm=%t", asm), func(b *testing.B) {
+			if asm && !useSumAsm() {
+				b.Skip("no AVX2")
+			}
+			for b.Loop() {
+				sumBroadcast(asm, bufs, bufs, k) // a mean keeps the values in range
+			}
+			// Each element is read from every buffer and written to every one.
+			b.ReportMetric(float64(2*k*n*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
