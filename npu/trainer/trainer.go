@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -91,6 +92,13 @@ type Config struct {
 	Broadcast func(ctx context.Context, values []float32) error
 	// OnStep is called after every step.
 	OnStep func(StepInfo)
+	// StepRange, when set, returns the smallest and the largest of every
+	// rank's step (a collective call every rank makes equally often). With
+	// it, Resume starts all ranks from the newest checkpoint that every
+	// one of them has: a rank killed between two saves leaves its peers a
+	// checkpoint ahead, and resuming each from its own newest file would
+	// reduce gradients of different steps.
+	StepRange func(ctx context.Context, step int) (lo, hi int, err error)
 }
 
 // StepInfo describes one finished step. The step with StepInEpoch ==
@@ -302,22 +310,15 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	start := 0 // global steps already done
 	if cfg.Resume {
-		// The newest checkpoint that verifies: a file damaged by a crash or
-		// a flipped bit is skipped, and the log says so.
-		latest, tensors, skipped, err := ckpt.LatestValid(cfg.CkptDir, mc.Prefix())
-		for _, sk := range skipped {
-			if cfg.Log != nil {
-				fmt.Fprintf(cfg.Log, "resume: skipped %s: %v\n", sk.Path, sk.Err)
-			}
-		}
-		if err == nil {
+		latest, tensors, err := resumePoint(ctx, cfg, mc.Prefix(), steps)
+		if err == nil && latest != "" {
 			if err := Restore(model, tensors, RestoreOptions{Optimizer: opt, RequireOptimizer: true}); err != nil {
 				return nil, fmt.Errorf("resume from %s: %w", latest, err)
 			}
 			start = opt.GlobalStep()
 			mc.ResumeAt(start)
 			res.ResumedFrom = latest
-		} else if !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		} else if err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
@@ -491,4 +492,62 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 		return 0, 0, fmt.Errorf("evaluate: the test split of %s is empty", dataDir)
 	}
 	return float64(correct) / float64(seen), sum / float64(seen), nil
+}
+
+// resumePoint returns the checkpoint to resume from and its tensors, or ""
+// to start afresh: the newest that reads and verifies (a file damaged by a
+// crash or a flipped bit is skipped, and the log says so), and, with
+// StepRange, the newest step every rank has a checkpoint of. Ranks agree
+// in rounds: each offers its newest step not after the last round's
+// smallest; when smallest and largest meet, all hold that step (or all
+// start afresh at 0).
+func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch int) (string, []ckpt.Tensor, error) {
+	files, err := ckpt.NewestFirst(cfg.CkptDir, prefix)
+	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		return "", nil, err
+	}
+	type loaded struct {
+		path    string
+		tensors []ckpt.Tensor
+		step    int
+	}
+	// newest returns the newest valid checkpoint at or before limit.
+	bad := map[string]bool{}
+	newest := func(limit int) (loaded, error) {
+		for _, f := range files {
+			_, epoch, inEpoch, ok := ckpt.ParseFileName(filepath.Base(f))
+			step := (epoch-1)*stepsPerEpoch + inEpoch
+			if !ok || step > limit || bad[f] {
+				continue
+			}
+			tensors, err := ckpt.Read(f)
+			if err != nil {
+				bad[f] = true
+				if cfg.Log != nil {
+					fmt.Fprintf(cfg.Log, "resume: skipped %s: %v\n", f, err)
+				}
+				continue
+			}
+			return loaded{f, tensors, step}, nil
+		}
+		return loaded{}, nil
+	}
+	limit := math.MaxInt
+	for {
+		mine, err := newest(limit)
+		if err != nil || cfg.StepRange == nil {
+			return mine.path, mine.tensors, err
+		}
+		lo, hi, err := cfg.StepRange(ctx, mine.step)
+		if err != nil {
+			return "", nil, fmt.Errorf("agree on a checkpoint with the other ranks: %w", err)
+		}
+		if lo == hi { // every rank offered the same step
+			return mine.path, mine.tensors, nil
+		}
+		if cfg.Log != nil && mine.step > lo {
+			fmt.Fprintf(cfg.Log, "resume: another rank's newest checkpoint is at step %d, before this rank's %d: all ranks go back to it\n", lo, mine.step)
+		}
+		limit = lo
+	}
 }

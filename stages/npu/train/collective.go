@@ -120,6 +120,17 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	tc.Reduce = func(ctx context.Context, grads []float32) error {
 		return comm.AllReduce(ctx, grads, op)
 	}
+	tc.StepRange = func(ctx context.Context, step int) (lo, hi int, err error) {
+		if step > 1<<24 {
+			return 0, 0, fmt.Errorf("step %d: too large to agree on exactly in float32", step)
+		}
+		// One Min reduction gives the smallest step and, negated, the largest.
+		buf := []float32{float32(step), -float32(step)}
+		if err := comm.AllReduce(ctx, buf, collective.Min); err != nil {
+			return 0, 0, err
+		}
+		return int(buf[0]), int(-buf[1]), nil
+	}
 	if cfg.With.ParameterBroadcast {
 		tc.Broadcast = func(ctx context.Context, values []float32) error {
 			return comm.Broadcast(ctx, values, 0)
