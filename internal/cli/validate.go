@@ -95,7 +95,7 @@ func validateFile(path string) fileResult {
 		if err != nil {
 			return fileResult{file: path, ioErr: err}
 		}
-		env.usePins(p)
+		env.UsePins(p)
 		problems = append(problems, spec.Validate(p, env, specOptions())...)
 	}
 	problems.Sort()

@@ -34,7 +34,7 @@ const (
 	maxOutput   = 1 << 20  // bytes of the $MSPIPE_OUTPUT file
 	// killGrace is how long a cancelled command has between SIGTERM and
 	// SIGKILL. It is shorter than the host's grace for the plugin
-	// (plugins.DefaultGrace), so that the command's whole group is gone
+	// (host.DefaultGrace), so that the command's whole group is gone
 	// before the host kills the plugin, which only takes the command itself
 	// along (Pdeathsig).
 	killGrace = 2 * time.Second
