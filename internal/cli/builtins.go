@@ -40,12 +40,16 @@ var declaredStages = [][]byte{
 }
 
 // newStageEnv returns the catalog of every stage a spec in specDir can
-// use: the built-ins, the declared ones and plugin binaries.
+// use: the built-ins, the declared ones and plugin binaries. The exec
+// stage's command runs through a shell.
 func newStageEnv(specDir string) (*host.Catalog, error) {
 	reg, err := builtinStages()
 	if err != nil {
 		return nil, err
 	}
-	r := &host.Resolver{Builtins: reg, SpecDir: specDir, SearchPath: host.DefaultSearchPath()}
-	return host.NewCatalog(r, declaredStages)
+	return host.NewCatalog(host.CatalogConfig{
+		Resolver:      &host.Resolver{Builtins: reg, SpecDir: specDir, SearchPath: host.DefaultSearchPath()},
+		Declarations:  declaredStages,
+		ShellCommands: []string{execstage.Name},
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,9 +49,10 @@ func (d declaredDescriptor) descriptor() plugins.Descriptor {
 // for runs. What a stage declares is asked once per Catalog and kept. A
 // Catalog is safe for concurrent use.
 type Catalog struct {
-	registry *Registry
-	resolver *Resolver
-	declared map[string]plugins.Descriptor
+	registry      *Registry
+	resolver      *Resolver
+	declared      map[string]plugins.Descriptor
+	shellCommands []string
 
 	mu        sync.Mutex
 	described map[string]describedStage // by uses
@@ -69,24 +71,40 @@ var (
 	_ pipeline.Launcher = (*Catalog)(nil)
 )
 
-// NewCatalog returns the catalog of the stages r resolves (r.Builtins are
-// the built-ins) and of the declared-only built-ins, each the JSON
-// declaration of a stage (name, description, `with` schema, outputs) that
-// specs may use but that fails with ErrNotImplemented when run. A
-// declaration whose name is a registered built-in is ignored.
-func NewCatalog(r *Resolver, declarations [][]byte) (*Catalog, error) {
+// CatalogConfig says what a [Catalog] offers.
+type CatalogConfig struct {
+	// Resolver finds the stages; its Builtins are the built-in stages.
+	Resolver *Resolver
+	// Declarations are the declared-only built-ins, each the JSON
+	// declaration of a stage (name, description, `with` schema, outputs)
+	// that specs may use but that fails with ErrNotImplemented when run. A
+	// declaration whose name is a registered built-in is ignored.
+	Declarations [][]byte
+	// ShellCommands names the built-ins whose with.command runs through a
+	// shell (spec.StageInfo.ShellCommand), such as exec. A plugin binary of
+	// the same name does not get that rule.
+	ShellCommands []string
+}
+
+// NewCatalog returns the catalog cfg describes.
+func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
+	r := cfg.Resolver
+	if r == nil {
+		r = &Resolver{}
+	}
 	reg := r.Builtins
 	if reg == nil {
 		reg = NewRegistry()
 	}
 	c := &Catalog{
-		registry:  reg,
-		resolver:  r,
-		declared:  map[string]plugins.Descriptor{},
-		described: map[string]describedStage{},
-		pins:      map[string]string{},
+		registry:      reg,
+		resolver:      r,
+		declared:      map[string]plugins.Descriptor{},
+		shellCommands: cfg.ShellCommands,
+		described:     map[string]describedStage{},
+		pins:          map[string]string{},
 	}
-	for _, raw := range declarations {
+	for _, raw := range cfg.Declarations {
 		var d declaredDescriptor
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return nil, fmt.Errorf("built-in stage declaration: %w", err)
@@ -175,7 +193,7 @@ func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
 	default:
 		return nil, errors.New(trimUses(d.err.Error(), uses))
 	}
-	info := &spec.StageInfo{Name: d.desc.Name}
+	info := &spec.StageInfo{Name: d.desc.Name, ShellCommand: d.resolved.Builtin && slices.Contains(c.shellCommands, d.desc.Name)}
 	if len(d.desc.WithSchema) > 0 {
 		info.WithSchema = d.desc.WithSchema
 	}

@@ -39,8 +39,11 @@ func testCatalog(t *testing.T, search ...SearchDir) (*Catalog, string) {
 	if err := os.WriteFile(self, []byte("the mspipe binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &Resolver{Builtins: reg, Executable: self, SpecDir: t.TempDir(), SearchPath: search}
-	c, err := NewCatalog(r, [][]byte{[]byte(mergeDeclaration), []byte(`{"name": "exec", "description": "declared"}`)})
+	c, err := NewCatalog(CatalogConfig{
+		Resolver:      &Resolver{Builtins: reg, Executable: self, SpecDir: t.TempDir(), SearchPath: search},
+		Declarations:  [][]byte{[]byte(mergeDeclaration), []byte(`{"name": "exec", "description": "declared"}`)},
+		ShellCommands: []string{"exec"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +60,14 @@ func TestCatalogStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The wildcard output is left to the spec's own outputs block.
-	if info.Name != "exec" || len(info.Outputs) != 1 || info.Outputs[0].Name != "exit_code" || info.Outputs[0].Type != spec.Type("int") {
+	if info.Name != "exec" || !info.ShellCommand || len(info.Outputs) != 1 || info.Outputs[0].Name != "exit_code" || info.Outputs[0].Type != spec.Type("int") {
 		t.Errorf("exec = %+v", info)
 	}
 	info, err = c.Stage("ckpt/merge")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(info.WithSchema) != `{"type": "object"}` || len(info.Outputs) != 1 || info.Outputs[0].Description != "the file" {
+	if string(info.WithSchema) != `{"type": "object"}` || info.ShellCommand || len(info.Outputs) != 1 || info.Outputs[0].Description != "the file" {
 		t.Errorf("ckpt/merge = %+v", info)
 	}
 
@@ -113,7 +116,7 @@ func TestCatalogIdentity(t *testing.T) {
 }
 
 func TestCatalogBadDeclaration(t *testing.T) {
-	_, err := NewCatalog(&Resolver{}, [][]byte{[]byte(`{"name": `)})
+	_, err := NewCatalog(CatalogConfig{Declarations: [][]byte{[]byte(`{"name": `)}})
 	if err == nil || !strings.Contains(err.Error(), "built-in stage declaration") {
 		t.Errorf("err = %v", err)
 	}

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -66,8 +67,9 @@ func writeSecret(jobDir string) (string, error) {
 }
 
 // joinCollective connects this rank to its peers and wires the trainer's
-// gradient reduction (and parameter broadcast) through the communicator.
-func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer.Config) (*collective.Comm, error) {
+// gradient reduction (and parameter broadcast) through the communicator;
+// it reports the transport on out.
+func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer.Config, out io.Writer) (*collective.Comm, error) {
 	tablePath := os.Getenv("RANK_TABLE_FILE")
 	if tablePath == "" {
 		return nil, fmt.Errorf("RANK_TABLE_FILE is not set")
@@ -97,9 +99,9 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 		return nil, err
 	}
 	if s := comm.Servers(); s > 1 && comm.Transport() == collective.TransportShm {
-		fmt.Printf("collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
+		fmt.Fprintf(out, "collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
 	} else {
-		fmt.Printf("collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
+		fmt.Fprintf(out, "collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
 	}
 	op := collective.Mean
 	if cfg.With.GradientsMean != nil && !*cfg.With.GradientsMean {
@@ -111,7 +113,7 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	tc.AllocGrads = func(ctx context.Context, n int) ([]float32, error) {
 		buf, err := comm.Alloc(ctx, n)
 		if err == nil && comm.Transport() == collective.TransportShm && !comm.IsShared(buf) {
-			fmt.Printf("collective: no shared memory for the gradients (is %s full?): AllReduce goes over TCP\n", collective.DefaultShmDir)
+			fmt.Fprintf(out, "collective: no shared memory for the gradients (is %s full?): AllReduce goes over TCP\n", collective.DefaultShmDir)
 		}
 		return buf, err
 	}
@@ -123,7 +125,6 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 			return comm.Broadcast(ctx, values, 0)
 		}
 	}
-	tc.NumShards, tc.ShardID = cc.Size, rank
 	return comm, nil
 }
 
