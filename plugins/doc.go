@@ -1,39 +1,44 @@
-// Package plugins provides the stage plugin protocol of mspipe: the Go
-// interface every stage implements, the go-plugin handshake and plugin map,
-// the gRPC adapters between that interface and the wire protocol
-// (plugins/proto/stage/v1), the registry of built-in stages, discovery of
-// plugin binaries, and the host side that launches a plugin process and
-// talks to it.
+// Package plugins is the stage plugin protocol of mspipe: what a stage is,
+// and how the host and a plugin process talk about it. Both sides import
+// it: plugin authors through plugins/sdk, built-in stages (stages/*) for
+// [Stage], [Info] and the event and output types, and the host
+// (plugins/host), which discovers, launches and stops plugin processes.
+// It holds no host code: nothing here finds, starts or stops a process.
 //
 // # Overview
 //
-// A stage is anything that implements [Stage]. Plugin authors do not use this
-// package directly; they write a ~20 line main with plugins/sdk. The host
-// resolves a spec's `uses:` with a [Resolver], starts the plugin with
-// [Launch] and uses the returned [Client], which is itself a [Stage]:
+// A stage implements [Stage]: Describe (name, version, JSON Schema of its
+// `with` block, declared outputs), Validate and Run, which streams [Event]s
+// and returns outputs. The package provides
 //
-//	res, err := resolver.Resolve("npu/train")
-//	cfg := res.LaunchConfig()
-//	cfg.Log = stageLog
-//	c, err := plugins.Launch(ctx, cfg)
-//	defer c.Close()
-//	outputs, err := c.Run(ctx, req, func(e plugins.Event) { ... })
+//   - the go-plugin handshake ([Handshake]) and plugin map ([PluginSet]),
+//     shared by host and plugin;
+//   - the gRPC adapters between [Stage] and plugins/proto/stage/v1: a
+//     plugin's stage is served by [GRPCPlugin], and the host calls it through
+//     the [RemoteStage] the plugin map dispenses;
+//   - the JSON value codec of `with` blocks and outputs ([EncodeJSON],
+//     [DecodeJSON]);
+//   - the checks the host applies to what a plugin says ([CheckDescriptor],
+//     [CheckOutputs], [ValidateName]);
+//   - the plugin's side of the TLS setup ([ServerTLSConfig], [EnvTLS]);
+//   - [Info], how a built-in stage registers with the host.
+//
+// A complete plugin is a ~20 line main with plugins/sdk:
+//
+//	func main() {
+//		sdk.Serve(sdk.Stage[With]{Name: "acme/echo", Version: "1.0.0", Execute: run})
+//	}
 //
 // # Invariants
 //
-//   - Every plugin runs in its own process and process group; [Client.Close]
-//     (or the end of the context given to [Launch]) sends SIGTERM to the whole
-//     group, waits a grace period, then sends SIGKILL to whatever of the group
-//     is left.
 //   - The host and a plugin talk gRPC over mutual TLS: the plugin accepts
 //     only the host's client certificate and the host only the server
-//     certificate it handed the plugin. The client's is made once per host
-//     process, the server's at each launch; they reach the plugin in
-//     [EnvTLS].
+//     certificate it handed the plugin in [EnvTLS].
 //   - JSON values (`with`, outputs, log fields) keep integers distinct from
 //     floats: integers decode as int64, other numbers as float64, and a float
 //     with an integral value is encoded with a decimal point ("2.0").
-//   - A malformed reply from a plugin is an error naming the plugin, never a
-//     panic of the host; outputs are checked against the declared
-//     [OutputSpec] types.
+//   - The adapters only convert; a malformed message is an error wrapping
+//     [ErrBadReply], never a panic.
+//   - A breaking change to the protocol adds a new [ProtocolVersion]; a
+//     plugin lists the versions it speaks in its [Descriptor].
 package plugins

@@ -17,16 +17,21 @@ import (
 	stagev1 "github.com/mspipe/mspipe/plugins/proto/stage/v1"
 )
 
-// grpcClient is the host side of the protocol: a [Stage] whose methods call
-// the plugin. It only converts; checks against the descriptor live in Client.
-type grpcClient struct {
+// RemoteStage is the host side of the protocol: a [Stage] whose methods call
+// a plugin over gRPC. It is what [GRPCPlugin] dispenses to the host. It only
+// converts between Go values and messages; the host checks the replies
+// against the descriptor ([CheckDescriptor], [CheckOutputs]).
+type RemoteStage struct {
 	client stagev1.StageClient
 	exited <-chan struct{} // closed by go-plugin when the plugin process is gone
 }
 
-var _ Stage = (*grpcClient)(nil)
+var _ Stage = (*RemoteStage)(nil)
 
-func (c *grpcClient) Describe(ctx context.Context) (Descriptor, error) {
+// Exited is closed when the plugin process is gone.
+func (c *RemoteStage) Exited() <-chan struct{} { return c.exited }
+
+func (c *RemoteStage) Describe(ctx context.Context) (Descriptor, error) {
 	resp, err := c.client.Describe(ctx, &stagev1.DescribeRequest{})
 	if err != nil {
 		return Descriptor{}, fromStatus(ctx, err)
@@ -34,7 +39,7 @@ func (c *grpcClient) Describe(ctx context.Context) (Descriptor, error) {
 	return descriptorFromProto(resp), nil
 }
 
-func (c *grpcClient) Validate(ctx context.Context, with map[string]any) ([]Problem, error) {
+func (c *RemoteStage) Validate(ctx context.Context, with map[string]any) ([]Problem, error) {
 	data, err := encodeObject(with)
 	if err != nil {
 		return nil, fmt.Errorf("encode with: %w", err)
@@ -50,7 +55,7 @@ func (c *grpcClient) Validate(ctx context.Context, with map[string]any) ([]Probl
 	return problems, nil
 }
 
-func (c *grpcClient) Run(ctx context.Context, req RunRequest, emit func(Event)) (map[string]any, error) {
+func (c *RemoteStage) Run(ctx context.Context, req RunRequest, emit func(Event)) (map[string]any, error) {
 	pbReq, err := runRequestToProto(req)
 	if err != nil {
 		return nil, err

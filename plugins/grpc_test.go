@@ -49,7 +49,7 @@ func (f *fakeStage) Run(ctx context.Context, req RunRequest, emit func(Event)) (
 
 // inProcess connects a host-side Stage to impl through go-plugin's
 // in-process gRPC client/server pair.
-func inProcess(t *testing.T, impl Stage) *grpcClient {
+func inProcess(t *testing.T, impl Stage) *RemoteStage {
 	t.Helper()
 	client, _ := plugin.TestPluginGRPCConn(t, false, PluginSet(impl))
 	t.Cleanup(func() { client.Close() }) // its Shutdown call stops the server too
@@ -57,7 +57,7 @@ func inProcess(t *testing.T, impl Stage) *grpcClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gc, ok := raw.(*grpcClient)
+	gc, ok := raw.(*RemoteStage)
 	if !ok {
 		t.Fatalf("dispensed %T", raw)
 	}
@@ -232,52 +232,13 @@ func TestProtocolStageError(t *testing.T) {
 	}
 }
 
-func TestClientChecksOutputs(t *testing.T) {
-	tests := []struct {
-		name    string
-		outputs map[string]any
-		want    map[string]any
-		wantErr string
-	}{
-		{"ok", map[string]any{"count": 3, "loss": 2, "dir": "out"},
-			map[string]any{"count": int64(3), "loss": 2.0, "dir": "/work/out"}, ""},
-		{"int is a string", map[string]any{"count": "abc", "loss": 1.5, "dir": "/abs"},
-			nil, `stage "test/fake": outputs do not match the declared outputs: output "count": want int, got string "abc"`},
-		{"int is a float", map[string]any{"count": 2.5, "loss": 1.5, "dir": "/abs"}, nil, `output "count": want int, got number 2.5`},
-		{"missing and undeclared", map[string]any{"count": 1, "dir": "d", "extra": true}, nil,
-			`output "extra" is not declared; output "loss" is declared but missing`},
-		{"empty path", map[string]any{"count": 1, "loss": 1.0, "dir": ""}, nil, `output "dir": want a path, got an empty string`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			gc := inProcess(t, &fakeStage{run: func(context.Context, RunRequest, func(Event)) (map[string]any, error) {
-				return tt.outputs, nil
-			}})
-			c := &Client{label: "plugin test", stage: gc, desc: testDescriptor()}
-			got, err := c.Run(context.Background(), RunRequest{WorkDir: "/work"}, nil)
-			if tt.wantErr != "" {
-				if !errors.Is(err, ErrBadOutput) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want ErrBadOutput containing %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("outputs = %#v, want %#v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestCheckOutputsWildcard(t *testing.T) {
 	d := Descriptor{Name: "exec", Outputs: []OutputSpec{{Name: "exit_code", Type: TypeInt}, {Name: WildcardOutput, Type: TypeAny}}}
-	got, err := checkOutputs(d, "", map[string]any{"exit_code": int64(0), "files": int64(3), "note": "x"})
+	got, err := CheckOutputs(d, "", map[string]any{"exit_code": int64(0), "files": int64(3), "note": "x"})
 	if err != nil || len(got) != 3 {
-		t.Fatalf("checkOutputs = %v, %v", got, err)
+		t.Fatalf("CheckOutputs = %v, %v", got, err)
 	}
-	_, err = checkOutputs(d, "", map[string]any{"exit_code": int64(0), "bad-name": 1})
+	_, err = CheckOutputs(d, "", map[string]any{"exit_code": int64(0), "bad-name": 1})
 	if !errors.Is(err, ErrBadOutput) || !strings.Contains(err.Error(), `"bad-name"`) {
 		t.Errorf("err = %v, want a bad output name", err)
 	}
@@ -329,7 +290,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 				stagev1.RegisterStageServer(s, &badServer{events: tt.events})
 			})
 			t.Cleanup(func() { conn.Close(); server.Stop() })
-			gc := &grpcClient{client: stagev1.NewStageClient(conn)}
+			gc := &RemoteStage{client: stagev1.NewStageClient(conn)}
 			_, err := gc.Run(context.Background(), RunRequest{}, func(Event) {})
 			if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("err = %v, want ErrBadReply containing %q", err, tt.wantErr)
@@ -347,7 +308,7 @@ func TestUnknownEventsAreSkipped(t *testing.T) {
 		}})
 	})
 	t.Cleanup(func() { conn.Close(); server.Stop() })
-	gc := &grpcClient{client: stagev1.NewStageClient(conn)}
+	gc := &RemoteStage{client: stagev1.NewStageClient(conn)}
 	var got []Event
 	outputs, err := gc.Run(context.Background(), RunRequest{}, func(e Event) { got = append(got, e) })
 	if err != nil {
@@ -404,7 +365,7 @@ func TestCheckDescriptor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := testDescriptor()
 			tt.edit(&d)
-			err := checkDescriptor(d)
+			err := CheckDescriptor(d)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)

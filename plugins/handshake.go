@@ -58,8 +58,8 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	return nil
 }
 
-// GRPCClient returns a [Stage] that calls the plugin over conn. ctx is
-// cancelled by go-plugin when the plugin process exits.
+// GRPCClient returns a [*RemoteStage] that calls the plugin over conn. ctx
+// is cancelled by go-plugin when the plugin process exits.
 func (p *GRPCPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
-	return &grpcClient{client: stagev1.NewStageClient(conn), exited: ctx.Done()}, nil
+	return &RemoteStage{client: stagev1.NewStageClient(conn), exited: ctx.Done()}, nil
 }

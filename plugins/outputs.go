@@ -28,9 +28,11 @@ func ValidateOutputName(name string) error {
 	return nil
 }
 
-// checkDescriptor reports everything that keeps the host from using a
-// descriptor.
-func checkDescriptor(d Descriptor) error {
+// CheckDescriptor reports everything that keeps the host from using a
+// descriptor: a bad name, no version, a `with` schema that is not a JSON
+// object or boolean, bad or duplicate output names, unknown output types,
+// and no protocol version in common. The error wraps [ErrIncompatible].
+func CheckDescriptor(d Descriptor) error {
 	var problems []string
 	if err := ValidateName(d.Name); err != nil {
 		problems = append(problems, err.Error())
@@ -72,10 +74,11 @@ func checkDescriptor(d Descriptor) error {
 	return nil
 }
 
-// checkOutputs checks outputs against the declared output specs and
-// normalises them: floats are float64 even when the plugin sent an integer,
-// relative paths are joined to workDir. Every problem is reported.
-func checkOutputs(d Descriptor, workDir string, outputs map[string]any) (map[string]any, error) {
+// CheckOutputs checks the outputs of a run against the descriptor's
+// declared outputs and normalises them: floats are float64 even when the
+// plugin sent an integer, relative paths are joined to workDir. Every
+// problem is reported, in an error wrapping [ErrBadOutput].
+func CheckOutputs(d Descriptor, workDir string, outputs map[string]any) (map[string]any, error) {
 	declared := map[string]OutputSpec{}
 	var wildcard *OutputSpec
 	for _, o := range d.Outputs {

@@ -26,6 +26,14 @@ type Stage interface {
 	Run(ctx context.Context, req RunRequest, emit func(Event)) (outputs map[string]any, err error)
 }
 
+// Info is how a built-in stage registers with the host's registry
+// (plugins/host.Registry). New must have no side effects: it is called only
+// when the stage is served or described.
+type Info struct {
+	Name string       // stage name, e.g. "exec", "npu/train"
+	New  func() Stage // returns a fresh implementation
+}
+
 // Descriptor is what a stage says about itself.
 type Descriptor struct {
 	Name        string          // stage name used in `uses:`, e.g. "npu/train"

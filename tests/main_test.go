@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	augmentPlugin = filepath.Join(dir, "mspipe-stage-cifar-augment")
 	for out, pkg := range map[string]string{
 		mspipeBin:     "../cmd/mspipe",
-		testPlugin:    "../plugins/testdata/testplugin",
+		testPlugin:    "../plugins/host/testdata/testplugin",
 		augmentPlugin: "../examples/plugins/cifar-augment",
 	} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
+	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
+	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
 	execstage "github.com/mspipe/mspipe/stages/exec"
 	npueval "github.com/mspipe/mspipe/stages/npu/eval"
 	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
@@ -12,8 +15,8 @@ import (
 // builtinStages builds the registry of the stages served by the mspipe
 // binary itself (`mspipe __stage NAME`). This is the one list of built-ins:
 // a new built-in stage adds its Info here.
-func builtinStages() (*plugins.Registry, error) {
-	reg := plugins.NewRegistry()
+func builtinStages() (*host.Registry, error) {
+	reg := host.NewRegistry()
 	for _, info := range []plugins.Info{
 		execstage.Info(),
 		cifarprepare.Info(),
@@ -26,4 +29,27 @@ func builtinStages() (*plugins.Registry, error) {
 		}
 	}
 	return reg, nil
+}
+
+// declaredStages are built-in stages whose declaration ships with this
+// build although their implementation has not landed yet: specs using them
+// validate, and running them fails with host.ErrNotImplemented.
+var declaredStages = [][]byte{
+	ckptintegrate.Descriptor,
+	ckptreshard.Descriptor,
+}
+
+// newStageEnv returns the catalog of every stage a spec in specDir can
+// use: the built-ins, the declared ones and plugin binaries. The exec
+// stage's command runs through a shell.
+func newStageEnv(specDir string) (*host.Catalog, error) {
+	reg, err := builtinStages()
+	if err != nil {
+		return nil, err
+	}
+	return host.NewCatalog(host.CatalogConfig{
+		Resolver:      &host.Resolver{Builtins: reg, SpecDir: specDir, SearchPath: host.DefaultSearchPath()},
+		Declarations:  declaredStages,
+		ShellCommands: []string{execstage.Name},
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/pipeline"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/spf13/cobra"
 )
@@ -20,7 +21,7 @@ import (
 type loadedSpec struct {
 	p      *spec.Pipeline
 	data   []byte
-	env    *stageEnv
+	env    *host.Catalog
 	params map[string]any
 }
 
@@ -50,7 +51,7 @@ func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error)
 	if err != nil {
 		return nil, err
 	}
-	env.usePins(p)
+	env.UsePins(p)
 	if errs := spec.Validate(p, env, specOptions()); errs.Err() != nil {
 		return nil, errs.Err() // cannot happen: validateFile accepted it
 	}

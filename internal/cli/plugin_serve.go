@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
 
@@ -16,7 +16,7 @@ import (
 // external plugin.
 func newPluginServeCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:    plugins.ServeCommand + " NAME",
+		Use:    host.ServeCommand + " NAME",
 		Short:  "Serve a built-in stage as a plugin (mspipe runs this itself)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
@@ -28,13 +28,13 @@ func newPluginServeCmd() *cobra.Command {
 			info, ok := reg.Lookup(args[0])
 			if !ok {
 				return usageErr(fmt.Errorf("%s: no built-in stage %q (built-ins: %s)",
-					plugins.ServeCommand, args[0], strings.Join(reg.Names(), ", ")))
+					host.ServeCommand, args[0], strings.Join(reg.Names(), ", ")))
 			}
 			err = sdk.ServeContext(cmd.Context(), info.New())
 			if errors.Is(err, sdk.ErrNotLaunched) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "mspipe %s %s serves the built-in stage %q to mspipe itself; "+
 					"it is not meant to be run by hand.\nUse the stage in a pipeline with \"uses: %s\" and run: mspipe run pipeline.yaml\n",
-					plugins.ServeCommand, info.Name, info.Name, info.Name)
+					host.ServeCommand, info.Name, info.Name, info.Name)
 				return failed()
 			}
 			return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 )
 
 func TestBuiltinStagesRegistersExec(t *testing.T) {
@@ -54,7 +55,7 @@ func TestBuiltinStageServedByMspipe(t *testing.T) {
 	cfg := builtinExecStage(t)
 	var log bytes.Buffer
 	cfg.Log = &log
-	c, err := plugins.Launch(ctx, cfg)
+	c, err := host.Launch(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func BenchmarkBuiltinStage(b *testing.B) {
 	ctx := context.Background()
 	req := plugins.RunRequest{StageID: "s", WorkDir: b.TempDir(), With: map[string]any{"command": []any{"true"}}}
 	for b.Loop() {
-		c, err := plugins.Launch(ctx, cfg)
+		c, err := host.Launch(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -112,7 +113,7 @@ func BenchmarkBuiltinStage(b *testing.B) {
 
 // builtinExecStage builds the mspipe binary and returns the launch
 // configuration of its built-in exec stage, as a pipeline resolves it.
-func builtinExecStage(tb testing.TB) plugins.LaunchConfig {
+func builtinExecStage(tb testing.TB) host.LaunchConfig {
 	tb.Helper()
 	bin := filepath.Join(tb.TempDir(), "mspipe")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe").CombinedOutput(); err != nil {
@@ -122,7 +123,7 @@ func builtinExecStage(tb testing.TB) plugins.LaunchConfig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	res, err := (&plugins.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
+	res, err := (&host.Resolver{Builtins: reg, Executable: bin}).Resolve("exec")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -33,7 +33,7 @@ default).`,
 				return err
 			}
 			if p, _, err := spec.Load(filepath.Join(dir, "pipeline.yaml")); err == nil && p != nil {
-				env.usePins(p)
+				env.UsePins(p)
 			}
 			eng := &pipeline.Engine{
 				Store: store, Launcher: env, Catalog: env,

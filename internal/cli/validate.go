@@ -86,7 +86,7 @@ func validateFile(path string) diag.Result {
 		if err != nil {
 			return diag.Result{File: path, Err: err}
 		}
-		env.usePins(p)
+		env.UsePins(p)
 		problems = append(problems, spec.Validate(p, env, specOptions())...)
 	}
 	problems.Sort()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/procgroup"
 	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
@@ -214,7 +215,10 @@ func start(job Job, r Rank) (*proc, error) {
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = job.ExtraFiles
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := procgroup.Prepare(cmd); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
+	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
@@ -232,9 +236,11 @@ func killedBySignal(err error) bool {
 	return false
 }
 
+// signalGroup signals a rank's process group; a group that is gone is
+// fine, and there is nothing better to do when signalling fails.
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
 	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, sig)
+		_ = procgroup.Signal(cmd.Process.Pid, sig)
 	}
 }
 

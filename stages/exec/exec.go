@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/procgroup"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
@@ -33,7 +34,7 @@ const (
 	maxOutput   = 1 << 20  // bytes of the $MSPIPE_OUTPUT file
 	// killGrace is how long a cancelled command has between SIGTERM and
 	// SIGKILL. It is shorter than the host's grace for the plugin
-	// (plugins.DefaultGrace), so that the command's whole group is gone
+	// (host.DefaultGrace), so that the command's whole group is gone
 	// before the host kills the plugin, which only takes the command itself
 	// along (Pdeathsig).
 	killGrace = 2 * time.Second
@@ -186,14 +187,17 @@ func pluginVariable(name string) bool {
 // runCommand runs argv in its own process group and calls onStdout and
 // onStderr for every line, newline included (from two goroutines). It
 // returns the exit code, or -N when signal N killed the command. When ctx is
-// done the group gets SIGTERM, then SIGKILL after grace, and the error is
-// ctx.Err(). Whatever is left of the group when the command exits is killed.
+// done the group gets SIGTERM, then SIGKILL unless all of it has exited
+// within grace, and the error is ctx.Err(). Whatever is left of the group
+// when the command exits is killed.
 func runCommand(ctx context.Context, argv []string, dir string, env []string, grace time.Duration,
 	onStdout, onStderr func(string)) (int, error) {
 	cmd := osexec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := procgroup.Prepare(cmd); err != nil {
+		return 0, err
+	}
 	// Our own pipes, not cmd.StdoutPipe: Wait must return when the command
 	// exits even if something it started still holds the write ends.
 	outR, outW, err := os.Pipe()
@@ -227,19 +231,14 @@ func runCommand(ctx context.Context, argv []string, dir string, env []string, gr
 		defer close(stopped)
 		select {
 		case <-ctx.Done():
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(grace):
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			}
+			_ = procgroup.Stop(pgid, exited, grace) // the group is killed below in any case
 		case <-exited:
 		}
 	}()
 	waitErr := cmd.Wait()
 	close(exited)
 	<-stopped
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // leftovers of the group; ESRCH when none
+	_ = procgroup.Signal(pgid, syscall.SIGKILL) // leftovers of the group, if any
 	readers.Wait()
 	outR.Close()
 	errR.Close()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 )
 
 // collector gathers the log events of a run; the exec stage emits from two
@@ -358,7 +359,7 @@ func TestRunCommandKillsAfterGrace(t *testing.T) {
 }
 
 func TestKillGraceFitsHostGrace(t *testing.T) {
-	if killGrace >= plugins.DefaultGrace {
-		t.Errorf("killGrace %v must be shorter than the host's grace %v", killGrace, plugins.DefaultGrace)
+	if killGrace >= host.DefaultGrace {
+		t.Errorf("killGrace %v must be shorter than the host's grace %v", killGrace, host.DefaultGrace)
 	}
 }

@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -18,6 +18,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+
+	"github.com/mspipe/mspipe/internal/procgroup"
+	"github.com/mspipe/mspipe/plugins"
 )
 
 // Defaults of [LaunchConfig].
@@ -26,14 +29,9 @@ const (
 	DefaultGrace        = 5 * time.Second
 )
 
-// killWait bounds how long Close waits for the process after SIGKILL, and
-// exitWait how long a failed call waits for the exit status of a process
-// whose connection broke.
-const (
-	killWait = 5 * time.Second
-	exitWait = 2 * time.Second
-	pollStep = 5 * time.Millisecond
-)
+// exitWait bounds how long a failed call waits for the exit status of a
+// process whose connection broke.
+const exitWait = 2 * time.Second
 
 // LaunchConfig says how to start a plugin process.
 type LaunchConfig struct {
@@ -64,7 +62,7 @@ type LaunchConfig struct {
 	Grace time.Duration
 }
 
-// Client is a running plugin process. It is a [Stage]: Describe returns the
+// Client is a running plugin process. It is a [plugins.Stage]: Describe returns the
 // descriptor read at launch, Run checks outputs against it. Close (or the
 // end of the context given to Launch) stops the process group.
 type Client struct {
@@ -72,8 +70,8 @@ type Client struct {
 	cfg    LaunchConfig
 	pc     *plugin.Client
 	cmd    *exec.Cmd
-	stage  *grpcClient
-	desc   Descriptor
+	stage  *plugins.RemoteStage
+	desc   plugins.Descriptor
 	pid    int
 	exited <-chan struct{}
 	tail   *stderrTail
@@ -84,11 +82,12 @@ type Client struct {
 	closeErr  error
 }
 
-var _ Stage = (*Client)(nil)
+var _ plugins.Stage = (*Client)(nil)
 
-// Launch starts the plugin process, completes the handshake (gRPC only,
-// mutual TLS with the host's certificates, see [EnvTLS]), reads the plugin's descriptor and checks that the
-// host can use it. The process lives until Close is called or ctx is done,
+// Launch starts the plugin process in its own process group (see
+// internal/procgroup), completes the handshake (gRPC only, mutual TLS with
+// the host's certificates, see [plugins.EnvTLS]), reads the plugin's
+// descriptor and checks that the host can use it. The process lives until Close is called or ctx is done,
 // whichever comes first; either stops its whole process group. The
 // handshake itself is bounded by StartTimeout rather than by ctx: go-plugin
 // offers no way to interrupt it.
@@ -135,10 +134,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	// server certificate, which go-plugin then trusts for that connection.
 	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
 	cmd.Dir = cfg.Dir
-	cmd.SysProcAttr = sysProcAttr()
+	if err := procgroup.Prepare(cmd); err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
 	pc := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake(),
-		Plugins:          PluginSet(nil),
+		HandshakeConfig:  plugins.Handshake(),
+		Plugins:          plugins.PluginSet(nil),
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
@@ -158,23 +159,23 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	rpc, err := pc.Client() // starts the process and does the handshake
 	if err != nil {
 		if cmd.Process != nil {
-			_ = signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+			_ = procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL)
 		}
 		pc.Kill()
 		return nil, startError(label, cfg, cmd, tail, err)
 	}
 	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client, closing: make(chan struct{})}
-	raw, err := rpc.Dispense(PluginName)
+	raw, err := rpc.Dispense(plugins.PluginName)
 	if err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("%s: %w: %v", label, ErrIncompatible, err)
+		return nil, fmt.Errorf("%s: %w: %v", label, plugins.ErrIncompatible, err)
 	}
-	stage, ok := raw.(*grpcClient)
+	stage, ok := raw.(*plugins.RemoteStage)
 	if !ok {
 		_ = c.Close()
-		return nil, fmt.Errorf("%s: %w: dispensed %T", label, ErrIncompatible, raw)
+		return nil, fmt.Errorf("%s: %w: dispensed %T", label, plugins.ErrIncompatible, raw)
 	}
-	c.stage, c.exited = stage, stage.exited
+	c.stage, c.exited = stage, stage.Exited()
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -196,7 +197,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 }
 
 // describe asks for the descriptor, within the start timeout, and checks it.
-func (c *Client) describe(ctx context.Context) (Descriptor, error) {
+func (c *Client) describe(ctx context.Context) (plugins.Descriptor, error) {
 	describeCtx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
 	defer cancel()
 	desc, err := c.stage.Describe(describeCtx)
@@ -206,22 +207,22 @@ func (c *Client) describe(ctx context.Context) (Descriptor, error) {
 		}
 		return desc, c.explain(ctx, err)
 	}
-	if err := checkDescriptor(desc); err != nil {
+	if err := plugins.CheckDescriptor(desc); err != nil {
 		return desc, fmt.Errorf("%s: %w", c.label, err)
 	}
 	if c.cfg.Name != "" && desc.Name != c.cfg.Name {
-		return desc, fmt.Errorf("%s: %w: it describes itself as %q", c.label, ErrIncompatible, desc.Name)
+		return desc, fmt.Errorf("%s: %w: it describes itself as %q", c.label, plugins.ErrIncompatible, desc.Name)
 	}
 	return desc, nil
 }
 
 // Describe returns the descriptor the plugin gave at launch.
-func (c *Client) Describe(context.Context) (Descriptor, error) {
+func (c *Client) Describe(context.Context) (plugins.Descriptor, error) {
 	return c.desc, nil
 }
 
 // Validate asks the plugin to check a `with` block.
-func (c *Client) Validate(ctx context.Context, with map[string]any) ([]Problem, error) {
+func (c *Client) Validate(ctx context.Context, with map[string]any) ([]plugins.Problem, error) {
 	problems, err := c.stage.Validate(ctx, with)
 	if err != nil {
 		return nil, c.explain(ctx, err)
@@ -233,12 +234,12 @@ func (c *Client) Validate(ctx context.Context, with map[string]any) ([]Problem, 
 // the declared outputs: floats come back as float64, relative paths joined
 // to req.WorkDir. When ctx is done the call returns ctx.Err() and the plugin
 // sees its own context cancelled; the process keeps running until Close.
-func (c *Client) Run(ctx context.Context, req RunRequest, emit func(Event)) (map[string]any, error) {
+func (c *Client) Run(ctx context.Context, req plugins.RunRequest, emit func(plugins.Event)) (map[string]any, error) {
 	outputs, err := c.stage.Run(ctx, req, emit)
 	if err != nil {
 		return nil, c.explain(ctx, err)
 	}
-	return checkOutputs(c.desc, req.WorkDir, outputs)
+	return plugins.CheckOutputs(c.desc, req.WorkDir, outputs)
 }
 
 // Pid returns the plugin's process id, which is also its process group id.
@@ -261,45 +262,13 @@ func (c *Client) terminate() error {
 		exited = done
 		defer c.pc.Kill()
 	}
-	if err := signalGroup(c.pid, syscall.SIGTERM); err != nil {
-		return fmt.Errorf("%s: stop process group %d: %w", c.label, c.pid, err)
-	}
-	if !waitGroupGone(c.pid, exited, c.cfg.Grace) {
-		if err := signalGroup(c.pid, syscall.SIGKILL); err != nil {
-			return fmt.Errorf("%s: kill process group %d: %w", c.label, c.pid, err)
-		}
-		select {
-		case <-exited:
-		case <-time.After(killWait):
-			return fmt.Errorf("%s: process %d did not exit %v after SIGKILL", c.label, c.pid, killWait)
-		}
+	if err := procgroup.Stop(c.pid, exited, c.cfg.Grace); err != nil {
+		return fmt.Errorf("%s: %w", c.label, err)
 	}
 	if c.exited != nil {
 		c.pc.Kill() // the process is gone: this only releases the connection and goroutines
 	}
 	return nil
-}
-
-// waitGroupGone waits until the group leader has exited and no process of
-// the group can run any more, or until grace has passed.
-func waitGroupGone(pgid int, exited <-chan struct{}, grace time.Duration) bool {
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-exited:
-	case <-timer.C:
-		return false
-	}
-	tick := time.NewTicker(pollStep)
-	defer tick.Stop()
-	for groupAlive(pgid) {
-		select {
-		case <-tick.C:
-		case <-timer.C:
-			return false
-		}
-	}
-	return true
 }
 
 // explain turns an error of a call into what the caller needs: its own
@@ -309,7 +278,7 @@ func (c *Client) explain(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return ctxErr
 	}
-	if errors.Is(err, ErrPluginExited) {
+	if errors.Is(err, plugins.ErrPluginExited) {
 		select {
 		case <-c.exited:
 			return c.exitError(c.cmd.ProcessState)
@@ -317,7 +286,7 @@ func (c *Client) explain(ctx context.Context, err error) error {
 			return c.exitError(nil)
 		}
 	}
-	if errors.Is(err, ErrBadReply) || errors.Is(err, ErrIncompatible) {
+	if errors.Is(err, plugins.ErrBadReply) || errors.Is(err, plugins.ErrIncompatible) {
 		return fmt.Errorf("%s: %w", c.label, err)
 	}
 	return err
@@ -328,7 +297,7 @@ func (c *Client) exitError(state *os.ProcessState) error {
 	if state != nil {
 		status = state.String()
 	}
-	err := fmt.Errorf("%s (pid %d): %w (%s)", c.label, c.pid, ErrPluginExited, status)
+	err := fmt.Errorf("%s (pid %d): %w (%s)", c.label, c.pid, plugins.ErrPluginExited, status)
 	if s := c.tail.summary(); s != "" {
 		err = fmt.Errorf("%w: %s", err, s)
 	}
@@ -376,15 +345,15 @@ func startError(label string, cfg LaunchConfig, cmd *exec.Cmd, tail *stderrTail,
 		line := msg[strings.Index(msg, unrecognized)+len(unrecognized):]
 		line, _, _ = strings.Cut(line, "\n")
 		if line == "" { // it closed stdout, usually by exiting
-			return fmt.Errorf("%s: %s: %w before the handshake (%s)%s; is it an mspipe stage plugin?", label, cmd.Path, ErrPluginExited, status, stderr)
+			return fmt.Errorf("%s: %s: %w before the handshake (%s)%s; is it an mspipe stage plugin?", label, cmd.Path, plugins.ErrPluginExited, status, stderr)
 		}
 		return fmt.Errorf("%s: %s: %w: it printed %q instead of the plugin handshake%s", label, cmd.Path, ErrNotPlugin, truncate(line, 200), stderr)
 	case strings.Contains(msg, "plugin exited before we could connect"):
-		return fmt.Errorf("%s: %s: %w before the handshake (%s)%s; is it an mspipe stage plugin?", label, cmd.Path, ErrPluginExited, status, stderr)
+		return fmt.Errorf("%s: %s: %w before the handshake (%s)%s; is it an mspipe stage plugin?", label, cmd.Path, plugins.ErrPluginExited, status, stderr)
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
 		return fmt.Errorf("%s: %s: %w: no handshake within %v%s", label, cmd.Path, ErrStartTimeout, cfg.StartTimeout, stderr)
 	case strings.Contains(msg, "ncompatible API version"), strings.Contains(msg, "unsupported plugin protocol"):
-		return fmt.Errorf("%s: %s: %w: %s", label, cmd.Path, ErrIncompatible, strings.ReplaceAll(msg, "\n", " "))
+		return fmt.Errorf("%s: %s: %w: %s", label, cmd.Path, plugins.ErrIncompatible, strings.ReplaceAll(msg, "\n", " "))
 	}
 	return fmt.Errorf("%s: start %s: %w", label, cmd.Path, err)
 }
@@ -399,4 +368,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/plugins"
 )
 
 // testPlugin is the path of testdata/testplugin, built once by TestMain.
@@ -82,8 +84,12 @@ func processGone(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}
-	state, _, ok := procStat(pid)
-	return !ok || state == 'Z' || state == 'X'
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	return len(fields) == 0 || fields[0] == "Z" || fields[0] == "X"
 }
 
 func TestLaunchRunHappyPath(t *testing.T) {
@@ -107,9 +113,9 @@ func TestLaunchRunHappyPath(t *testing.T) {
 	}
 
 	work := t.TempDir()
-	var events []Event
-	outputs, err := c.Run(ctx, RunRequest{RunID: "r1", StageID: "s1", WorkDir: work, Attempt: 1,
-		With: map[string]any{"mode": "ok", "name": "npu"}}, func(e Event) { events = append(events, e) })
+	var events []plugins.Event
+	outputs, err := c.Run(ctx, plugins.RunRequest{RunID: "r1", StageID: "s1", WorkDir: work, Attempt: 1,
+		With: map[string]any{"mode": "ok", "name": "npu"}}, func(e plugins.Event) { events = append(events, e) })
 	if err != nil {
 		t.Fatalf("Run: %v\nstage log:\n%s", err, log)
 	}
@@ -169,7 +175,7 @@ func TestRunCancelReachesPlugin(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Run(runCtx, RunRequest{WorkDir: work, With: map[string]any{"mode": "wait"}}, func(e Event) {
+		_, err := c.Run(runCtx, plugins.RunRequest{WorkDir: work, With: map[string]any{"mode": "wait"}}, func(e plugins.Event) {
 			if e.Log != nil && e.Log.Message == "waiting" {
 				cancel()
 			}
@@ -214,8 +220,8 @@ func TestPluginPanics(t *testing.T) {
 	t.Run("in Run", func(t *testing.T) {
 		c, _ := launchTest(t, ctx, LaunchConfig{})
 		var stack string
-		_, err := c.Run(ctx, RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "panic"}}, func(e Event) {
-			if e.Log != nil && e.Log.Level == LevelError {
+		_, err := c.Run(ctx, plugins.RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "panic"}}, func(e plugins.Event) {
+			if e.Log != nil && e.Log.Level == plugins.LevelError {
 				stack, _ = e.Log.Fields["stack"].(string)
 			}
 		})
@@ -229,10 +235,10 @@ func TestPluginPanics(t *testing.T) {
 	})
 	t.Run("in a goroutine", func(t *testing.T) {
 		c, _ := launchTest(t, ctx, LaunchConfig{})
-		_, err := c.Run(ctx, RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "crash"}}, nil)
+		_, err := c.Run(ctx, plugins.RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "crash"}}, nil)
 		t.Log(err)
-		if !errors.Is(err, ErrPluginExited) {
-			t.Fatalf("err = %v, want ErrPluginExited", err)
+		if !errors.Is(err, plugins.ErrPluginExited) {
+			t.Fatalf("err = %v, want plugins.ErrPluginExited", err)
 		}
 		for _, want := range []string{"exit status 2", "panic: boom in goroutine", "main.go:"} {
 			if !strings.Contains(err.Error(), want) {
@@ -245,13 +251,13 @@ func TestPluginPanics(t *testing.T) {
 func TestPluginExitsMidRun(t *testing.T) {
 	ctx := context.Background()
 	c, _ := launchTest(t, ctx, LaunchConfig{})
-	_, err := c.Run(ctx, RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "exit"}}, nil)
+	_, err := c.Run(ctx, plugins.RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "exit"}}, nil)
 	t.Log(err)
-	if !errors.Is(err, ErrPluginExited) || !strings.Contains(err.Error(), "exit status 3") {
-		t.Fatalf("err = %v, want ErrPluginExited with exit status 3", err)
+	if !errors.Is(err, plugins.ErrPluginExited) || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("err = %v, want plugins.ErrPluginExited with exit status 3", err)
 	}
-	if _, err := c.Validate(ctx, nil); !errors.Is(err, ErrPluginExited) {
-		t.Errorf("Validate after the exit = %v, want ErrPluginExited", err)
+	if _, err := c.Validate(ctx, nil); !errors.Is(err, plugins.ErrPluginExited) {
+		t.Errorf("Validate after the exit = %v, want plugins.ErrPluginExited", err)
 	}
 }
 
@@ -263,7 +269,7 @@ func TestHangingPluginIsKilled(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Run(runCtx, RunRequest{WorkDir: work, With: map[string]any{"mode": "hang"}}, func(e Event) {
+		_, err := c.Run(runCtx, plugins.RunRequest{WorkDir: work, With: map[string]any{"mode": "hang"}}, func(e plugins.Event) {
 			if e.Log != nil && e.Log.Message == "ready" {
 				cancel()
 			}
@@ -328,7 +334,7 @@ func TestNotAPlugin(t *testing.T) {
 		wantText   []string
 	}{
 		{"talks", `echo "hello from a script"; sleep 30`, ErrNotPlugin, []string{`printed "hello from a script"`}},
-		{"exits", `echo "oops" >&2; exit 4`, ErrPluginExited, []string{"before the handshake", "exit status 4", "oops"}},
+		{"exits", `echo "oops" >&2; exit 4`, plugins.ErrPluginExited, []string{"before the handshake", "exit status 4", "oops"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,7 +402,7 @@ func TestChecksumPin(t *testing.T) {
 
 func TestLaunchNameMismatch(t *testing.T) {
 	_, err := Launch(context.Background(), LaunchConfig{Name: "other/stage", Path: testPlugin})
-	if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), `describes itself as "test/plugin"`) {
+	if !errors.Is(err, plugins.ErrIncompatible) || !strings.Contains(err.Error(), `describes itself as "test/plugin"`) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -421,7 +427,7 @@ func TestRunDirectlyPrintsHelp(t *testing.T) {
 func BenchmarkEmptyStage(b *testing.B) {
 	ctx := context.Background()
 	work := b.TempDir()
-	req := RunRequest{WorkDir: work, With: map[string]any{"mode": "empty"}}
+	req := plugins.RunRequest{WorkDir: work, With: map[string]any{"mode": "empty"}}
 	for b.Loop() {
 		c, err := Launch(ctx, LaunchConfig{Path: testPlugin})
 		if err != nil {

@@ -1,33 +1,23 @@
-package plugins
+package procgroup
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"strconv"
 	"syscall"
 )
 
-// sysProcAttr puts a plugin in its own process group, so that one signal
-// reaches it and everything it started, and kills it if the host dies.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// setDeathSignal kills the leader when the thread that started it exits,
+// which covers mspipe being killed with SIGKILL.
+func setDeathSignal(attr *syscall.SysProcAttr) {
+	attr.Pdeathsig = syscall.SIGKILL
 }
 
-// signalGroup sends sig to every process in the group; a group that is
-// already gone is not an error.
-func signalGroup(pgid int, sig syscall.Signal) error {
-	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	return nil
-}
-
-// groupAlive reports whether a process of the group can still run. Zombies
-// do not count: an orphan's zombie may wait for a reaper that never comes
-// (a container without an init), and it cannot do anything.
-func groupAlive(pgid int) bool {
-	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+// Alive reports whether a process of the group can still run. Zombies do
+// not count: an orphan's zombie may wait for a reaper that never comes (a
+// container without an init), and it cannot do anything.
+func Alive(pgid int) bool {
+	if !groupExists(pgid) {
 		return false
 	}
 	entries, err := os.ReadDir("/proc")

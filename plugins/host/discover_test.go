@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/plugins"
 )
 
 func writeExe(t *testing.T, path string, mode os.FileMode) string {
@@ -34,7 +36,7 @@ func TestResolve(t *testing.T) {
 	writeExe(t, filepath.Join(extra, "mspipe-stage-notexec"), 0o644)
 
 	reg := NewRegistry()
-	if err := reg.Register(Info{Name: "exec", New: newFake}); err != nil {
+	if err := reg.Register(plugins.Info{Name: "exec", New: newFake}); err != nil {
 		t.Fatal(err)
 	}
 	r := &Resolver{
@@ -81,7 +83,7 @@ func TestResolve(t *testing.T) {
 	}{
 		{"acme/missing", ErrStageNotFound, []string{"no built-in stage has this name (built-ins: exec)", "no executable mspipe-stage-acme-missing in " + local + ", " + extra}},
 		{"notexec", ErrStageNotFound, []string{"mspipe-stage-notexec is not executable (chmod +x it)"}},
-		{"Bad/Name", ErrInvalidName, []string{`uses "Bad/Name"`}},
+		{"Bad/Name", plugins.ErrInvalidName, []string{`uses "Bad/Name"`}},
 		{"./bin/nothing", os.ErrNotExist, []string{"bin/nothing"}},
 		{"./bin/plain.txt", nil, []string{"is not executable"}},
 		{"./bin", nil, []string{"is not a regular file"}},

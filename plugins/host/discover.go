@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"errors"
@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/mspipe/mspipe/plugins"
 )
 
 // ServeCommand is the hidden mspipe subcommand that serves a built-in stage:
@@ -87,12 +90,12 @@ func (r Resolved) LaunchConfig() LaunchConfig {
 // Resolve finds what `uses` names. A value starting with "./", "../" or "/"
 // is a path to a plugin binary, relative to SpecDir. Anything else is a
 // stage name: a built-in stage if one has that name, else the first
-// executable mspipe-stage-<name> (see [BinaryName]) along SearchPath.
+// executable mspipe-stage-<name> (see [plugins.BinaryName]) along SearchPath.
 func (r *Resolver) Resolve(uses string) (Resolved, error) {
 	if isPathRef(uses) {
 		return r.resolvePath(uses)
 	}
-	if err := ValidateName(uses); err != nil {
+	if err := plugins.ValidateName(uses); err != nil {
 		return Resolved{}, fmt.Errorf("uses %q: %w", uses, err)
 	}
 	found, unusable := r.search(uses)
@@ -127,7 +130,7 @@ func (r *Resolver) Resolve(uses string) (Resolved, error) {
 	if r.Builtins != nil {
 		msg += fmt.Sprintf(" (built-ins: %s)", strings.Join(r.Builtins.Names(), ", "))
 	}
-	msg += fmt.Sprintf(" and there is no executable %s", BinaryName(uses))
+	msg += fmt.Sprintf(" and there is no executable %s", plugins.BinaryName(uses))
 	if len(where) > 0 {
 		msg += " in " + strings.Join(where, ", ")
 	}
@@ -166,7 +169,7 @@ func (r *Resolver) resolvePath(uses string) (Resolved, error) {
 // as SearchDirs whose Dir is the binary's absolute path, and describes the
 // candidates it had to skip.
 func (r *Resolver) search(name string) (found []SearchDir, unusable []string) {
-	file := BinaryName(name)
+	file := plugins.BinaryName(name)
 	for _, d := range r.SearchPath {
 		p, err := filepath.Abs(filepath.Join(d.Dir, file))
 		if err != nil {
@@ -195,4 +198,51 @@ func checkExecutable(path string) error {
 		return fmt.Errorf("%s is not executable (chmod +x it)", path)
 	}
 	return nil
+}
+
+// Binary is a plugin executable found along a search path.
+type Binary struct {
+	// Name is the file name without BinaryPrefix ("acme-augment"); the
+	// stage name is what the binary describes itself as.
+	Name string
+	Path string // absolute
+	// ShadowedBy is the path of an earlier binary of the same file name,
+	// which resolution picks instead; empty when this one wins.
+	ShadowedBy string
+}
+
+// Binaries lists the executable mspipe-stage-* files along SearchPath, in
+// search order and by name within a directory. Unreadable directories are
+// skipped.
+func (r *Resolver) Binaries() []Binary {
+	var out []Binary
+	first := map[string]string{}
+	for _, d := range r.SearchPath {
+		entries, err := os.ReadDir(d.Dir)
+		if err != nil {
+			continue
+		}
+		var names []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), plugins.BinaryPrefix) && !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			abs, err := filepath.Abs(filepath.Join(d.Dir, n))
+			if err != nil {
+				continue
+			}
+			info, err := os.Stat(abs)
+			if err != nil || info.Mode().Perm()&0o111 == 0 {
+				continue
+			}
+			out = append(out, Binary{Name: strings.TrimPrefix(n, plugins.BinaryPrefix), Path: abs, ShadowedBy: first[n]})
+			if first[n] == "" {
+				first[n] = abs
+			}
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package plugins
+package host
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/plugins"
 )
 
 // tryTLS connects to a plugin's socket with cfg and reads the server's
@@ -98,23 +100,23 @@ func TestServerTLSConfig(t *testing.T) {
 	}
 	name, value, _ := strings.Cut(creds.env, "=")
 	t.Setenv(name, value)
-	cfg, err := ServerTLSConfig()
+	cfg, err := plugins.ServerTLSConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg == nil || cfg.ClientAuth != tls.RequireAndVerifyClientCert || cfg.ClientCAs == nil || len(cfg.Certificates) != 1 {
 		t.Fatalf("config = %+v, want a certificate and required, verified client certificates", cfg)
 	}
-	if v, ok := os.LookupEnv(EnvTLS); ok {
-		t.Errorf("%s still in the environment: %.40q", EnvTLS, v)
+	if v, ok := os.LookupEnv(plugins.EnvTLS); ok {
+		t.Errorf("%s still in the environment: %.40q", plugins.EnvTLS, v)
 	}
 
-	cfg, err = ServerTLSConfig()
+	cfg, err = plugins.ServerTLSConfig()
 	if cfg != nil || err != nil {
-		t.Errorf("without %s: %v, %v, want nil, nil", EnvTLS, cfg, err)
+		t.Errorf("without %s: %v, %v, want nil, nil", plugins.EnvTLS, cfg, err)
 	}
-	t.Setenv(EnvTLS, value[:strings.LastIndex(value, "-----BEGIN")])
-	if _, err := ServerTLSConfig(); err == nil || !strings.Contains(err.Error(), "want 3 PEM blocks") {
+	t.Setenv(plugins.EnvTLS, value[:strings.LastIndex(value, "-----BEGIN")])
+	if _, err := plugins.ServerTLSConfig(); err == nil || !strings.Contains(err.Error(), "want 3 PEM blocks") {
 		t.Errorf("two blocks: err = %v", err)
 	}
 }
@@ -124,7 +126,7 @@ func TestServerTLSConfig(t *testing.T) {
 func TestAutoMTLSPlugin(t *testing.T) {
 	ctx := context.Background()
 	c, log := launchTest(t, ctx, LaunchConfig{Env: []string{"TESTPLUGIN_AUTOMTLS=1"}})
-	out, err := c.Run(ctx, RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "empty"}}, nil)
+	out, err := c.Run(ctx, plugins.RunRequest{WorkDir: t.TempDir(), With: map[string]any{"mode": "empty"}}, nil)
 	if err != nil || out["count"] != int64(0) {
 		t.Fatalf("Run = %v, %v\nstage log:\n%s", out, err, log)
 	}

@@ -1,4 +1,4 @@
-// Command testplugin is a stage plugin for the tests of package plugins. Its
+// Command testplugin is a stage plugin for the tests of package host. Its
 // `mode` decides how it behaves: ok, empty, wait, panic, crash, exit, hang.
 package main
 

@@ -1,0 +1,324 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mspipe/mspipe/pipeline"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/spec"
+)
+
+// declaredDescriptor is the JSON form of a stage declaration: a built-in
+// stage whose declaration ships with a build although its implementation
+// has not landed yet.
+type declaredDescriptor struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	With        json.RawMessage `json:"with"`
+	Outputs     []struct {
+		Name        string `json:"name"`
+		Type        string `json:"type"`
+		Description string `json:"description"`
+	} `json:"outputs"`
+}
+
+func (d declaredDescriptor) descriptor() plugins.Descriptor {
+	out := plugins.Descriptor{Name: d.Name, Description: d.Description, WithSchema: d.With}
+	for _, o := range d.Outputs {
+		out.Outputs = append(out.Outputs, plugins.OutputSpec{Name: o.Name, Type: o.Type, Description: o.Description})
+	}
+	return out
+}
+
+// Catalog knows every stage a spec can use — built-ins served by the mspipe
+// binary, declared-only built-ins, and plugin binaries found by discovery —
+// and is both the spec.Catalog for validation and the pipeline.Launcher
+// for runs. What a stage declares is asked once per Catalog and kept. A
+// Catalog is safe for concurrent use.
+type Catalog struct {
+	registry      *Registry
+	resolver      *Resolver
+	declared      map[string]plugins.Descriptor
+	shellCommands []string
+
+	mu        sync.Mutex
+	described map[string]describedStage // by uses
+	pins      map[string]string         // uses -> sha256 pin from the spec
+	selfHash  string
+}
+
+type describedStage struct {
+	desc     plugins.Descriptor
+	resolved Resolved
+	err      error
+}
+
+var (
+	_ spec.Catalog      = (*Catalog)(nil)
+	_ pipeline.Launcher = (*Catalog)(nil)
+)
+
+// CatalogConfig says what a [Catalog] offers.
+type CatalogConfig struct {
+	// Resolver finds the stages; its Builtins are the built-in stages.
+	Resolver *Resolver
+	// Declarations are the declared-only built-ins, each the JSON
+	// declaration of a stage (name, description, `with` schema, outputs)
+	// that specs may use but that fails with ErrNotImplemented when run. A
+	// declaration whose name is a registered built-in is ignored.
+	Declarations [][]byte
+	// ShellCommands names the built-ins whose with.command runs through a
+	// shell (spec.StageInfo.ShellCommand), such as exec. A plugin binary of
+	// the same name does not get that rule.
+	ShellCommands []string
+}
+
+// NewCatalog returns the catalog cfg describes.
+func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
+	r := cfg.Resolver
+	if r == nil {
+		r = &Resolver{}
+	}
+	reg := r.Builtins
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	c := &Catalog{
+		registry:      reg,
+		resolver:      r,
+		declared:      map[string]plugins.Descriptor{},
+		shellCommands: cfg.ShellCommands,
+		described:     map[string]describedStage{},
+		pins:          map[string]string{},
+	}
+	for _, raw := range cfg.Declarations {
+		var d declaredDescriptor
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return nil, fmt.Errorf("built-in stage declaration: %w", err)
+		}
+		if _, ok := reg.Lookup(d.Name); !ok {
+			c.declared[d.Name] = d.descriptor()
+		}
+	}
+	return c, nil
+}
+
+// UsePins makes the catalog check the sha256 pins a spec sets, so a binary
+// that does not match is not even started to ask what it declares.
+func (c *Catalog) UsePins(p *spec.Pipeline) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range p.Stages {
+		if s.SHA256 != "" {
+			c.pins[s.Uses] = s.SHA256
+		}
+	}
+}
+
+// Names lists the built-in and declared stage names.
+func (c *Catalog) Names() []string {
+	names := c.registry.Names()
+	for n := range c.declared {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// describeTimeout bounds starting a plugin binary to ask what it declares.
+const describeTimeout = 10 * time.Second
+
+// describe returns what the stage named by uses declares, starting its
+// plugin binary if it is not a built-in. Results are memoized.
+func (c *Catalog) describe(ctx context.Context, uses string) describedStage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.described[uses]; ok {
+		return d
+	}
+	d := c.describeLocked(ctx, uses)
+	c.described[uses] = d
+	return d
+}
+
+func (c *Catalog) describeLocked(ctx context.Context, uses string) describedStage {
+	if desc, ok := c.declared[uses]; ok {
+		return describedStage{desc: desc}
+	}
+	res, err := c.resolver.Resolve(uses)
+	if err != nil {
+		return describedStage{err: err}
+	}
+	if res.Builtin {
+		info, _ := c.registry.Lookup(res.Name)
+		desc, err := info.New().Describe(ctx)
+		return describedStage{desc: desc, resolved: res, err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	cfg := res.LaunchConfig()
+	cfg.SHA256 = c.pins[uses]
+	client, err := Launch(ctx, cfg)
+	if err != nil {
+		return describedStage{resolved: res, err: err}
+	}
+	defer client.Close()
+	desc, err := client.Describe(ctx)
+	return describedStage{desc: desc, resolved: res, err: err}
+}
+
+// Stage implements spec.Catalog.
+func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
+	d := c.describe(context.Background(), uses)
+	switch {
+	case d.err == nil:
+	case errors.Is(d.err, fs.ErrNotExist) && !errors.Is(d.err, ErrStageNotFound):
+		return nil, fmt.Errorf("plugin binary %s not found (the path is relative to the spec file)", uses)
+	case errors.Is(d.err, ErrStageNotFound):
+		return nil, fmt.Errorf("unknown stage %q: no built-in stage has this name (built-in: %s) and no plugin binary %s was found in ./plugins, $MSPIPE_PLUGIN_PATH or the user config dir",
+			uses, strings.Join(c.Names(), ", "), plugins.BinaryName(uses))
+	default:
+		return nil, errors.New(trimUses(d.err.Error(), uses))
+	}
+	info := &spec.StageInfo{Name: d.desc.Name, ShellCommand: d.resolved.Builtin && slices.Contains(c.shellCommands, d.desc.Name)}
+	if len(d.desc.WithSchema) > 0 {
+		info.WithSchema = d.desc.WithSchema
+	}
+	for _, o := range d.desc.Outputs {
+		if o.Name == plugins.WildcardOutput {
+			continue // open-ended outputs are declared in the spec
+		}
+		info.Outputs = append(info.Outputs, spec.OutputDecl{Name: o.Name, Type: spec.Type(o.Type), Description: o.Description})
+	}
+	if info.Name == "" {
+		info.Name = uses
+	}
+	return info, nil
+}
+
+// trimUses drops the `uses "x": ` prefix resolution errors carry: the spec
+// error already names the place.
+func trimUses(msg, uses string) string {
+	return strings.TrimPrefix(msg, fmt.Sprintf("uses %q: ", uses))
+}
+
+// Identity implements pipeline.Launcher: the plugin's name, version and the
+// SHA-256 of the executable that would run, so rebuilding a plugin (or
+// mspipe, for built-ins) invalidates cached outputs.
+func (c *Catalog) Identity(ctx context.Context, p *spec.Pipeline, s *spec.Stage) (string, error) {
+	if _, ok := c.declared[s.Uses]; ok {
+		return "", fmt.Errorf("stage %s: %w (it ships as a declaration so specs validate; see the README's status table)", s.Uses, ErrNotImplemented)
+	}
+	d := c.describe(ctx, s.Uses)
+	if d.err != nil {
+		return "", d.err
+	}
+	digest, err := c.executableDigest(d.resolved)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s@%s sha256:%s", d.desc.Name, d.desc.Version, digest), nil
+}
+
+func (c *Catalog) executableDigest(res Resolved) (string, error) {
+	if res.Builtin {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.selfHash == "" {
+			h, err := fileSHA256(res.Path)
+			if err != nil {
+				return "", fmt.Errorf("hash the mspipe binary: %w", err)
+			}
+			c.selfHash = h
+		}
+		return c.selfHash, nil
+	}
+	return fileSHA256(res.Path)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Launch implements pipeline.Launcher: the stage's plugin runs in its own
+// process (built-ins as `mspipe __stage NAME`), its output going to log.
+func (c *Catalog) Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, log io.Writer) (pipeline.Process, error) {
+	if _, ok := c.declared[s.Uses]; ok {
+		return nil, fmt.Errorf("stage %s: %w", s.Uses, ErrNotImplemented)
+	}
+	d := c.describe(ctx, s.Uses)
+	if d.err != nil {
+		return nil, d.err
+	}
+	cfg := d.resolved.LaunchConfig()
+	cfg.SHA256 = s.SHA256
+	cfg.Log = log
+	return Launch(ctx, cfg)
+}
+
+// Kinds of a [Listing].
+const (
+	KindBuiltin  = "built-in"
+	KindDeclared = "declared" // a built-in that is declared but not implemented yet
+	KindBinary   = "binary"   // a plugin binary found along the search path
+)
+
+// Listing is one stage the catalog offers, as `mspipe plugins` shows it.
+type Listing struct {
+	Kind string // one of the Kind* constants
+	// Name is the stage name; for a binary that cannot be used, the name
+	// its file name implies.
+	Name        string
+	Version     string
+	Description string
+	Path        string // a binary's absolute path
+	ShadowedBy  string // a binary that resolution picks instead of this one
+	Err         error  // why a binary cannot be used
+}
+
+// List describes every stage the catalog offers: the built-ins, the
+// declared-only built-ins, then every plugin binary along the search path
+// (each started once to ask what it is), shadowed ones included.
+func (c *Catalog) List(ctx context.Context) []Listing {
+	var out []Listing
+	for _, name := range c.registry.Names() {
+		d := c.describe(ctx, name)
+		out = append(out, Listing{Kind: KindBuiltin, Name: name, Version: d.desc.Version, Description: d.desc.Description, Err: d.err})
+	}
+	for _, name := range c.Names() {
+		if d, ok := c.declared[name]; ok {
+			out = append(out, Listing{Kind: KindDeclared, Name: name, Description: d.Description})
+		}
+	}
+	for _, b := range c.resolver.Binaries() {
+		d := c.describe(ctx, b.Path)
+		l := Listing{Kind: KindBinary, Name: b.Name, Path: b.Path, ShadowedBy: b.ShadowedBy, Err: d.err}
+		if d.err == nil {
+			l.Name, l.Version, l.Description = d.desc.Name, d.desc.Version, d.desc.Description
+		}
+		out = append(out, l)
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/spec"
+)
+
+const mergeDeclaration = `{"name": "ckpt/merge", "description": "Merge slices.",
+	"with": {"type": "object"}, "outputs": [{"name": "checkpoint", "type": "path", "description": "the file"}]}`
+
+// testCatalog has the built-in "exec" (served by a fake mspipe binary), the
+// declared "ckpt/merge" and a declaration of "exec" that the built-in wins
+// over; specDir and the search path are empty directories.
+func testCatalog(t *testing.T, search ...SearchDir) (*Catalog, string) {
+	t.Helper()
+	reg := NewRegistry()
+	execDesc := plugins.Descriptor{Name: "exec", Version: "1.0.0", Description: "Run a command.",
+		WithSchema: json.RawMessage(`{"type":"object"}`),
+		Outputs: []plugins.OutputSpec{
+			{Name: "exit_code", Type: plugins.TypeInt},
+			{Name: plugins.WildcardOutput, Type: plugins.TypeAny},
+		}}
+	if err := reg.Register(plugins.Info{Name: "exec", New: func() plugins.Stage { return &fakeStage{desc: execDesc} }}); err != nil {
+		t.Fatal(err)
+	}
+	self := filepath.Join(t.TempDir(), "mspipe")
+	if err := os.WriteFile(self, []byte("the mspipe binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCatalog(CatalogConfig{
+		Resolver:      &Resolver{Builtins: reg, Executable: self, SpecDir: t.TempDir(), SearchPath: search},
+		Declarations:  [][]byte{[]byte(mergeDeclaration), []byte(`{"name": "exec", "description": "declared"}`)},
+		ShellCommands: []string{"exec"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, self
+}
+
+func TestCatalogStages(t *testing.T) {
+	c, _ := testCatalog(t)
+	if got, want := c.Names(), []string{"ckpt/merge", "exec"}; !slices.Equal(got, want) {
+		t.Errorf("Names = %v, want %v", got, want)
+	}
+	info, err := c.Stage("exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wildcard output is left to the spec's own outputs block.
+	if info.Name != "exec" || !info.ShellCommand || len(info.Outputs) != 1 || info.Outputs[0].Name != "exit_code" || info.Outputs[0].Type != spec.Type("int") {
+		t.Errorf("exec = %+v", info)
+	}
+	info, err = c.Stage("ckpt/merge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(info.WithSchema) != `{"type": "object"}` || info.ShellCommand || len(info.Outputs) != 1 || info.Outputs[0].Description != "the file" {
+		t.Errorf("ckpt/merge = %+v", info)
+	}
+
+	_, err = c.Stage("acme/none")
+	for _, want := range []string{`unknown stage "acme/none"`, "(built-in: ckpt/merge, exec)", "mspipe-stage-acme-none"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("unknown stage: err = %v, want it to contain %q", err, want)
+		}
+	}
+	_, err = c.Stage("./bin/missing")
+	if err == nil || err.Error() != "plugin binary ./bin/missing not found (the path is relative to the spec file)" {
+		t.Errorf("missing binary: err = %v", err)
+	}
+	_, err = c.Stage("Bad Name")
+	if err == nil || strings.HasPrefix(err.Error(), "uses ") || !strings.Contains(err.Error(), "invalid stage name") {
+		t.Errorf("bad name: err = %v, want the name problem without the uses prefix", err)
+	}
+}
+
+func TestCatalogIdentity(t *testing.T) {
+	c, self := testCatalog(t)
+	ctx := context.Background()
+	p := &spec.Pipeline{}
+	got, err := c.Identity(ctx, p, &spec.Stage{ID: "s", Uses: "exec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("exec@1.0.0 sha256:%x", sha256.Sum256([]byte("the mspipe binary"))); got != want {
+		t.Errorf("Identity = %q, want %q", got, want)
+	}
+	if err := os.WriteFile(self, []byte("rebuilt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := c.Identity(ctx, p, &spec.Stage{ID: "s", Uses: "exec"}); err != nil || again != got {
+		t.Errorf("Identity within one catalog = %q, %v; the binary is hashed once", again, err)
+	}
+
+	_, err = c.Identity(ctx, p, &spec.Stage{ID: "m", Uses: "ckpt/merge"})
+	if !errors.Is(err, ErrNotImplemented) {
+		t.Errorf("Identity of a declared stage = %v, want ErrNotImplemented", err)
+	}
+	_, err = c.Launch(ctx, p, &spec.Stage{ID: "m", Uses: "ckpt/merge"}, io.Discard)
+	if !errors.Is(err, ErrNotImplemented) {
+		t.Errorf("Launch of a declared stage = %v, want ErrNotImplemented", err)
+	}
+}
+
+func TestCatalogBadDeclaration(t *testing.T) {
+	_, err := NewCatalog(CatalogConfig{Declarations: [][]byte{[]byte(`{"name": `)}})
+	if err == nil || !strings.Contains(err.Error(), "built-in stage declaration") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestCatalogPins(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "mspipe-stage-test-plugin")
+	copyFile(t, testPlugin, bin)
+	c, _ := testCatalog(t, SearchDir{Dir: dir, Origin: OriginPluginPath})
+	c.UsePins(&spec.Pipeline{Stages: []*spec.Stage{{ID: "t", Uses: "test/plugin", SHA256: strings.Repeat("0", 64)}}})
+	_, err := c.Stage("test/plugin")
+	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Errorf("pinned to another digest: err = %v", err)
+	}
+}
+
+func TestCatalogList(t *testing.T) {
+	first, second := t.TempDir(), t.TempDir()
+	copyFile(t, testPlugin, filepath.Join(first, "mspipe-stage-test-plugin"))
+	copyFile(t, testPlugin, filepath.Join(second, "mspipe-stage-test-plugin"))
+	writeExe(t, filepath.Join(second, "mspipe-stage-broken"), 0o755) // an empty script
+	writeExe(t, filepath.Join(second, "mspipe-stage-plain"), 0o644)  // not executable: not listed
+	c, _ := testCatalog(t, SearchDir{Dir: first, Origin: OriginLocalDir}, SearchDir{Dir: second, Origin: OriginPluginPath})
+
+	got := c.List(context.Background())
+	var rows []string
+	for _, l := range got {
+		row := fmt.Sprintf("%s %s %s %q", l.Kind, l.Name, l.Version, l.Description)
+		if l.Path != "" {
+			row += " " + filepath.Base(filepath.Dir(l.Path))
+		}
+		if l.ShadowedBy != "" {
+			row += " shadowed"
+		}
+		if l.Err != nil {
+			row += " err"
+		}
+		rows = append(rows, row)
+	}
+	pluginDesc := `"Behaves as its mode says, for tests."`
+	want := []string{
+		`built-in exec 1.0.0 "Run a command."`,
+		`declared ckpt/merge  "Merge slices."`,
+		"binary test/plugin 0.1.0 " + pluginDesc + " " + filepath.Base(first),
+		"binary broken  \"\" " + filepath.Base(second) + " err",
+		"binary test/plugin 0.1.0 " + pluginDesc + " " + filepath.Base(second) + " shadowed",
+	}
+	if !slices.Equal(rows, want) {
+		t.Errorf("List =\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	if l := got[4]; l.ShadowedBy != filepath.Join(first, "mspipe-stage-test-plugin") {
+		t.Errorf("shadowed by %q", l.ShadowedBy)
+	}
+	if l := got[3]; !errors.Is(l.Err, plugins.ErrPluginExited) {
+		t.Errorf("the empty script: err = %v, want ErrPluginExited", l.Err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}

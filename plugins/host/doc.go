@@ -1,0 +1,43 @@
+// Package host is the mspipe side of stage plugins: it finds the executable
+// a spec's `uses:` names, starts it as a plugin process, talks to it over
+// the protocol of package plugins, and stops it. Only mspipe itself (the
+// CLI and its tests) imports it; plugin authors and built-in stages import
+// plugins and plugins/sdk, never this package.
+//
+// # Overview
+//
+//   - [Registry] holds the built-in stages the mspipe binary serves
+//     (`mspipe __stage NAME`, see [ServeCommand]).
+//   - [Resolver] turns `uses:` into an executable: a built-in, a binary
+//     mspipe-stage-<name> along the search path ([DefaultSearchPath]), or a
+//     path relative to the spec.
+//   - [Launch] starts the plugin in its own process group, with mutual TLS
+//     credentials made for that launch, and returns a [Client], itself a
+//     plugins.Stage whose replies are checked against the descriptor.
+//   - [Catalog] puts these together for the engine: it is the spec.Catalog
+//     that validation asks what a stage declares, and the
+//     pipeline.Launcher that starts a stage's plugin during a run.
+//
+// The simplest use:
+//
+//	res, err := resolver.Resolve("npu/train")
+//	cfg := res.LaunchConfig()
+//	cfg.Log = stageLog
+//	c, err := host.Launch(ctx, cfg)
+//	defer c.Close()
+//	outputs, err := c.Run(ctx, req, func(e plugins.Event) { ... })
+//
+// # Invariants
+//
+//   - Every plugin runs in its own process and process group;
+//     [Client.Close] (or the end of the context given to [Launch]) sends
+//     SIGTERM to the whole group, waits a grace period, then sends SIGKILL
+//     to whatever of the group is left (internal/procgroup). On Windows,
+//     which has no process groups, Launch fails with a clear error.
+//   - The host's client certificate is made once per process, each
+//     plugin's server certificate at its launch; a plugin trusts only the
+//     host's, the host only that plugin's.
+//   - A plugin that crashes, hangs or answers badly is an error naming the
+//     plugin (and, for a crash, its exit status and panic message), never a
+//     panic of the host.
+package host
