@@ -39,8 +39,9 @@ type call struct {
 // scriptLauncher starts fake plugins that run in-process: run decides
 // what each Run does. It records every Run and how many Close calls came.
 type scriptLauncher struct {
-	ident func(s *spec.Stage) string // nil: "<uses>@1"
-	run   func(ctx context.Context, c call, emit func(plugins.Event)) (map[string]any, error)
+	ident     func(s *spec.Stage) string // nil: "<uses>@1"
+	launchErr error                      // returned by every Launch
+	run       func(ctx context.Context, c call, emit func(plugins.Event)) (map[string]any, error)
 
 	mu     sync.Mutex
 	calls  []call
@@ -55,6 +56,9 @@ func (l *scriptLauncher) Identity(_ context.Context, _ *spec.Pipeline, s *spec.S
 }
 
 func (l *scriptLauncher) Launch(_ context.Context, _ *spec.Pipeline, s *spec.Stage, _ io.Writer) (Process, error) {
+	if l.launchErr != nil {
+		return nil, l.launchErr
+	}
 	return &scriptProcess{l: l, stage: s.ID}, nil
 }
 
