@@ -238,3 +238,36 @@ func TestDeclaredOutputs(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelDuringBackoff: cancelling while a stage waits to retry ends it
+// cancelled without another attempt.
+func TestCancelDuringBackoff(t *testing.T) {
+	w := newWorkspace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := &scriptLauncher{run: failFirst(100)}
+	e := w.engine(l)
+	e.Sleep = func(ctx context.Context, _ time.Duration) { cancel(); <-ctx.Done() }
+	p := w.load("version: 1\nname: r\nstages:\n  a: {uses: work, retry: {max_attempts: 3, backoff: 1h}}\n")
+	st, err := e.Run(ctx, p, nil, nil)
+	if !errors.Is(err, context.Canceled) || st.Status != StatusCancelled {
+		t.Fatalf("err %v, run %s", err, st.Status)
+	}
+	if ss := st.Stages["a"]; ss.Status != StatusCancelled || ss.Reason != "interrupted" || len(l.ran()) != 1 {
+		t.Errorf("a = %s %q after %d runs", ss.Status, ss.Reason, len(l.ran()))
+	}
+}
+
+// TestDefaultSleepEndsWithTheContext: without an injected Sleep the wait
+// between attempts ends when the context does.
+func TestDefaultSleepEndsWithTheContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan struct{})
+	go func() { (&Engine{}).sleep(ctx, time.Hour); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("sleep did not end with its context")
+	}
+}
