@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,6 +13,9 @@ import (
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
 // Limits that keep hostile or broken files from exhausting memory.
@@ -45,18 +47,12 @@ var (
 // Load reads and decodes the spec at path. The error is non-nil only when
 // the file cannot be read; problems in its content are in the ErrorList.
 func Load(path string) (*Pipeline, ErrorList, error) {
-	f, err := os.Open(path)
+	// A regular file only: a FIFO would block the open, a device the read.
+	f, st, err := userfile.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read spec: %w", err)
+		return nil, nil, fmt.Errorf("read spec %s: %w", path, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("read spec: %w", err)
-	}
-	if st.IsDir() {
-		return nil, nil, fmt.Errorf("read spec %s: is a directory", path)
-	}
 	if st.Size() > MaxFileSize {
 		return nil, ErrorList{{Pos: Pos{File: path}, Severity: SeverityError, Err: ErrTooLarge,
 			Msg: fmt.Sprintf("file is %d bytes, larger than the %d-byte limit for a spec", st.Size(), MaxFileSize)}}, nil
@@ -515,19 +511,11 @@ func (d *decoder) cluster(n *yaml.Node, what string) *Cluster {
 	return c
 }
 
-// CheckDeviceCount applies HCCL's rule for a cluster given by a device count:
-// 1, 2, 4 or 8 devices on one host, or whole 8-device hosts beyond that.
-func CheckDeviceCount(n int) error {
-	switch {
-	case n == 1 || n == 2 || n == 4 || n == 8:
-		return nil
-	case n > 8 && n%8 == 0:
-		return nil
-	case n < 8:
-		return fmt.Errorf("HCCL supports 1, 2, 4 or 8 devices on one host, not %d", n)
-	}
-	return fmt.Errorf("%d devices: more than 8 devices need whole 8-device hosts (16, 24, ...)", n)
-}
+// CheckDeviceCount applies the rules for a cluster given by a device count
+// (ranktable.CheckDeviceCount: HCCL's host sizes, and the most devices this
+// machine can simulate). It is the one check: validate, the resolver and
+// the launcher all use it, so validate can never pass what run refuses.
+func CheckDeviceCount(n int) error { return ranktable.CheckDeviceCount(n) }
 
 func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 	if r := d.resolve(n); r != nil && r.Kind == yaml.MappingNode && len(r.Content) == 0 {

@@ -27,6 +27,11 @@ type StageInfo struct {
 	Name       string
 	WithSchema []byte       // JSON Schema of `with`; nil accepts anything
 	Outputs    []OutputDecl // typed outputs
+	// ShellCommand marks the exec stage's rule: with.command runs through
+	// /bin/sh (a string unless with.shell is false, a list when it is true),
+	// so Resolver.With passes expression values in it as environment
+	// variables (with.env) instead of pasting them into the script.
+	ShellCommand bool
 }
 
 // Options tune Validate.

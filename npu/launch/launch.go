@@ -195,9 +195,11 @@ func start(job Job, r Rank) (*proc, error) {
 		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
 	}
 	env := append(append(os.Environ(), job.Env...), RankEnv(r, job.RankSize, job.RankTable)...)
-	// The seeds' scripts run `env > env$i.log` before starting a rank.
+	// The seeds' scripts run `env > env$i.log` before starting a rank. The
+	// environment may hold secrets: the file is the owner's alone (0600,
+	// also when an earlier attempt left a readable one).
 	envLog := filepath.Join(dir, "env"+strconv.Itoa(r.RankID)+".log")
-	if err := os.WriteFile(envLog, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(envLog, []byte(strings.Join(env, "\n")+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
 	}
 	log, err := os.OpenFile(LogPath(job.Dir, r.RankID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

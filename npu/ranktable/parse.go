@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mspipe/mspipe/internal/userfile"
 )
 
 // MaxFileSize caps the size of a rank table file. Load refuses larger files
@@ -28,18 +29,12 @@ const maxDepth = 32
 // larger than MaxFileSize); everything wrong with the content is a Problem.
 // The table is nil when the content is not a JSON object at all.
 func Load(path string) (*RankTable, Problems, error) {
-	f, err := os.Open(path)
+	// A regular file only: a FIFO would block the open, a device the read.
+	f, info, err := userfile.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read rank table %s: %w", path, err)
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("read rank table %s: %w", path, err)
-	}
-	if info.IsDir() {
-		return nil, nil, fmt.Errorf("read rank table %s: is a directory", path)
-	}
 	if info.Size() > MaxFileSize {
 		return nil, nil, fmt.Errorf("read rank table %s: %w: %d bytes, the limit is %d MiB", path, ErrTooLarge, info.Size(), MaxFileSize>>20)
 	}

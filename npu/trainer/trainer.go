@@ -256,8 +256,11 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if every == 0 {
 			every = steps // once per epoch
 		}
+		// Every file carries MindSpore's crc_num trailer (crc_check=True), so
+		// a damaged checkpoint is found on load instead of training on.
 		mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
 			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
+			Write: ckpt.WriteOptions{CRC: true},
 		})
 		if err != nil {
 			return nil, err
@@ -265,11 +268,15 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	start := 0 // global steps already done
 	if cfg.Resume {
-		if latest, err := ckpt.Latest(cfg.CkptDir, mc.Prefix()); err == nil {
-			tensors, err := ckpt.Read(latest)
-			if err != nil {
-				return nil, fmt.Errorf("resume: %w", err)
+		// The newest checkpoint that verifies: a file damaged by a crash or
+		// a flipped bit is skipped, and the log says so.
+		latest, tensors, skipped, err := ckpt.LatestValid(cfg.CkptDir, mc.Prefix())
+		for _, sk := range skipped {
+			if cfg.Log != nil {
+				fmt.Fprintf(cfg.Log, "resume: skipped %s: %v\n", sk.Path, sk.Err)
 			}
+		}
+		if err == nil {
 			if err := Restore(model, tensors, RestoreOptions{Optimizer: opt, RequireOptimizer: true}); err != nil {
 				return nil, fmt.Errorf("resume from %s: %w", latest, err)
 			}

@@ -81,7 +81,7 @@ type With struct {
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
 	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp,default=auto" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
-	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=0" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10)"`
+	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
 }
 
 // Info registers the stage as a built-in.
