@@ -114,8 +114,6 @@ func (r *runner) finish(sid string, status Status, reason string, started time.T
 		line.Msgf("[%s] skipped: %s", sid, reason)
 	case StatusSucceeded:
 		line.Msgf("[%s] succeeded in %s", sid, dur(ss.Seconds))
-	default:
-		line.Discard().Send()
 	}
 }
 
