@@ -14,7 +14,8 @@ import (
 
 // onEvent forwards a plugin event to the events log, the stage log, the
 // engine's logger (log records at info and above are console lines) and,
-// for progress, the progress view.
+// for progress, the progress view; rank 0's training steps are the
+// stage's progress.
 func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 	l := r.events.Info().Str("stage", sid)
 	switch {
@@ -39,6 +40,18 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 		l.Str("event", "artifact").Str("name", ev.Artifact.Name).Str("path", ev.Artifact.Path).Str("sha256", ev.Artifact.SHA256).Msg("artifact")
 		r.log.Debug().Str("event", "artifact").Str("stage", sid).Str("name", ev.Artifact.Name).Str("path", ev.Artifact.Path).
 			Str("sha256", ev.Artifact.SHA256).Msgf("[%s] artifact %s: %s", sid, ev.Artifact.Name, ev.Artifact.Path)
+	case ev.Step != nil:
+		st := ev.Step
+		l.Str("event", "step").Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
+			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
+			Float64("lr", st.LearningRate).Float64("images_per_second", st.ImagesPerSecond).
+			Int64("device_memory", st.DeviceMemory).Bool("epoch_end", st.EpochEnd).Msg("step")
+		r.log.Debug().Str("event", "step").Str("stage", sid).Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
+			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
+			Msgf("[%s] rank %d epoch %d step %d loss %g", sid, st.Rank, st.Epoch, st.Step, st.Loss)
+		if st.Rank == 0 && r.e.Progress != nil {
+			r.e.Progress.Progress(sid, st.Progress())
+		}
 	}
 }
 

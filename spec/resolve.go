@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/expr-lang/expr"
+	"github.com/mspipe/mspipe/internal/diag"
 	"gopkg.in/yaml.v3"
 )
 
@@ -32,7 +33,7 @@ func NewResolver(p *Pipeline, cat Catalog) (*Resolver, error) {
 	for _, s := range p.Stages {
 		outputs[s.ID] = v.outputsOf(s)
 	}
-	if errs := v.errs.Err(); errs != nil {
+	if errs := diag.List(v.errs).Err(); errs != nil {
 		return nil, errs
 	}
 	return &Resolver{p: p, env: buildEnvType(p, outputs, v.open), infos: v.infos}, nil

@@ -32,13 +32,13 @@ func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error)
 		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
 	}
 	res := validateFile(path)
-	if res.ioErr != nil {
-		return nil, usageErr(res.ioErr)
+	if res.Err != nil {
+		return nil, usageErr(res.Err)
 	}
-	for _, prob := range res.problems {
+	for _, prob := range res.Diagnostics {
 		fmt.Fprintln(w, prob.Error())
 	}
-	if !res.valid() {
+	if !res.Valid() {
 		fmt.Fprintf(w, "%s: invalid spec, nothing was run\n", path)
 		return nil, failed()
 	}

@@ -330,7 +330,7 @@ func ListCheckpoints(dir, prefix string) ([]CheckpointFile, error) {
 // modification times, decide, because copying a directory changes the times.
 // With no checkpoint it returns an error wrapping ErrNoCheckpoint.
 func Latest(dir, prefix string) (string, error) {
-	all, err := newestFirst(dir, prefix)
+	all, err := NewestFirst(dir, prefix)
 	if err != nil {
 		return "", err
 	}
@@ -349,7 +349,7 @@ type Skipped struct {
 // skipped. A torn or damaged newest file then costs one interval of work,
 // not the run.
 func LatestValid(dir, prefix string) (path string, tensors []Tensor, skipped []Skipped, err error) {
-	all, err := newestFirst(dir, prefix)
+	all, err := NewestFirst(dir, prefix)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -363,8 +363,9 @@ func LatestValid(dir, prefix string) (path string, tensors []Tensor, skipped []S
 	return "", nil, skipped, fmt.Errorf("%s in %s: %w: all %d checkpoints are damaged (newest: %v)", prefix, dir, ErrNoCheckpoint, len(all), skipped[0].Err)
 }
 
-// newestFirst lists the checkpoints Latest considers, newest first.
-func newestFirst(dir, prefix string) ([]string, error) {
+// NewestFirst lists the checkpoints Latest considers, newest first; with
+// none it returns an error wrapping ErrNoCheckpoint.
+func NewestFirst(dir, prefix string) ([]string, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}

@@ -39,6 +39,9 @@ type Job struct {
 	Ranks     []Rank // the ranks to start here
 	RankTable string // RANK_TABLE_FILE; may be empty
 	Env       []string
+	// ExtraFiles are open in every rank as file descriptors 3, 4, ...
+	// (exec.Cmd.ExtraFiles), e.g. the write end of an event pipe.
+	ExtraFiles []*os.File
 	// Grace is how long ranks get after SIGTERM before SIGKILL (default 5s).
 	Grace time.Duration
 	// PeerFailWait is how long the other ranks may take to notice a failed
@@ -210,6 +213,7 @@ func start(job Job, r Rank) (*proc, error) {
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.ExtraFiles = job.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()

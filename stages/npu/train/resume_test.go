@@ -95,3 +95,56 @@ func inDir(dir, path string) string {
 	}
 	return filepath.Join(dir, path)
 }
+
+// TestRetriedDataParallelRanksAgreeOnCheckpoint kills rank 0 of a
+// 2-device job after its step-10 loss line but before its step-10 save:
+// rank 1 is left a checkpoint ahead (CKP-1_10 against rank 0's CKP-1_5).
+// Before the ranks agreed on a resume step, attempt 2 resumed each from
+// its own newest file and reduced gradients of different steps, then
+// failed. Now both go back to step 5 and end bit-identical to an
+// uninterrupted run.
+func TestRetriedDataParallelRanksAgreeOnCheckpoint(t *testing.T) {
+	dataDir := synthData(t, 24)
+	with := withBlock(dataDir, map[string]any{
+		"mode": "data_parallel", "epochs": 2, "save_checkpoint_steps": 5, "log_steps": 1, "collective_timeout": "10s",
+	})
+	whole := t.TempDir()
+	mustRun(t, whole, 2, with)
+
+	jobDir := t.TempDir()
+	t.Setenv(crashAtEnv, "epoch: 1 step: 10,")
+	first := runStage(t.Context(), jobDir, 2, 1, with)
+	os.Unsetenv(crashAtEnv)
+	if first.err == nil {
+		t.Fatal("attempt 1 succeeded, but its rank 0 was killed at step 10")
+	}
+	r0, r1 := filepath.Base(lastCheckpoint(t, jobDir, 0)), filepath.Base(lastCheckpoint(t, jobDir, 1))
+	if r0 == r1 {
+		t.Skipf("both ranks left %s: the crash did not fall between the two saves this time", r0)
+	}
+
+	second := runStage(t.Context(), jobDir, 2, 2, with)
+	if second.err != nil {
+		t.Fatalf("attempt 2: %v", second.err)
+	}
+	for r := 0; r < 2; r++ {
+		res := workerResult(t, jobDir, r)
+		if from := filepath.Base(res.ResumedFrom); from != "CKP-1_5.ckpt" {
+			t.Errorf("rank %d resumed from %q, want the step both ranks had, CKP-1_5.ckpt", r, res.ResumedFrom)
+		}
+		got := readTensors(t, lastCheckpoint(t, jobDir, r))
+		want := readTensors(t, lastCheckpoint(t, whole, r))
+		for _, name := range sortedNames(want) {
+			if !bytes.Equal(got[name].Data, want[name].Data) {
+				t.Errorf("rank %d: %s differs from the uninterrupted run's", r, name)
+			}
+		}
+	}
+	log, err := os.ReadFile(launch.LogPath(jobDir, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "all ranks go back to it") {
+		t.Errorf("train.log1 should say rank 1 went back to the common checkpoint:\n%s", log)
+	}
+}
