@@ -221,6 +221,8 @@ func TestLogEvents(t *testing.T) {
 		emit(plugins.Event{Time: now, Progress: &plugins.ProgressEvent{Done: 1, Total: 2, Unit: "steps", Message: "step 1"}})
 		emit(plugins.Event{Time: now, Metric: &plugins.MetricEvent{Name: "loss", Value: 2.5, Step: 1}})
 		emit(plugins.Event{Time: now, Artifact: &plugins.ArtifactEvent{Name: "ckpt", Path: "x.ckpt", SHA256: "ab"}})
+		emit(plugins.Event{Time: now, Step: &plugins.StepEvent{Rank: 1, Epoch: 1, Step: 2, GlobalStep: 2, TotalSteps: 4, Loss: 2.25}})
+		emit(plugins.Event{Time: now, Step: &plugins.StepEvent{Rank: 0, Epoch: 1, Step: 2, GlobalStep: 2, TotalSteps: 4, Loss: 2.25}})
 		return map[string]any{"n": 1}, nil
 	}}
 	var out bytes.Buffer
@@ -252,6 +254,8 @@ func TestLogEvents(t *testing.T) {
 		{"debug", "progress", "a", st.ID, "[a] step 1"},
 		{"debug", "metric", "a", st.ID, "[a] loss=2.5"},
 		{"debug", "artifact", "a", st.ID, "[a] artifact ckpt: x.ckpt"},
+		{"debug", "step", "a", st.ID, "[a] rank 1 epoch 1 step 2 loss 2.25"},
+		{"debug", "step", "a", st.ID, "[a] rank 0 epoch 1 step 2 loss 2.25"},
 		{"info", "stage_succeeded", "a", st.ID, "[a] succeeded in 0s"},
 	}
 	if len(got) != len(want)+1 {
@@ -271,14 +275,15 @@ func TestLogEvents(t *testing.T) {
 	if last := got[len(got)-1]; last.Event != "run_finished" || !strings.HasPrefix(last.Message, "run "+st.ID+" succeeded in ") || !strings.HasSuffix(last.Message, ": 1 succeeded") {
 		t.Errorf("last event %+v", last)
 	}
-	if pv.progress != 1 || pv.ended["a"] != StatusSucceeded {
-		t.Errorf("progress view: %d progress, ended %v", pv.progress, pv.ended)
+	// The progress event and rank 0's step; rank 1's step is not progress.
+	if pv.progress != 2 || pv.ended["a"] != StatusSucceeded {
+		t.Errorf("progress view: %d progress, ended %v; want 2 and succeeded", pv.progress, pv.ended)
 	}
 	events, err := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []string{"run_started", "stage_started", `"event":"log"`, "progress", "metric", "artifact", "stage_succeeded", "run_finished"} {
+	for _, e := range []string{"run_started", "stage_started", `"event":"log"`, "progress", "metric", "artifact", `"event":"step"`, "stage_succeeded", "run_finished"} {
 		if !bytes.Contains(events, []byte(e)) {
 			t.Errorf("events.jsonl lacks %s", e)
 		}
