@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/mspipe/mspipe/spec"
 )
 
 // cacheKeyInput is everything that determines a stage's outputs. It is
@@ -83,4 +85,104 @@ func hashFile(w io.Writer, path string) error {
 	}
 	fmt.Fprintf(w, "\x00%d\x00", n)
 	return nil
+}
+
+// cacheKey computes the stage's cache key from its plugin identity,
+// resolved inputs, cluster (device count and rank table content),
+// environment (pipeline's and stage's) and the content of every path
+// output of the stages it depends on, and of path params.
+func (r *runner) cacheKey(s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (string, error) {
+	in := cacheKeyInput{Plugin: ident, With: with, Devices: sc.Cluster.Devices, Inputs: map[string]string{}}
+	if sc.Cluster.RankTable != "" {
+		h, err := hashPath(sc.Cluster.RankTable)
+		if err != nil {
+			return "", fmt.Errorf("rank table: %w", err)
+		}
+		in.RankTable = h
+	}
+	in.Env = map[string]string{}
+	for k, v := range r.p.Env {
+		in.Env[k] = v
+	}
+	for k, v := range s.Env {
+		in.Env[k] = v
+	}
+	r.mu.Lock()
+	for a := range r.ancestors(s.ID) {
+		for name, h := range r.st.Stages[a].Artifacts {
+			in.Inputs[a+"."+name] = h
+		}
+	}
+	r.mu.Unlock()
+	for _, prm := range r.p.Params {
+		if prm.Type != spec.TypePath {
+			continue
+		}
+		// A path param naming nothing (yet) has no content to key on.
+		if v, ok := sc.Params[prm.Name].(string); ok && v != "" {
+			if h, err := hashPath(r.p.Resolve(v)); err == nil {
+				in.Inputs["params."+prm.Name] = h
+			}
+		}
+	}
+	return cacheKey(in)
+}
+
+// ancestors returns every stage id reaches through its needs.
+func (r *runner) ancestors(id string) map[string]bool {
+	out := map[string]bool{}
+	var walk func(string)
+	walk = func(id string) {
+		for _, n := range r.g.Needs[id] {
+			if !out[n] {
+				out[n] = true
+				walk(n)
+			}
+		}
+	}
+	walk(id)
+	return out
+}
+
+type cacheHit struct {
+	runID     string
+	outputs   map[string]any
+	artifacts map[string]string
+}
+
+// lookupCache finds a stage with the same key that succeeded in an earlier
+// run and whose path outputs still hold the same content. Runs whose
+// run.json cannot be read are not candidates.
+func (r *runner) lookupCache(key string) *cacheHit {
+	runs, _ := r.e.Store.List()
+	for _, run := range runs {
+		if run.ID == r.st.ID {
+			continue
+		}
+		for _, ss := range run.Stages {
+			if ss.CacheKey != key || (ss.Status != StatusSucceeded && ss.Status != StatusCached) {
+				continue
+			}
+			if artifactsUnchanged(ss) {
+				from := run.ID
+				if ss.CachedFrom != "" {
+					from = ss.CachedFrom
+				}
+				return &cacheHit{runID: from, outputs: ss.Outputs, artifacts: ss.Artifacts}
+			}
+		}
+	}
+	return nil
+}
+
+// artifactsUnchanged reports whether every path output of a finished stage
+// still has the content hash recorded when it was produced.
+func artifactsUnchanged(ss *StageState) bool {
+	for name, h := range ss.Artifacts {
+		p, _ := ss.Outputs[name].(string)
+		if got, err := hashPath(p); err != nil || got != h {
+			return false
+		}
+	}
+	return true
 }

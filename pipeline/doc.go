@@ -5,7 +5,14 @@
 //
 // # Overview
 //
-// An Engine runs a validated spec.Pipeline. Each stage is started through a
+// An Engine runs a validated spec.Pipeline. The files of this package
+// follow that path: engine.go (Engine, Run, Resume, how a run ends),
+// schedule.go (which stage starts when), stage.go (one stage: `if`, `with`,
+// cache, attempts, timeout), cache.go (key, lookup, unchanged outputs),
+// runner.go (state transitions and saving run.json), events.go (plugin
+// events to the logs).
+//
+// Each stage is started through a
 // Launcher (in mspipe: a go-plugin process per stage) and its events are
 // written to the run's events.jsonl and the stage's log:
 //
@@ -40,4 +47,30 @@
 // content hashes of the path outputs of the stages it reads. A stage with
 // the same key that succeeded in an earlier run whose artifacts are unchanged
 // is not run again.
+//
+// # Errors
+//
+// A stage that fails gives a *StageError (stage, attempt, cause) that
+// errors.As finds in the error Run returns, beside ErrStageFailed; its
+// cause's text is the stage's reason in run.json. A stage that runs past
+// its timeout fails with ErrTimeout, "timed out after <timeout>", however
+// the plugin's connection ended at the deadline: the deadline is compared
+// with the engine's clock, since the plugin side may reset the stream
+// before the host's context timer fires.
+//
+// # Saving state
+//
+// run.json is written (atomically) at every transition. When a write fails
+// the run cannot be trusted for resume or caching any more: no new stage
+// starts, running stages finish, the run ends failed and Run returns the
+// save error (a later write is still tried, so the file keeps up when the
+// disk recovers).
+//
+// # Logging
+//
+// Engine.Log receives one zerolog event per transition and plugin log
+// record: its message is the console line a person reads, its fields
+// (event, run, stage, status, reason…) what a machine reads. The caller
+// picks the format; events.jsonl in the run directory is written apart
+// from it, always as JSON.
 package pipeline

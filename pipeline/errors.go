@@ -1,6 +1,9 @@
 package pipeline
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrCorruptState is returned for a run.json that does not parse or
@@ -13,3 +16,22 @@ var (
 	// ErrNothingToResume is returned by Resume for a run that succeeded.
 	ErrNothingToResume = errors.New("nothing to resume")
 )
+
+// ErrTimeout is wrapped by the error of a stage attempt that ran past the
+// stage's timeout; its text reads "timed out after <timeout>".
+var ErrTimeout = errors.New("timed out")
+
+// StageError is why a stage failed: errors.As finds it in the error
+// Engine.Run and Engine.Resume return when a stage failed. run.json keeps
+// the cause's text as the stage's reason.
+type StageError struct {
+	Stage   string
+	Attempt int // the attempt that failed last; 0 when the stage failed before its plugin started
+	Err     error
+}
+
+func (e *StageError) Error() string {
+	return fmt.Sprintf("stage %s failed: %v", e.Stage, e.Err)
+}
+
+func (e *StageError) Unwrap() error { return e.Err }

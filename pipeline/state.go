@@ -116,7 +116,7 @@ func LoadState(dir string) (*RunState, error) {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&st); err != nil {
-		return nil, corrupt("%v", err)
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrCorruptState, err)
 	}
 	if dec.More() {
 		return nil, corrupt("trailing data after the JSON object")

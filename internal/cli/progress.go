@@ -153,11 +153,11 @@ func addProgressFlag(cmd *cobra.Command) {
 // The returned function ends the bars; call it when the run is over.
 func attachConsole(cmd *cobra.Command, eng *pipeline.Engine) (done func()) {
 	out := cmd.ErrOrStderr()
-	eng.Console = out
-	if off, _ := cmd.Flags().GetBool("no-progress"); off || !isTerminal(out) {
+	eng.Log = newLogger(cmd, out)
+	if off, _ := cmd.Flags().GetBool("no-progress"); off || logFormat(cmd) == "json" || !isTerminal(out) {
 		return func() {}
 	}
 	lc := newLiveConsole(out, 0, nil)
-	eng.Console, eng.Progress = lc, lc
+	eng.Log, eng.Progress = newLogger(cmd, lc), lc
 	return lc.Close
 }

@@ -105,8 +105,9 @@ func TestConsoleWithoutTerminalHasNoBars(t *testing.T) {
 		}
 		eng := &pipeline.Engine{}
 		attachConsole(cmd, eng)()
-		if eng.Console != &stderr || eng.Progress != nil {
-			t.Errorf("args %q: console %T, progress %v; want stderr itself and no progress view", args, eng.Console, eng.Progress)
+		eng.Log.Info().Str("stage", "a").Msg("[a] started (work)")
+		if got := stderr.String(); got != "[a] started (work)\n" || eng.Progress != nil {
+			t.Errorf("args %q: stderr %q, progress %v; want the line alone and no progress view", args, got, eng.Progress)
 		}
 	}
 }

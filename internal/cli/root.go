@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 )
 
@@ -91,6 +93,13 @@ one process per device, with real collectives between them.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.PersistentFlags().String("log-format", "text", "how run and resume report events on stderr: text (lines for people) or json (one JSON object per event)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if f, _ := cmd.Flags().GetString("log-format"); f != "text" && f != "json" {
+			return usageErr(fmt.Errorf("--log-format %q: want text or json", f))
+		}
+		return nil
+	}
 	root.AddCommand(
 		newRunCmd(),
 		newPlanCmd(),
@@ -108,4 +117,39 @@ one process per device, with real collectives between them.`,
 		newWorkerCmd(),
 	)
 	return root
+}
+
+// logFormat returns the --log-format of cmd (text when it has no such flag).
+func logFormat(cmd *cobra.Command) string {
+	if f, err := cmd.Flags().GetString("log-format"); err == nil && f != "" {
+		return f
+	}
+	return "text"
+}
+
+// newLogger returns the logger a command passes down to the engine, writing
+// to out in the --log-format: json writes each event as one JSON object
+// (debug level: progress and metrics included); text writes the message
+// of each event at info level and above, one line each, as people read it.
+func newLogger(cmd *cobra.Command, out io.Writer) zerolog.Logger {
+	if logFormat(cmd) == "json" {
+		return zerolog.New(zerolog.SyncWriter(out)).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	}
+	return zerolog.New(zerolog.SyncWriter(messageLines{out: out})).Level(zerolog.InfoLevel)
+}
+
+// messageLines writes only the message of each zerolog event, as a line.
+type messageLines struct{ out io.Writer }
+
+func (m messageLines) Write(p []byte) (int, error) {
+	var ev struct {
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(p, &ev); err != nil {
+		return 0, fmt.Errorf("log event: %w", err)
+	}
+	if _, err := io.WriteString(m.out, ev.Message+"\n"); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -65,7 +65,6 @@ func newEngine(cmd *cobra.Command, ls *loadedSpec, jobs int, noCache bool) *pipe
 		Store:     &pipeline.Store{Dir: runsDir(cmd)},
 		Launcher:  ls.env,
 		Catalog:   ls.env,
-		Console:   cmd.ErrOrStderr(),
 		Jobs:      jobs,
 		NoCache:   noCache,
 		Env:       processEnv(),

@@ -1,0 +1,98 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/rs/zerolog"
+)
+
+// onEvent forwards a plugin event to the events log, the stage log, the
+// engine's logger (log records at info and above are console lines) and,
+// for progress, the progress view; rank 0's training steps are the
+// stage's progress.
+func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
+	l := r.events.Info().Str("stage", sid)
+	switch {
+	case ev.Log != nil:
+		l.Str("event", "log").Str("level", ev.Log.Level.String()).Fields(ev.Log.Fields).Msg(ev.Log.Message)
+		text := ev.Log.Message + formatFields(ev.Log.Fields)
+		fmt.Fprintf(log, "%s %s %s\n", ev.Time.Format(time.RFC3339), strings.ToUpper(ev.Log.Level.String()), text)
+		r.log.WithLevel(logLevel(ev.Log.Level)).Str("event", "log").Str("stage", sid).Fields(ev.Log.Fields).
+			Msgf("[%s] %s", sid, text)
+	case ev.Progress != nil:
+		l.Str("event", "progress").Int64("done", ev.Progress.Done).Int64("total", ev.Progress.Total).Str("unit", ev.Progress.Unit).Msg(ev.Progress.Message)
+		r.log.Debug().Str("event", "progress").Str("stage", sid).Int64("done", ev.Progress.Done).Int64("total", ev.Progress.Total).
+			Str("unit", ev.Progress.Unit).Msgf("[%s] %s", sid, ev.Progress.Message)
+		if r.e.Progress != nil {
+			r.e.Progress.Progress(sid, *ev.Progress)
+		}
+	case ev.Metric != nil:
+		l.Str("event", "metric").Str("name", ev.Metric.Name).Float64("value", ev.Metric.Value).Int64("step", ev.Metric.Step).Msg("metric")
+		r.log.Debug().Str("event", "metric").Str("stage", sid).Str("name", ev.Metric.Name).Float64("value", ev.Metric.Value).
+			Int64("step", ev.Metric.Step).Msgf("[%s] %s=%v", sid, ev.Metric.Name, ev.Metric.Value)
+	case ev.Artifact != nil:
+		l.Str("event", "artifact").Str("name", ev.Artifact.Name).Str("path", ev.Artifact.Path).Str("sha256", ev.Artifact.SHA256).Msg("artifact")
+		r.log.Debug().Str("event", "artifact").Str("stage", sid).Str("name", ev.Artifact.Name).Str("path", ev.Artifact.Path).
+			Str("sha256", ev.Artifact.SHA256).Msgf("[%s] artifact %s: %s", sid, ev.Artifact.Name, ev.Artifact.Path)
+	case ev.Step != nil:
+		st := ev.Step
+		l.Str("event", "step").Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
+			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
+			Float64("lr", st.LearningRate).Float64("images_per_second", st.ImagesPerSecond).
+			Int64("device_memory", st.DeviceMemory).Bool("epoch_end", st.EpochEnd).Msg("step")
+		r.log.Debug().Str("event", "step").Str("stage", sid).Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
+			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
+			Msgf("[%s] rank %d epoch %d step %d loss %g", sid, st.Rank, st.Epoch, st.Step, st.Loss)
+		if st.Rank == 0 && r.e.Progress != nil {
+			r.e.Progress.Progress(sid, st.Progress())
+		}
+	}
+}
+
+// logLevel is the logger's level of a plugin log record.
+func logLevel(l plugins.Level) zerolog.Level {
+	switch {
+	case l >= plugins.LevelError:
+		return zerolog.ErrorLevel
+	case l == plugins.LevelWarn:
+		return zerolog.WarnLevel
+	case l == plugins.LevelInfo:
+		return zerolog.InfoLevel
+	}
+	return zerolog.DebugLevel
+}
+
+// formatFields renders log fields as " key=value" in key order; the
+// stream field of relayed stdout/stderr lines is left out as noise.
+func formatFields(fields map[string]any) string {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		if k != "stream" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%v", k, fields[k])
+	}
+	return b.String()
+}
+
+// syncWriter serializes writes from the plugin's output pumps and events.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

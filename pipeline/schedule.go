@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+)
+
+// schedule starts stages as their needs finish, at most Jobs at once, and
+// returns when nothing more can run. After cancellation or a failed save of
+// run.json nothing new starts; running stages are waited for.
+func (r *runner) schedule(ctx context.Context) {
+	jobs := max(r.e.Jobs, 1)
+	done := make(chan string)
+	running := map[string]bool{}
+	for {
+		stop := ctx.Err() != nil || r.saveFailed()
+		var ready []string
+		if !stop {
+			ready = r.readyStages(running)
+		}
+		if len(ready) > 0 && len(running) < jobs {
+			// A skip in readyStages may have unblocked more: start what
+			// fits, then look again.
+			for _, sid := range ready {
+				if len(running) >= jobs {
+					break
+				}
+				running[sid] = true
+				go func(sid string) {
+					r.runStage(ctx, sid)
+					done <- sid
+				}(sid)
+			}
+			continue
+		}
+		if len(running) == 0 {
+			// Nothing runs: stop unless a skip just made a stage ready.
+			if stop || (len(ready) == 0 && !r.progressPossible()) {
+				return
+			}
+			if len(ready) == 0 {
+				continue
+			}
+		}
+		delete(running, <-done)
+	}
+}
+
+// readyStages returns the pending stages, not running, whose needs are all
+// done. On the way it skips the stages that need a skipped stage and notes
+// why a stage blocked by a failed or cancelled need will not run.
+func (r *runner) readyStages(running map[string]bool) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ready []string
+	for _, sid := range r.st.Order {
+		ss := r.st.Stages[sid]
+		if ss.Status != StatusPending || running[sid] {
+			continue
+		}
+		blocked, skip, wait := "", "", false
+		for _, n := range r.g.Needs[sid] {
+			switch ns := r.st.Stages[n].Status; {
+			case ns == StatusSkipped:
+				skip = n
+			case ns.Done():
+			case ns == StatusFailed || ns == StatusCancelled:
+				blocked = n
+			default:
+				wait = true
+			}
+		}
+		switch {
+		case blocked != "":
+			ss.Reason = fmt.Sprintf("not run: stage %s %s", blocked, r.st.Stages[blocked].Status)
+		case wait:
+		case skip != "":
+			ss.Status, ss.Reason = StatusSkipped, fmt.Sprintf("needs stage %s, which was skipped", skip)
+			r.saveLocked()
+			r.log.Info().Str("event", "stage_skipped").Str("stage", sid).Str("status", string(ss.Status)).Str("reason", ss.Reason).
+				Msgf("[%s] skipped: %s", sid, ss.Reason)
+			r.events.Info().Str("event", "stage_skipped").Str("stage", sid).Str("reason", ss.Reason).Msg("stage skipped")
+		default:
+			ready = append(ready, sid)
+		}
+	}
+	return ready
+}
+
+// progressPossible reports whether a pending stage could still become ready
+// without anything running: true only when a skip was just propagated.
+func (r *runner) progressPossible() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sid := range r.st.Order {
+		if r.st.Stages[sid].Status != StatusPending {
+			continue
+		}
+		ok := true
+		for _, n := range r.g.Needs[sid] {
+			if ns := r.st.Stages[n].Status; !ns.Done() && ns != StatusSkipped {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
