@@ -106,6 +106,11 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		ss.Status = StatusFailed
 		return "unknown", err.Error()
 	}
+	if with, err = r.resolver.ShellData(s, sc, with); err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	ss.With = with
 	key, err := r.cacheKey(s, sc, ident, with)
 	if err != nil {
 		ss.Status = StatusFailed

@@ -54,6 +54,13 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 		r.fail(sid, 0, err, time.Time{})
 		return
 	}
+	if with, err = r.resolver.ShellData(s, sc, with); err != nil {
+		r.fail(sid, 0, err, time.Time{})
+		return
+	}
+	r.mu.Lock()
+	ss.With = with
+	r.mu.Unlock()
 	key, err := r.cacheKey(s, sc, ident, with)
 	if err != nil {
 		r.fail(sid, 0, err, time.Time{})

@@ -83,15 +83,23 @@ func run(p TemplatePart, t *Template, env any) (any, error) {
 	return v, nil
 }
 
-// With resolves a stage's inputs to plain data (JSON-compatible). For a
-// stage whose catalog entry has ShellCommand, expressions in a command the
-// shell will run become quoted references to $MSPIPE_EXPR_n variables,
-// which are added to with.env: their values reach the command as data,
-// never as shell syntax.
+// With resolves a stage's inputs to plain data (JSON-compatible), each
+// `${{ }}` replaced by its value. Check the result against the stage's
+// schema, then pass it through ShellData before the stage runs.
 func (r *Resolver) With(s *Stage, sc *Scope) (map[string]any, error) {
-	with, err := r.with(s, sc)
-	if err != nil || !r.shellCommand(s) {
-		return with, err
+	return r.with(s, sc)
+}
+
+// ShellData prepares a stage's resolved inputs (With's result) to run: for
+// a stage whose catalog entry has ShellCommand, the expressions in a
+// command the shell will run become quoted references to $MSPIPE_EXPR_n
+// variables, which are added to with.env, so their values reach the
+// command as data, never as shell syntax. Other stages' inputs are
+// returned as they are. It runs after the schema check, which must see
+// the values themselves (an empty command is an error, not "$MSPIPE_EXPR_1").
+func (r *Resolver) ShellData(s *Stage, sc *Scope, with map[string]any) (map[string]any, error) {
+	if !r.shellCommand(s) {
+		return with, nil
 	}
 	return r.shellWith(s, sc, with)
 }

@@ -230,13 +230,20 @@ stages:
 		{"no_shell", map[string]any{"shell": false, "command": "echo " + evil}},
 		{"plain", map[string]any{"command": "echo plain"}},
 	}
+	shellData := func(id string) (map[string]any, error) {
+		with, err := r.With(p.StageByID(id), sc)
+		if err != nil {
+			return nil, err
+		}
+		return r.ShellData(p.StageByID(id), sc, with)
+	}
 	for _, tt := range tests {
-		got, err := r.With(p.StageByID(tt.stage), sc)
+		got, err := shellData(tt.stage)
 		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: with = %#v, %v\nwant %#v", tt.stage, got, err, tt.want)
 		}
 	}
-	_, err = r.With(p.StageByID("taken"), sc)
+	_, err = shellData("taken")
 	if err == nil || err.Error() != "p.yaml:11:3: stages.taken.with.env.MSPIPE_EXPR_1: the name is reserved for expression values in the command" {
 		t.Errorf("a user env name that collides: %v", err)
 	}
