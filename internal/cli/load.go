@@ -32,7 +32,9 @@ func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
 	}
-	res := validateFile(path)
+	// Running and planning start the plugins anyway (plan asks each for its
+	// version, part of the cache key), so validation may start them all.
+	res := validateFile(path, host.ExecAll)
 	if res.Err != nil {
 		return nil, usageErr(res.Err)
 	}
