@@ -34,15 +34,15 @@ stages:
     with: {command: "echo ${{ stages.t.outputs.greeting }} ${{ stages.t.outputs.anything }}"}
 `
 
-// validateWithMarker runs mspipe validate with the test plugin's marker
-// variable set, and reports whether the plugin was started.
-func validateWithMarker(w *workspace, env []string, args ...string) (result, bool) {
+// runWithMarker runs mspipe with the test plugin's marker variable set, and
+// reports whether the plugin was started.
+func runWithMarker(w *workspace, env []string, args ...string) (result, bool) {
 	w.t.Helper()
 	marker := filepath.Join(w.dir, "started")
 	_ = os.Remove(marker)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := w.command(ctx, append([]string{"validate"}, args...)...)
+	cmd := w.command(ctx, args...)
 	cmd.Env = append(append(cmd.Env, "TESTPLUGIN_MARKER="+marker), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -52,7 +52,7 @@ func validateWithMarker(w *workspace, env []string, args ...string) (result, boo
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		w.t.Fatalf("mspipe validate %v: %v", args, err)
+		w.t.Fatalf("mspipe %v: %v", args, err)
 	}
 	_, statErr := os.Stat(marker)
 	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
@@ -98,7 +98,7 @@ func TestValidateStartsOnlyPinnedPlugins(t *testing.T) {
 			bad := spec("bad.yaml", badPin)
 
 			// Unpinned: not started, a warning at the uses value, exit 0.
-			r, started := validateWithMarker(w, env, unpinned)
+			r, started := runWithMarker(w, env, "validate", unpinned)
 			if started {
 				t.Errorf("validate started the unpinned plugin")
 			}
@@ -110,8 +110,14 @@ func TestValidateStartsOnlyPinnedPlugins(t *testing.T) {
 				t.Errorf("unpinned: an unchecked plugin's outputs gave errors:\n%s", r.stdout)
 			}
 
+			// graph draws the same spec without starting it.
+			r, started = runWithMarker(w, env, "graph", unpinned)
+			if started || r.code != 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stdout, "t -.->|if| after") {
+				t.Errorf("graph: started=%v exit %d, want not started, exit 0, the warning and the graph\n%s%s", started, r.code, r.stdout, r.stderr)
+			}
+
 			// JSON output carries the same warning, and the file is valid.
-			r, started = validateWithMarker(w, env, unpinned, "--format", "json")
+			r, started = runWithMarker(w, env, "validate", unpinned, "--format", "json")
 			var doc struct {
 				Valid bool
 				Files []struct {
@@ -130,25 +136,25 @@ func TestValidateStartsOnlyPinnedPlugins(t *testing.T) {
 			}
 
 			// The explicit flag starts it, so with is checked.
-			r, started = validateWithMarker(w, env, unpinned, "--exec-plugins")
+			r, started = runWithMarker(w, env, "validate", unpinned, "--exec-plugins")
 			if !started || r.code != 1 || !strings.Contains(r.stdout, "stages.t.with.mode") || strings.Contains(r.stdout, "warning") {
 				t.Errorf("--exec-plugins: started=%v exit %d, want started, exit 1 and an error on with.mode\n%s%s", started, r.code, r.stdout, r.stderr)
 			}
 
 			// A correct pin starts it too.
-			r, started = validateWithMarker(w, env, good)
+			r, started = runWithMarker(w, env, "validate", good)
 			if !started || r.code != 1 || !strings.Contains(r.stdout, "stages.t.with.mode") {
 				t.Errorf("correct pin: started=%v exit %d, want started, exit 1 and an error on with.mode\n%s%s", started, r.code, r.stdout, r.stderr)
 			}
 
 			// ... unless binaries are never to be started.
-			r, started = validateWithMarker(w, env, good, "--exec-plugins=never")
+			r, started = runWithMarker(w, env, "validate", good, "--exec-plugins=never")
 			if started || r.code != 0 || !strings.Contains(r.stdout, good+":5:11: warning: ") {
 				t.Errorf("--exec-plugins=never: started=%v exit %d, want not started, exit 0 and a warning\n%s%s", started, r.code, r.stdout, r.stderr)
 			}
 
 			// A wrong pin is an error, and the binary is not started.
-			r, started = validateWithMarker(w, env, bad)
+			r, started = runWithMarker(w, env, "validate", bad)
 			if started || r.code != 1 || !strings.Contains(r.stdout, bad+":5:11: error: ") || !strings.Contains(r.stdout, "checksum mismatch") {
 				t.Errorf("wrong pin: started=%v exit %d, want not started, exit 1 and a checksum error at uses\n%s%s", started, r.code, r.stdout, r.stderr)
 			}

@@ -49,7 +49,7 @@ func newStageEnv(specDir string) (*host.Catalog, error) {
 // uncheckedNotes say, by policy, how to have a plugin binary checked that
 // validate did not start.
 var uncheckedNotes = map[host.ExecPolicy]string{
-	host.ExecPinned: "pin it with sha256: in the stage, or pass --exec-plugins to start unpinned binaries",
+	host.ExecPinned: "pin it with sha256: in the stage; validate --exec-plugins starts unpinned binaries",
 	host.ExecNever:  "--exec-plugins=never",
 }
 
