@@ -253,8 +253,8 @@ type runner struct {
 }
 
 // try applies one mutation, runs its tests and restores the file.
-func (r *runner) try(ctx context.Context, m Mutation) Result {
-	res := Result{Mutation: m}
+func (r *runner) try(ctx context.Context, m Mutation) (res Result) {
+	res = Result{Mutation: m}
 	start := time.Now()
 	defer func() { res.Seconds = time.Since(start).Seconds() }()
 	key := strings.Join(m.Tests, " ") + " -run " + m.Run
