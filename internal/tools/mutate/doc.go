@@ -4,7 +4,7 @@
 // killed and which survived.
 //
 //	go run ./internal/tools/mutate                      # every mutation in mutations.txt
-//	go run ./internal/tools/mutate -only cache          # names containing "cache"
+//	go run ./internal/tools/mutate -only 'cache|retry'   # names matching a regexp
 //	go run ./internal/tools/mutate -list my.txt -timeout 5m
 //	go run ./internal/tools/mutate -check                # entries still match the code?
 //

@@ -32,7 +32,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mutate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	list := fs.String("list", "internal/tools/mutate/mutations.txt", "the mutation list")
-	only := fs.String("only", "", "run only mutations whose name contains this text")
+	only := fs.String("only", "", "run only mutations whose name matches this regular expression")
 	timeout := fs.Duration("timeout", 10*time.Minute, "go test -timeout for each mutant")
 	check := fs.Bool("check", false, "only check that every entry still matches the code (no tests)")
 	if err := fs.Parse(args); err != nil {
@@ -53,9 +53,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mutate: %s: %v\n", *list, err)
 		return 2
 	}
+	pick, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintf(stderr, "mutate: -only: %v\n", err)
+		return 2
+	}
 	var selected []Mutation
 	for _, m := range muts {
-		if strings.Contains(m.Name, *only) {
+		if pick.MatchString(m.Name) {
 			selected = append(selected, m)
 		}
 	}
