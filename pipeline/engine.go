@@ -636,7 +636,8 @@ func (r *runner) checkOutputs(s *spec.Stage, outputs map[string]any) (map[string
 }
 
 // onEvent forwards a plugin event to the events log, the stage log and,
-// for log records and metrics, the console.
+// for log records and metrics, the console; rank 0's training steps are
+// the stage's progress.
 func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 	l := r.events.Info().Str("stage", sid)
 	switch {
@@ -656,6 +657,15 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 		l.Str("event", "metric").Str("name", ev.Metric.Name).Float64("value", ev.Metric.Value).Int64("step", ev.Metric.Step).Msg("metric")
 	case ev.Artifact != nil:
 		l.Str("event", "artifact").Str("name", ev.Artifact.Name).Str("path", ev.Artifact.Path).Str("sha256", ev.Artifact.SHA256).Msg("artifact")
+	case ev.Step != nil:
+		st := ev.Step
+		l.Str("event", "step").Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
+			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
+			Float64("lr", st.LearningRate).Float64("images_per_second", st.ImagesPerSecond).
+			Int64("device_memory", st.DeviceMemory).Bool("epoch_end", st.EpochEnd).Msg("step")
+		if st.Rank == 0 && r.e.Progress != nil {
+			r.e.Progress.Progress(sid, st.Progress())
+		}
 	}
 }
 

@@ -304,6 +304,13 @@ func eventToProto(e Event) *stagev1.RunEvent {
 	case e.Artifact != nil:
 		a := e.Artifact
 		msg.Payload = &stagev1.RunEvent_Artifact{Artifact: &stagev1.Artifact{Name: a.Name, Path: a.Path, Sha256: a.SHA256}}
+	case e.Step != nil:
+		st := e.Step
+		msg.Payload = &stagev1.RunEvent_Step{Step: &stagev1.Step{
+			Rank: int32(st.Rank), Epoch: st.Epoch, Step: st.Step, GlobalStep: st.GlobalStep, TotalSteps: st.TotalSteps,
+			Loss: st.Loss, LearningRate: st.LearningRate, ImagesPerSecond: st.ImagesPerSecond,
+			DeviceMemory: st.DeviceMemory, EpochEnd: st.EpochEnd,
+		}}
 	default:
 		return nil
 	}
@@ -341,6 +348,16 @@ func eventFromProto(ev *stagev1.RunEvent) (e Event, ok bool, err error) {
 			return e, false, fmt.Errorf("%w: artifact %q: sha256 %q is not 64 lower-case hex digits", ErrBadReply, a.GetName(), truncate(a.GetSha256(), 80))
 		}
 		e.Artifact = &ArtifactEvent{Name: a.GetName(), Path: a.GetPath(), SHA256: a.GetSha256()}
+	case *stagev1.RunEvent_Step:
+		st := p.Step
+		if st.GetRank() < 0 || st.GetGlobalStep() < 0 || st.GetTotalSteps() < 0 {
+			return e, false, fmt.Errorf("%w: step of rank %d at global step %d of %d: negative numbers", ErrBadReply, st.GetRank(), st.GetGlobalStep(), st.GetTotalSteps())
+		}
+		e.Step = &StepEvent{
+			Rank: int(st.GetRank()), Epoch: st.GetEpoch(), Step: st.GetStep(), GlobalStep: st.GetGlobalStep(), TotalSteps: st.GetTotalSteps(),
+			Loss: st.GetLoss(), LearningRate: st.GetLearningRate(), ImagesPerSecond: st.GetImagesPerSecond(),
+			DeviceMemory: st.GetDeviceMemory(), EpochEnd: st.GetEpochEnd(),
+		}
 	default:
 		return e, false, nil
 	}

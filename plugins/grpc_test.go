@@ -118,6 +118,7 @@ func TestProtocolRunEventsAndOutputs(t *testing.T) {
 		{Time: at, Progress: &ProgressEvent{Done: 3, Total: 10, Unit: "step", Message: "epoch 1"}},
 		{Time: at, Metric: &MetricEvent{Name: "loss", Value: 2.0084016, Step: 156}},
 		{Time: at, Artifact: &ArtifactEvent{Name: "ckpt", Path: "ckpt_0/a.ckpt", SHA256: strings.Repeat("ab", 32)}},
+		{Time: at, Step: &StepEvent{Rank: 3, Epoch: 2, Step: 156, GlobalStep: 312, TotalSteps: 1560, Loss: 1.6407638, LearningRate: 0.01, ImagesPerSecond: 812.5, DeviceMemory: 3 << 30, EpochEnd: true}},
 	}
 	fake := &fakeStage{run: func(_ context.Context, _ RunRequest, emit func(Event)) (map[string]any, error) {
 		for _, e := range sent {
@@ -320,6 +321,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		{"log fields not an object", []*stagev1.RunEvent{logWith(`"x"`), result(`{}`)}, "log fields"},
 		{"artifact bad sha", []*stagev1.RunEvent{artifact("xyz"), result(`{}`)}, `sha256 "xyz"`},
 		{"artifact no path", []*stagev1.RunEvent{{Payload: &stagev1.RunEvent_Artifact{Artifact: &stagev1.Artifact{Name: "a"}}}, result(`{}`)}, "without a path"},
+		{"step of a negative rank", []*stagev1.RunEvent{{Payload: &stagev1.RunEvent_Step{Step: &stagev1.Step{Rank: -1, GlobalStep: 3}}}, result(`{}`)}, "step of rank -1 at global step 3 of 0: negative numbers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

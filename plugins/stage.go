@@ -3,6 +3,8 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -106,6 +108,7 @@ type Event struct {
 	Progress *ProgressEvent
 	Metric   *MetricEvent
 	Artifact *ArtifactEvent
+	Step     *StepEvent
 }
 
 // LogEvent is a structured log record.
@@ -134,6 +137,30 @@ type ArtifactEvent struct {
 	Name   string
 	Path   string // absolute or relative to the work dir
 	SHA256 string // lower-case hex
+}
+
+// StepEvent is one finished training step on one rank. The step that ends
+// an epoch has EpochEnd set: it is the epoch event.
+type StepEvent struct {
+	Rank        int
+	Epoch, Step int64 // 1-based; Step counts within the epoch
+	// GlobalStep counts the job's steps so far, those before a resume
+	// included; TotalSteps is the global step at which the job ends (0
+	// when unknown).
+	GlobalStep, TotalSteps int64
+	Loss                   float64
+	LearningRate           float64
+	ImagesPerSecond        float64 // the rank's throughput over its epoch so far
+	DeviceMemory           int64   // bytes in use on the rank's device
+	EpochEnd               bool
+}
+
+// Progress returns the step as progress of the whole job, in steps.
+func (s StepEvent) Progress() ProgressEvent {
+	return ProgressEvent{
+		Done: s.GlobalStep, Total: s.TotalSteps, Unit: "step",
+		Message: fmt.Sprintf("epoch %d, loss %s", s.Epoch, strconv.FormatFloat(s.Loss, 'g', -1, 32)),
+	}
 }
 
 // Level is the severity of a [LogEvent].

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -13,6 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mspipe/mspipe/internal/diag"
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/ranktable"
 	"gopkg.in/yaml.v3"
 )
 
@@ -43,23 +45,18 @@ var (
 )
 
 // Load reads and decodes the spec at path. The error is non-nil only when
-// the file cannot be read; problems in its content are in the ErrorList.
-func Load(path string) (*Pipeline, ErrorList, error) {
-	f, err := os.Open(path)
+// the file cannot be read; problems in its content are diagnostics.
+func Load(path string) (*Pipeline, diag.List, error) {
+	// A regular file only: a FIFO would block the open, a device the read.
+	f, st, err := userfile.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read spec: %w", err)
+		return nil, nil, fmt.Errorf("read spec %s: %w", path, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("read spec: %w", err)
-	}
-	if st.IsDir() {
-		return nil, nil, fmt.Errorf("read spec %s: is a directory", path)
-	}
 	if st.Size() > MaxFileSize {
-		return nil, ErrorList{{Pos: Pos{File: path}, Severity: SeverityError, Err: ErrTooLarge,
-			Msg: fmt.Sprintf("file is %d bytes, larger than the %d-byte limit for a spec", st.Size(), MaxFileSize)}}, nil
+		var l problems
+		l.addCode(Pos{File: path}, CodeTooLarge, "file is %d bytes, larger than the %d-byte limit for a spec", st.Size(), MaxFileSize)
+		return nil, diag.List(l), nil
 	}
 	data := make([]byte, st.Size())
 	if _, err := io.ReadFull(f, data); err != nil {
@@ -72,33 +69,33 @@ func Load(path string) (*Pipeline, ErrorList, error) {
 // Parse decodes a spec held in memory; file names it in positions. The
 // returned pipeline is usable (partially filled) even when there are errors,
 // so that Validate can report more problems in one pass.
-func Parse(file string, data []byte) (*Pipeline, ErrorList) {
+func Parse(file string, data []byte) (*Pipeline, diag.List) {
 	d := &decoder{file: file}
 	p := &Pipeline{File: file, BaseDir: filepath.Dir(file)}
 	if len(data) > MaxFileSize {
-		d.errs = append(d.errs, &Error{Pos: Pos{File: file}, Severity: SeverityError, Err: ErrTooLarge,
-			Msg: fmt.Sprintf("file is %d bytes, larger than the %d-byte limit for a spec", len(data), MaxFileSize)})
-		return p, d.errs
+		d.errs.addCode(Pos{File: file}, CodeTooLarge, "file is %d bytes, larger than the %d-byte limit for a spec", len(data), MaxFileSize)
+		return p, diag.List(d.errs)
 	}
-	if pos, ok := binaryAt(data); ok {
-		d.errs.add(d.offsetPos(data, pos), "not a text file: byte 0x%02x is not valid UTF-8 text", data[pos])
-		return p, d.errs
+	if off, ok := binaryAt(data); ok {
+		line, col := diag.NewLocator(data).Position(off)
+		d.errs.addCode(Pos{File: file, Line: line, Col: col}, CodeNotText, "not a text file: byte 0x%02x is not valid UTF-8 text", data[off])
+		return p, diag.List(d.errs)
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) || len(bytes.TrimSpace(data)) == 0 {
-			d.errs.add(Pos{File: file, Line: 1, Col: 1}, "empty spec: expected a mapping with version, name and stages")
-			return p, d.errs
+			d.errs.addCode(Pos{File: file, Line: 1, Col: 1}, CodeEmpty, "empty spec: expected a mapping with version, name and stages")
+			return p, diag.List(d.errs)
 		}
-		d.errs = append(d.errs, d.syntaxError(err))
-		return p, d.errs
+		d.syntaxError(err)
+		return p, diag.List(d.errs)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		d.errs.add(d.pos(&extra), "a spec holds one YAML document; found a second one (remove the `---`)")
 	} else if !errors.Is(err, io.EOF) {
-		d.errs = append(d.errs, d.syntaxError(err))
+		d.syntaxError(err)
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
@@ -107,9 +104,9 @@ func Parse(file string, data []byte) (*Pipeline, ErrorList) {
 	p.root = root
 	d.pipeline(p, root)
 	for _, e := range d.errs {
-		p.tooComplex = p.tooComplex || errors.Is(e, ErrTooComplex)
+		p.tooComplex = p.tooComplex || e.Code == CodeTooComplex
 	}
-	return p, d.errs
+	return p, diag.List(d.errs)
 }
 
 // binaryAt returns the offset of the first byte that cannot be in a YAML
@@ -127,7 +124,7 @@ func binaryAt(data []byte) (int, bool) {
 
 type decoder struct {
 	file  string
-	errs  ErrorList
+	errs  problems
 	nodes int
 }
 
@@ -135,15 +132,10 @@ func (d *decoder) pos(n *yaml.Node) Pos {
 	return Pos{File: d.file, Line: n.Line, Col: n.Column}
 }
 
-func (d *decoder) offsetPos(data []byte, off int) Pos {
-	line := 1 + bytes.Count(data[:off], []byte("\n"))
-	col := off - bytes.LastIndexByte(data[:off], '\n')
-	return Pos{File: d.file, Line: line, Col: col}
-}
-
 var yamlLineRe = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-func (d *decoder) syntaxError(err error) *Error {
+// syntaxError reports a yaml.v3 error, which names a line but no column.
+func (d *decoder) syntaxError(err error) {
 	msg := err.Error()
 	pos := Pos{File: d.file}
 	if m := yamlLineRe.FindStringSubmatch(msg); m != nil {
@@ -152,7 +144,7 @@ func (d *decoder) syntaxError(err error) *Error {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
-	return &Error{Pos: pos, Severity: SeverityError, Msg: "yaml: " + msg, Err: ErrSyntax}
+	d.errs.addCode(pos, CodeSyntax, "yaml: %s", msg)
 }
 
 // resolve follows aliases and counts nodes, so that an alias bomb (aliases
@@ -164,8 +156,7 @@ func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
 	}
 	d.nodes++
 	if d.nodes == maxNodes {
-		d.errs = append(d.errs, &Error{Pos: d.pos(n), Severity: SeverityError, Err: ErrTooComplex,
-			Msg: fmt.Sprintf("spec expands to more than %d YAML nodes (aliases of aliases?); refusing to read further", maxNodes)})
+		d.errs.addCode(d.pos(n), CodeTooComplex, "spec expands to more than %d YAML nodes (aliases of aliases?); refusing to read further", maxNodes)
 	}
 	if d.nodes >= maxNodes {
 		return nil
@@ -304,7 +295,7 @@ func (d *decoder) stringMap(n *yaml.Node, what string) map[string]string {
 
 func (d *decoder) pipeline(p *Pipeline, root *yaml.Node) {
 	if r := d.resolve(root); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!null" {
-		d.errs.add(Pos{File: d.file, Line: 1, Col: 1}, "empty spec: expected a mapping with version, name and stages")
+		d.errs.addCode(Pos{File: d.file, Line: 1, Col: 1}, CodeEmpty, "empty spec: expected a mapping with version, name and stages")
 		return
 	}
 	var haveVersion, haveName, haveStages bool
@@ -515,19 +506,11 @@ func (d *decoder) cluster(n *yaml.Node, what string) *Cluster {
 	return c
 }
 
-// CheckDeviceCount applies HCCL's rule for a cluster given by a device count:
-// 1, 2, 4 or 8 devices on one host, or whole 8-device hosts beyond that.
-func CheckDeviceCount(n int) error {
-	switch {
-	case n == 1 || n == 2 || n == 4 || n == 8:
-		return nil
-	case n > 8 && n%8 == 0:
-		return nil
-	case n < 8:
-		return fmt.Errorf("HCCL supports 1, 2, 4 or 8 devices on one host, not %d", n)
-	}
-	return fmt.Errorf("%d devices: more than 8 devices need whole 8-device hosts (16, 24, ...)", n)
-}
+// CheckDeviceCount applies the rules for a cluster given by a device count
+// (ranktable.CheckDeviceCount: HCCL's host sizes, and the most devices this
+// machine can simulate). It is the one check: validate, the resolver and
+// the launcher all use it, so validate can never pass what run refuses.
+func CheckDeviceCount(n int) error { return ranktable.CheckDeviceCount(n) }
 
 func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 	if r := d.resolve(n); r != nil && r.Kind == yaml.MappingNode && len(r.Content) == 0 {
@@ -705,8 +688,7 @@ func (d *decoder) with(s *Stage, n *yaml.Node, what string) {
 
 func (d *decoder) walkWith(s *Stage, n *yaml.Node, what string, depth int) {
 	if depth > maxDepth {
-		d.errs = append(d.errs, &Error{Pos: d.pos(n), Severity: SeverityError, Err: ErrTooComplex,
-			Msg: fmt.Sprintf("%s: nested deeper than %d levels", truncate(what, 60), maxDepth)})
+		d.errs.addCode(d.pos(n), CodeTooComplex, "%s: nested deeper than %d levels", truncate(what, 60), maxDepth)
 		return
 	}
 	if n = d.resolve(n); n == nil {

@@ -8,9 +8,12 @@
 // Load or Parse a file, then Validate it against a Catalog of the stages the
 // binary knows:
 //
-//	p, errs := spec.Load("pipeline.yaml")
-//	errs = append(errs, spec.Validate(p, catalog)...)
-//	if errs.Err() != nil { ... } // every problem, sorted by position
+//	p, errs, err := spec.Load("pipeline.yaml")
+//	if err != nil { ... } // the file cannot be read
+//	if spec.Decoded(errs) {
+//		errs = append(errs, spec.Validate(p, catalog, spec.Options{})...)
+//	}
+//	if errs.Err() != nil { ... } // every problem, a diag.List sorted by position
 //
 // Spec never runs anything: resolving a stage's inputs (Resolver.With) only
 // evaluates expressions against values the caller supplies, and

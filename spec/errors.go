@@ -3,20 +3,36 @@ package spec
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/mspipe/mspipe/internal/diag"
 )
 
-// Sentinel errors, tested with errors.Is on an Error or an ErrorList.
-var (
-	// ErrTooLarge is returned for a spec file above MaxFileSize.
-	ErrTooLarge = errors.New("spec file too large")
-	// ErrSyntax marks a YAML syntax error.
-	ErrSyntax = errors.New("yaml syntax error")
-	// ErrTooComplex marks a spec nested too deep or expanding to too many
-	// nodes through aliases; nothing after it is checked.
-	ErrTooComplex = errors.New("spec too complex")
+// ErrTooComplex is returned when resolving a spec that Parse found nested
+// too deep or expanding to too many nodes through aliases.
+var ErrTooComplex = errors.New("spec too complex")
+
+// Codes of the diagnostics after which a file is not read as a spec at all,
+// so semantic checks are not worth running; see Decoded.
+const (
+	CodeTooLarge   = "spec-too-large"   // the file is over MaxFileSize
+	CodeNotText    = "spec-not-text"    // NUL bytes or invalid UTF-8
+	CodeEmpty      = "spec-empty"       // no YAML document, or null
+	CodeSyntax     = "yaml-syntax"      // the YAML parser failed
+	CodeTooComplex = "spec-too-complex" // nested too deep, or an alias bomb
 )
+
+// Decoded reports whether a file with these diagnostics from Parse or Load
+// was read as YAML at all, so that Validate has something to check.
+func Decoded(problems diag.List) bool {
+	for _, d := range problems {
+		switch d.Code {
+		case CodeTooLarge, CodeNotText, CodeEmpty, CodeSyntax, CodeTooComplex:
+			return false
+		}
+	}
+	return true
+}
 
 // Pos is a position in a spec file. Line and Col are 1-based; 0 means unknown.
 type Pos struct {
@@ -26,107 +42,22 @@ type Pos struct {
 }
 
 func (p Pos) String() string {
-	switch {
-	case p.Line == 0:
-		return p.File
-	case p.Col == 0:
-		return fmt.Sprintf("%s:%d", p.File, p.Line)
-	}
-	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+	return p.diagnostic(diag.Error, "", "").Where()
 }
 
-// Severity says whether a problem makes a spec invalid.
-type Severity string
-
-const (
-	SeverityError   Severity = "error"
-	SeverityWarning Severity = "warning"
-)
-
-// Error is one problem in a spec, printed as `file:line:col: error: message`.
-type Error struct {
-	Pos      Pos
-	Severity Severity
-	Msg      string
-	Err      error // optional cause, for errors.Is
+func (p Pos) diagnostic(sev diag.Severity, code, msg string) diag.Diagnostic {
+	return diag.Diagnostic{File: p.File, Line: p.Line, Column: p.Col, Severity: sev, Code: code, Message: msg}
 }
 
-func (e *Error) Error() string {
-	sev := e.Severity
-	if sev == "" {
-		sev = SeverityError
-	}
-	return fmt.Sprintf("%s: %s: %s", e.Pos, sev, e.Msg)
+// problems collects the diagnostics of one pass over a spec.
+type problems diag.List
+
+func (l *problems) add(pos Pos, format string, args ...any) {
+	*l = append(*l, pos.diagnostic(diag.Error, "", fmt.Sprintf(format, args...)))
 }
 
-func (e *Error) Unwrap() error { return e.Err }
-
-// IsWarning reports whether e does not make the spec invalid.
-func (e *Error) IsWarning() bool { return e.Severity == SeverityWarning }
-
-// ErrorList collects every problem found in one or more files.
-type ErrorList []*Error
-
-func (l *ErrorList) add(pos Pos, format string, args ...any) {
-	*l = append(*l, &Error{Pos: pos, Severity: SeverityError, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (l *ErrorList) warn(pos Pos, format string, args ...any) {
-	*l = append(*l, &Error{Pos: pos, Severity: SeverityWarning, Msg: fmt.Sprintf(format, args...)})
-}
-
-// Sort orders the list by file, line and column, keeping the order of
-// problems found at the same place.
-func (l ErrorList) Sort() {
-	sort.SliceStable(l, func(i, j int) bool {
-		a, b := l[i].Pos, l[j].Pos
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		return a.Col < b.Col
-	})
-}
-
-// Errors returns the problems that are not warnings.
-func (l ErrorList) Errors() ErrorList {
-	var out ErrorList
-	for _, e := range l {
-		if !e.IsWarning() {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// Err returns nil when the list holds no errors (warnings allowed), else the
-// list of errors itself as an error.
-func (l ErrorList) Err() error {
-	if errs := l.Errors(); len(errs) > 0 {
-		return errs
-	}
-	return nil
-}
-
-func (l ErrorList) Error() string {
-	switch len(l) {
-	case 0:
-		return "no errors"
-	case 1:
-		return l[0].Error()
-	}
-	return fmt.Sprintf("%s (and %d more errors)", l[0], len(l)-1)
-}
-
-// Unwrap lets errors.Is and errors.As see every collected error.
-func (l ErrorList) Unwrap() []error {
-	out := make([]error, len(l))
-	for i, e := range l {
-		out[i] = e
-	}
-	return out
+func (l *problems) addCode(pos Pos, code, format string, args ...any) {
+	*l = append(*l, pos.diagnostic(diag.Error, code, fmt.Sprintf(format, args...)))
 }
 
 // suggest returns ` (did you mean "x"?)` for the candidate closest to name,

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/expr-lang/expr"
+	"github.com/mspipe/mspipe/internal/diag"
 	"gopkg.in/yaml.v3"
 )
 
@@ -15,8 +16,9 @@ var ErrNotValidated = errors.New("pipeline not validated")
 
 // Resolver evaluates a validated pipeline's templates against run-time values.
 type Resolver struct {
-	p   *Pipeline
-	env *envType
+	p     *Pipeline
+	env   *envType
+	infos map[string]*StageInfo // by stage id
 }
 
 // NewResolver prepares evaluation for a pipeline Validate accepted with the
@@ -31,10 +33,10 @@ func NewResolver(p *Pipeline, cat Catalog) (*Resolver, error) {
 	for _, s := range p.Stages {
 		outputs[s.ID] = v.outputsOf(s)
 	}
-	if errs := v.errs.Err(); errs != nil {
+	if errs := diag.List(v.errs).Err(); errs != nil {
 		return nil, errs
 	}
-	return &Resolver{p: p, env: buildEnvType(p, outputs, v.open)}, nil
+	return &Resolver{p: p, env: buildEnvType(p, outputs, v.open), infos: v.infos}, nil
 }
 
 // Eval evaluates a template: a whole template yields the expression's value,
@@ -81,8 +83,132 @@ func run(p TemplatePart, t *Template, env any) (any, error) {
 	return v, nil
 }
 
-// With resolves a stage's inputs to plain data (JSON-compatible).
+// With resolves a stage's inputs to plain data (JSON-compatible). For a
+// stage whose catalog entry has ShellCommand, expressions in a command the
+// shell will run become quoted references to $MSPIPE_EXPR_n variables,
+// which are added to with.env: their values reach the command as data,
+// never as shell syntax.
 func (r *Resolver) With(s *Stage, sc *Scope) (map[string]any, error) {
+	with, err := r.with(s, sc)
+	if err != nil || !r.shellCommand(s) {
+		return with, err
+	}
+	return r.shellWith(s, sc, with)
+}
+
+func (r *Resolver) shellCommand(s *Stage) bool {
+	info := r.infos[s.ID]
+	return info != nil && info.ShellCommand
+}
+
+// shellWith rewrites with.command of a shell-command stage (see With).
+func (r *Resolver) shellWith(s *Stage, sc *Scope, with map[string]any) (map[string]any, error) {
+	cmdNode := mappingValue(s.With, "command")
+	if cmdNode == nil {
+		return with, nil
+	}
+	// The exec stage's rule: a string runs through the shell unless
+	// shell: false, a list only with shell: true.
+	shell, isBool := with["shell"].(bool)
+	if !isBool {
+		shell = cmdNode.Kind == yaml.ScalarNode
+	}
+	if !shell {
+		return with, nil
+	}
+	env, err := r.env.value(sc)
+	if err != nil {
+		return nil, err
+	}
+	byNode := map[*yaml.Node]*Template{}
+	for _, t := range s.Templates {
+		byNode[t.Node()] = t
+	}
+	next := 0
+	vars := map[string]string{}
+	script := func(n *yaml.Node, resolved any) (any, error) {
+		t, ok := byNode[n]
+		if !ok {
+			return resolved, nil
+		}
+		var values []any
+		for _, p := range t.Parts {
+			if p.Expr == "" {
+				continue
+			}
+			v, err := run(p, t, env)
+			if err != nil {
+				return nil, err
+			}
+			values = append(values, v)
+		}
+		text, refs := shellRefs(t, values, &next)
+		for k, v := range refs {
+			vars[k] = v
+		}
+		return text, nil
+	}
+	switch cmdNode.Kind {
+	case yaml.ScalarNode:
+		v, err := script(cmdNode, with["command"])
+		if err != nil {
+			return nil, err
+		}
+		with["command"] = v
+	case yaml.SequenceNode:
+		list, _ := with["command"].([]any)
+		for i, item := range cmdNode.Content {
+			if i >= len(list) {
+				break
+			}
+			v, err := script(item, list[i])
+			if err != nil {
+				return nil, err
+			}
+			list[i] = v
+		}
+	}
+	if len(vars) == 0 {
+		return with, nil
+	}
+	merged := map[string]any{}
+	if user, ok := with["env"].(map[string]any); ok {
+		for k, v := range user {
+			merged[k] = v
+		}
+	}
+	for k, v := range vars {
+		if _, taken := merged[k]; taken {
+			return nil, fmt.Errorf("%s: stages.%s.with.env.%s: the name is reserved for expression values in the command", s.Pos, s.ID, k)
+		}
+		merged[k] = v
+	}
+	with["env"] = merged
+	return with, nil
+}
+
+// mappingValue returns the value node of key in a mapping node (aliases
+// followed), or nil.
+func mappingValue(n *yaml.Node, key string) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			v := n.Content[i+1]
+			for v != nil && v.Kind == yaml.AliasNode {
+				v = v.Alias
+			}
+			return v
+		}
+	}
+	return nil
+}
+
+func (r *Resolver) with(s *Stage, sc *Scope) (map[string]any, error) {
 	if s.With == nil {
 		return map[string]any{}, nil
 	}

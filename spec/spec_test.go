@@ -105,7 +105,7 @@ func TestExpressionPositions(t *testing.T) {
 		t.Fatalf("want 1 problem, got %v", errs)
 	}
 	// `      count: "${{ stages.a.outputs.n * params.epoch }}"` : "epoch" starts at column 47.
-	if got := errs[0].Pos.String(); got != "p.yaml:15:47" {
+	if got := errs[0].Where(); got != "p.yaml:15:47" {
 		t.Errorf("position %s, want p.yaml:15:47 (%v)", got, errs[0])
 	}
 }
@@ -141,22 +141,14 @@ func TestParseParam(t *testing.T) {
 	}
 }
 
-func TestErrorListIsAndSort(t *testing.T) {
+func TestSecondDocumentAndSyntaxCode(t *testing.T) {
 	_, errs := Parse("x.yaml", []byte("version: 1\nname: x\nstages: {a: {uses: gen}}\n---\nb: 1\n"))
-	if len(errs) != 1 {
+	if len(errs) != 1 || errs[0].Where() != "x.yaml:4:1" || !strings.Contains(errs[0].Message, "found a second one") || !Decoded(errs) {
 		t.Fatalf("errs = %v", errs)
 	}
 	_, errs = Parse("x.yaml", []byte("a: [\n"))
-	if !errors.Is(errs.Err(), ErrSyntax) {
-		t.Errorf("errors.Is(ErrSyntax) false for %v", errs)
-	}
-	l := ErrorList{{Pos: Pos{File: "b", Line: 1}}, {Pos: Pos{File: "a", Line: 9, Col: 2}}, {Pos: Pos{File: "a", Line: 9, Col: 1}}}
-	l.Sort()
-	if l[0].Pos.String() != "a:9:1" || l[2].Pos.File != "b" {
-		t.Errorf("sorted = %v", l)
-	}
-	if !strings.HasSuffix(l.Error(), "(and 2 more errors)") {
-		t.Errorf("Error() = %q", l.Error())
+	if len(errs) != 1 || errs[0].Code != CodeSyntax || Decoded(errs) {
+		t.Errorf("want one %s diagnostic, got %v (code %q)", CodeSyntax, errs, errs[0].Code)
 	}
 }
 
@@ -178,7 +170,7 @@ func FuzzParse(f *testing.F) {
 		}
 		errs = append(errs, Validate(p, catalog, Options{})...)
 		for _, e := range errs {
-			if e.Pos.File != "f.yaml" {
+			if e.File != "f.yaml" {
 				t.Fatalf("problem without the file name: %v", e)
 			}
 		}

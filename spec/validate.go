@@ -11,6 +11,7 @@ import (
 	"github.com/expr-lang/expr/ast"
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/parser"
+	"github.com/mspipe/mspipe/internal/diag"
 )
 
 // Catalog tells the validator which stages exist and what they declare.
@@ -27,6 +28,11 @@ type StageInfo struct {
 	Name       string
 	WithSchema []byte       // JSON Schema of `with`; nil accepts anything
 	Outputs    []OutputDecl // typed outputs
+	// ShellCommand marks the exec stage's rule: with.command runs through
+	// /bin/sh (a string unless with.shell is false, a list when it is true),
+	// so Resolver.With passes expression values in it as environment
+	// variables (with.env) instead of pasting them into the script.
+	ShellCommand bool
 }
 
 // Options tune Validate.
@@ -35,14 +41,14 @@ type Options struct {
 	// already joined with the spec's directory) and returns its number of
 	// devices; problems are returned as errors positioned in that file.
 	// Nil skips the check.
-	CheckRankTable func(path string) (devices int, problems ErrorList, err error)
+	CheckRankTable func(path string) (devices int, problems diag.List, err error)
 }
 
 // Validate runs the semantic checks on a decoded pipeline: stage names,
 // needs and cycles, expressions (names, types, visibility through needs),
 // each stage's `with` against its schema, and rank tables. It compiles every
 // template, so Resolve can be used afterwards.
-func Validate(p *Pipeline, cat Catalog, opts Options) ErrorList {
+func Validate(p *Pipeline, cat Catalog, opts Options) diag.List {
 	if p.tooComplex {
 		return nil // Parse reported it; walking aliases again could take exponential time
 	}
@@ -52,15 +58,16 @@ func Validate(p *Pipeline, cat Catalog, opts Options) ErrorList {
 	v.expressions()
 	v.withSchemas()
 	v.clusters()
-	v.errs.Sort()
-	return v.errs
+	errs := diag.List(v.errs)
+	errs.Sort()
+	return errs
 }
 
 type validator struct {
 	p         *Pipeline
 	cat       Catalog
 	opts      Options
-	errs      ErrorList
+	errs      problems
 	infos     map[string]*StageInfo // by stage id
 	ancestors map[string]map[string]bool
 	env       *envType

@@ -20,6 +20,7 @@ import (
 	"github.com/mspipe/mspipe/spec"
 	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
 	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
+	execstage "github.com/mspipe/mspipe/stages/exec"
 )
 
 // declaredStages are built-in stages whose declaration ships with this
@@ -180,7 +181,7 @@ func (e *stageEnv) Stage(uses string) (*spec.StageInfo, error) {
 	default:
 		return nil, errors.New(trimUses(d.err.Error(), uses))
 	}
-	info := &spec.StageInfo{Name: d.desc.Name}
+	info := &spec.StageInfo{Name: d.desc.Name, ShellCommand: d.resolved.Builtin && d.desc.Name == execstage.Name}
 	if len(d.desc.WithSchema) > 0 {
 		info.WithSchema = d.desc.WithSchema
 	}

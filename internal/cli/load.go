@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/pipeline"
 	"github.com/mspipe/mspipe/spec"
@@ -25,18 +27,18 @@ type loadedSpec struct {
 // loadSpec reads, validates and parameterizes a spec for run, plan and
 // graph. Problems are printed to w; the error is then failed() (exit 1).
 func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error) {
-	data, err := os.ReadFile(path)
+	data, err := userfile.ReadFile(context.Background(), path, spec.MaxFileSize)
 	if err != nil {
-		return nil, usageErr(fmt.Errorf("read spec: %w", err))
+		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
 	}
 	res := validateFile(path)
-	if res.ioErr != nil {
-		return nil, usageErr(res.ioErr)
+	if res.Err != nil {
+		return nil, usageErr(res.Err)
 	}
-	for _, prob := range res.problems {
+	for _, prob := range res.Diagnostics {
 		fmt.Fprintln(w, prob.Error())
 	}
-	if !res.valid() {
+	if !res.Valid() {
 		fmt.Fprintf(w, "%s: invalid spec, nothing was run\n", path)
 		return nil, failed()
 	}

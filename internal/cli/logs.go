@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/spf13/cobra"
 )
 
@@ -31,7 +33,10 @@ RUN is a run id or "latest" (the default).`,
 				if !ok {
 					return usageErr(fmt.Errorf("run %s has no stage %q (stages: %v)", id, args[1], st.Order))
 				}
-				if err := copyLog(w, filepath.Join(dir, ss.Log)); err != nil {
+				if err := copyLog(cmd.Context(), w, dir, ss.Log); err != nil {
+					if errors.Is(err, userfile.ErrOutside) || errors.Is(err, userfile.ErrNotRegular) {
+						return fmt.Errorf("run %s, stage %s: %w", id, args[1], err)
+					}
 					fmt.Fprintf(cmd.ErrOrStderr(), "stage %s of run %s has no log: it is %s (%s)\n", args[1], id, ss.Status, ss.Reason)
 				}
 				return nil
@@ -39,7 +44,11 @@ RUN is a run id or "latest" (the default).`,
 			for _, sid := range st.Order {
 				ss := st.Stages[sid]
 				fmt.Fprintf(w, "=== %s (%s): %s\n", sid, ss.Uses, ss.Status)
-				if err := copyLog(w, filepath.Join(dir, ss.Log)); err != nil {
+				if err := copyLog(cmd.Context(), w, dir, ss.Log); err != nil {
+					if errors.Is(err, userfile.ErrOutside) || errors.Is(err, userfile.ErrNotRegular) {
+						fmt.Fprintf(w, "(log not shown: %v)\n", err)
+						continue
+					}
 					fmt.Fprintf(w, "(no log: %s)\n", ss.Reason)
 				}
 			}
@@ -50,12 +59,23 @@ RUN is a run id or "latest" (the default).`,
 	return cmd
 }
 
-func copyLog(w io.Writer, path string) error {
-	f, err := os.Open(path)
+// copyLog prints a stage log named in run.json. The name is confined to
+// the run directory and must be a regular file: run.json is data that a
+// user or another program may have edited, and `logs` must not become a
+// way to print any file (or to read /dev/zero forever).
+func copyLog(ctx context.Context, w io.Writer, runDir, rel string) error {
+	if rel == "" {
+		return fs.ErrNotExist
+	}
+	path, err := userfile.Within(runDir, rel)
 	if err != nil {
-		return err
+		return fmt.Errorf("log: %w", err)
+	}
+	f, _, err := userfile.Open(path)
+	if err != nil {
+		return fmt.Errorf("log %s: %w", rel, err)
 	}
 	defer f.Close()
-	_, err = io.Copy(w, f)
+	_, err = userfile.Copy(ctx, w, f)
 	return err
 }

@@ -1,12 +1,11 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/diag"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/spf13/cobra"
 )
@@ -58,139 +57,20 @@ Exit status: 0 every table valid (warnings allowed), 1 a table is invalid,
   mspipe ranktable validate rank_table_16pcs.json --format json | jq '.files[].problems'`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			report, ok := ranktableReporters()[format]
-			if !ok {
-				return usageErr(fmt.Errorf("--format: unknown format %q (text, json or github)", format))
+			f, err := diag.ParseFormat(format)
+			if err != nil {
+				return usageErr(fmt.Errorf("--format: %w", err))
 			}
-			results := make([]ranktableResult, len(args))
+			results := make([]diag.Result, len(args))
 			for i, path := range args {
 				_, problems, err := ranktable.Load(path)
-				results[i] = ranktableResult{file: path, problems: problems, ioErr: err}
+				results[i] = diag.Result{File: path, Diagnostics: problems, Err: err}
 			}
-			if err := report(cmd.OutOrStdout(), cmd.ErrOrStderr(), results); err != nil {
-				return usageErr(err)
-			}
-			invalid := false
-			for _, r := range results {
-				if r.ioErr != nil {
-					return &exitError{Code: ExitUsage} // already printed
-				}
-				invalid = invalid || r.problems.HasErrors()
-			}
-			if invalid {
-				return failed()
-			}
-			return nil
+			return reportResults(cmd, diag.Reporter{Format: f, One: "rank table", Many: "rank tables"}, results)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or github (GitHub Actions annotations)")
 	return cmd
-}
-
-// ranktableResult is the outcome of checking one rank table file.
-type ranktableResult struct {
-	file     string
-	problems ranktable.Problems
-	ioErr    error // the file could not be read; problems is empty
-}
-
-func (r ranktableResult) valid() bool { return r.ioErr == nil && !r.problems.HasErrors() }
-
-type ranktableReporter func(stdout, stderr io.Writer, results []ranktableResult) error
-
-func ranktableReporters() map[string]ranktableReporter {
-	return map[string]ranktableReporter{
-		"text":   reportRanktableText,
-		"json":   reportRanktableJSON,
-		"github": reportRanktableGitHub,
-	}
-}
-
-func reportRanktableText(stdout, stderr io.Writer, results []ranktableResult) error {
-	for _, r := range results {
-		if r.ioErr != nil {
-			fmt.Fprintf(stdout, "%s: error: %s\n", r.file, ioMessage(r.ioErr))
-		}
-		for _, p := range r.problems {
-			fmt.Fprintln(stdout, p.String())
-		}
-	}
-	fmt.Fprintln(stderr, ranktableSummary(results))
-	return nil
-}
-
-// ranktableSummary is the last line of text output, such as
-// "2 rank tables checked: 1 invalid, 3 errors, 1 warning".
-func ranktableSummary(results []ranktableResult) string {
-	invalid, errs, warns, unreadable := 0, 0, 0, 0
-	for _, r := range results {
-		if !r.valid() {
-			invalid++
-		}
-		if r.ioErr != nil {
-			unreadable++
-		}
-		e, w := r.problems.Count()
-		errs += e
-		warns += w
-	}
-	var parts []string
-	if unreadable > 0 {
-		parts = append(parts, fmt.Sprintf("%d unreadable", unreadable))
-	}
-	if n := invalid - unreadable; n > 0 {
-		parts = append(parts, fmt.Sprintf("%d invalid", n))
-	}
-	if errs > 0 {
-		parts = append(parts, fmt.Sprintf("%d %s", errs, plural(errs, "error", "errors")))
-	}
-	if invalid == 0 {
-		parts = append(parts, "all valid")
-	}
-	if warns > 0 {
-		parts = append(parts, fmt.Sprintf("%d %s", warns, plural(warns, "warning", "warnings")))
-	}
-	return fmt.Sprintf("%d %s checked: %s", len(results), plural(len(results), "rank table", "rank tables"), strings.Join(parts, ", "))
-}
-
-// reportRanktableJSON writes the same report shape as `mspipe validate
-// --format json`, so one CI script reads both.
-func reportRanktableJSON(stdout, _ io.Writer, results []ranktableResult) error {
-	out := struct {
-		Valid bool       `json:"valid"`
-		Files []jsonFile `json:"files"`
-	}{Valid: true, Files: []jsonFile{}}
-	for _, r := range results {
-		jf := jsonFile{File: r.file, Valid: r.valid(), Problems: []jsonProblem{}}
-		if r.ioErr != nil {
-			jf.Problems = append(jf.Problems, jsonProblem{File: r.file, Severity: "error", Message: r.ioErr.Error()})
-		}
-		for _, p := range r.problems {
-			jf.Problems = append(jf.Problems, jsonProblem{
-				File: p.File, Line: p.Pos.Line, Col: p.Pos.Col, Severity: p.Severity.String(), Message: p.Msg,
-			})
-		}
-		out.Valid = out.Valid && jf.Valid
-		out.Files = append(out.Files, jf)
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
-
-// reportRanktableGitHub prints workflow commands that GitHub Actions turns
-// into annotations on the changed lines, then the summary on stderr.
-func reportRanktableGitHub(stdout, stderr io.Writer, results []ranktableResult) error {
-	for _, r := range results {
-		if r.ioErr != nil {
-			fmt.Fprintln(stdout, githubAnnotation("error", r.file, 0, 0, r.ioErr.Error()))
-		}
-		for _, p := range r.problems {
-			fmt.Fprintln(stdout, githubAnnotation(p.Severity.String(), p.File, p.Pos.Line, p.Pos.Col, p.Msg))
-		}
-	}
-	fmt.Fprintln(stderr, ranktableSummary(results))
-	return nil
 }
 
 func newRanktableGenerateCmd() *cobra.Command {
@@ -270,4 +150,11 @@ The table goes to stdout, or atomically to the file -o names.`,
 	cmd.MarkFlagsMutuallyExclusive("devices", "device-range")
 	cmd.MarkFlagsMutuallyExclusive("servers", "hosts")
 	return cmd
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

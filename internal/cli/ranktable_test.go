@@ -102,7 +102,7 @@ func TestRanktableValidateText(t *testing.T) {
 			name: "directory",
 			args: []string{"validate", dir},
 			code: ExitUsage,
-			stderr: dir + ": error: read rank table " + dir + ": is a directory\n" +
+			stderr: dir + ": error: read rank table " + dir + ": is a directory, not a regular file\n" +
 				"1 rank table checked: 1 unreadable\n",
 		},
 	}

@@ -166,11 +166,3 @@ func TestValidateFormats(t *testing.T) {
 		t.Errorf("valid file entry = %+v", good)
 	}
 }
-
-func TestGitHubEscaping(t *testing.T) {
-	got := githubAnnotation("error", "a,b:c.yaml", 1, 2, "50% done\nnext")
-	want := "::error file=a%2Cb%3Ac.yaml,line=1,col=2::50%25 done%0Anext"
-	if got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}

@@ -1,12 +1,14 @@
 package ckpt
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"os"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/mspipe/mspipe/internal/userfile"
 )
 
 // Field numbers of checkpoint.proto.
@@ -40,7 +42,9 @@ func Read(path string) ([]Tensor, error) {
 // are returned wrapped as they come from the os package; problems with the
 // content are an *Error.
 func ReadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	// A regular file only: /dev/zero or a FIFO would be read without end.
+	// Decoding then never allocates more than the file's length.
+	data, err := userfile.ReadFile(context.Background(), path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
 	}

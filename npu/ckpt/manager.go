@@ -330,14 +330,54 @@ func ListCheckpoints(dir, prefix string) ([]CheckpointFile, error) {
 // modification times, decide, because copying a directory changes the times.
 // With no checkpoint it returns an error wrapping ErrNoCheckpoint.
 func Latest(dir, prefix string) (string, error) {
+	all, err := NewestFirst(dir, prefix)
+	if err != nil {
+		return "", err
+	}
+	return all[0], nil
+}
+
+// Skipped is a checkpoint LatestValid passed over, and why.
+type Skipped struct {
+	Path string
+	Err  error
+}
+
+// LatestValid is Latest for resuming: it returns the newest checkpoint that
+// reads and verifies (its CRC trailer, when present, and its whole
+// structure), with the tensors it holds, and lists the newer ones it
+// skipped. A torn or damaged newest file then costs one interval of work,
+// not the run.
+func LatestValid(dir, prefix string) (path string, tensors []Tensor, skipped []Skipped, err error) {
+	all, err := NewestFirst(dir, prefix)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	for _, p := range all {
+		t, rerr := Read(p)
+		if rerr == nil {
+			return p, t, skipped, nil
+		}
+		skipped = append(skipped, Skipped{Path: p, Err: rerr})
+	}
+	return "", nil, skipped, fmt.Errorf("%s in %s: %w: all %d checkpoints are damaged (newest: %v)", prefix, dir, ErrNoCheckpoint, len(all), skipped[0].Err)
+}
+
+// NewestFirst lists the checkpoints Latest considers, newest first; with
+// none it returns an error wrapping ErrNoCheckpoint.
+func NewestFirst(dir, prefix string) ([]string, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("find latest checkpoint: %w", err)
+		return nil, fmt.Errorf("find latest checkpoint: %w", err)
 	}
-	best, bestKey := "", [3]int{-1, -1, -1}
+	type candidate struct {
+		path string
+		key  [3]int
+	}
+	var found []candidate
 	for _, e := range entries {
 		p, ep, st, ok := ParseFileName(e.Name())
 		if !ok || e.IsDir() {
@@ -353,13 +393,23 @@ func Latest(dir, prefix string) (string, error) {
 				continue
 			}
 		}
-		key := [3]int{series, ep, st}
-		if key[0] > bestKey[0] || key[0] == bestKey[0] && (key[1] > bestKey[1] || key[1] == bestKey[1] && key[2] > bestKey[2]) {
-			best, bestKey = filepath.Join(dir, e.Name()), key
+		found = append(found, candidate{filepath.Join(dir, e.Name()), [3]int{series, ep, st}})
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("%s in %s: %w", prefix, dir, ErrNoCheckpoint)
+	}
+	sort.Slice(found, func(i, j int) bool {
+		a, b := found[i].key, found[j].key
+		for k := range a {
+			if a[k] != b[k] {
+				return a[k] > b[k]
+			}
 		}
+		return found[i].path > found[j].path
+	})
+	paths := make([]string, len(found))
+	for i, c := range found {
+		paths[i] = c.path
 	}
-	if best == "" {
-		return "", fmt.Errorf("%s in %s: %w", prefix, dir, ErrNoCheckpoint)
-	}
-	return best, nil
+	return paths, nil
 }

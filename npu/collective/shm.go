@@ -45,6 +45,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/mspipe/mspipe/npu/tensor"
 )
 
 // Transport selects how ranks exchange the data of collectives.
@@ -94,7 +96,7 @@ const (
 	shmWaitStep    = 20 * time.Millisecond // futex sleeps between checks of the control connections
 	shmSpins       = 64                    // yields before the first futex sleep
 	shmFallback    = 1024                  // elements per block of the portable reduction
-	shmKernelPiece = 1 << 16               // elements per call of the vector kernel (a multiple of addBcastBlock)
+	shmKernelPiece = 1 << 16               // elements per call of tensor.SumBroadcast (a multiple of its block)
 )
 
 // shmDesc describes the collective a rank is in; every rank must publish
@@ -136,8 +138,8 @@ type shmGroup struct {
 	column []int
 	colPos int
 
-	srcs, dsts []unsafe.Pointer // kernel arguments
-	acc        []float32        // portable reduction block
+	srcs, dsts [][]float32 // tensor.SumBroadcast's arguments
+	acc        []float32   // portable reduction block
 }
 
 // flat reports whether every rank of the job is on this server.
@@ -319,8 +321,8 @@ func (c *Comm) setupShm(ctx context.Context) error {
 		dir: dir, tag: tag + "-" + hex.EncodeToString(ctl[shmNonceOff:shmNonceOff+4]), ctl: ctl,
 		bell:    (*uint32)(unsafe.Pointer(&ctl[0])),
 		members: members, local: slices.Index(members, c.rank), column: column, colPos: colPos,
-		srcs: make([]unsafe.Pointer, len(members)),
-		dsts: make([]unsafe.Pointer, len(members)),
+		srcs: make([][]float32, len(members)),
+		dsts: make([][]float32, len(members)),
 		acc:  make([]float32, shmFallback),
 	}
 	c.bellMu.Lock()
@@ -722,22 +724,24 @@ func (g *shmGroup) flatRegion(rank int, buf []float32) (*shmRegion, int, bool) {
 // shmAllReduce is AllReduce of buf, which lies at offset off of reg.
 //
 // On one server, the rank at index l of the server reduces block range l
-// of the buffer (blocks of addBcastBlock elements, so the vector kernel
-// gets whole blocks) from every rank's buffer, in rank order, and stores
-// the result into every rank's buffer. With several servers, it reduces
-// its range of its own server's buffers into its own buffer, combines that
-// partial result with those of the ranks at index l of the other servers
-// over TCP, in server order, and stores the total into every buffer of
-// its server: a sum over servers of sums over each server's ranks.
+// of the buffer (blocks of tensor.SumBroadcastBlock elements, so the
+// vector kernel gets whole blocks) from every rank's buffer, in rank
+// order, and stores the result into every rank's buffer. With several
+// servers, it reduces its range of its own server's buffers into its own
+// buffer, combines that partial result with those of the ranks at index l
+// of the other servers over TCP, in server order, and stores the total
+// into every buffer of its server: a sum over servers of sums over each
+// server's ranks.
 func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error {
 	g := c.shm
 	if err := c.shmPublish(reg.id, off); err != nil {
 		return err
 	}
 	n := len(g.members)
-	blocks := (len(buf) + addBcastBlock - 1) / addBcastBlock
-	lo := min(len(buf), g.local*blocks/n*addBcastBlock)
-	hi := min(len(buf), (g.local+1)*blocks/n*addBcastBlock)
+	const block = tensor.SumBroadcastBlock
+	blocks := (len(buf) + block - 1) / block
+	lo := min(len(buf), g.local*blocks/n*block)
+	hi := min(len(buf), (g.local+1)*blocks/n*block)
 	if g.flat() {
 		g.reduce(reg, off+lo, off+hi, op, g.members, g.members, c.size)
 		return c.shmBarrier()
@@ -857,68 +861,53 @@ func (c *Comm) shmBroadcast(buf []float32, root int, reg *shmRegion, off int) er
 // that order, finishes op for n ranks (n 0: not at all) and stores the
 // result into the buffers of the ranks to.
 func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
-	if lo >= hi {
+	if op != Sum && op != Mean {
+		g.reducePortable(reg, lo, hi, op, from, to, n)
 		return
 	}
-	if haveAddBcast && (op == Sum || op == Mean) {
-		// The vector kernel needs 32-byte aligned addresses; every rank's
-		// buffer has the same alignment, so one split serves all.
-		a := uintptr(unsafe.Pointer(&reg.views[from[0]][lo]))
-		head := min(hi-lo, int((32-a%32)%32)/4)
-		mid := (hi - lo - head) / addBcastBlock * addBcastBlock
-		g.reducePortable(reg, lo, lo+head, op, from, to, n)
-		var divisor float32
-		if op == Mean && n > 0 {
-			divisor = float32(n)
-		}
-		srcs, dsts := g.srcs[:len(from)], g.dsts[:len(to)]
-		// In pieces: the Go scheduler cannot preempt assembly, and a
-		// stop-the-world pause should not wait for a whole chunk.
-		for p := lo + head; p < lo+head+mid; p += shmKernelPiece {
-			for i, q := range from {
-				srcs[i] = unsafe.Pointer(&reg.views[q][p])
-			}
-			for i, q := range to {
-				dsts[i] = unsafe.Pointer(&reg.views[q][p])
-			}
-			addBcastNT(srcs, dsts, min(shmKernelPiece, lo+head+mid-p), divisor)
-		}
-		lo += head + mid
+	var divisor float32
+	if op == Mean && n > 0 {
+		divisor = float32(n)
 	}
-	g.reducePortable(reg, lo, hi, op, from, to, n)
+	srcs, dsts := g.srcs[:len(from)], g.dsts[:len(to)]
+	// In pieces: the Go scheduler cannot preempt the vector kernel, and a
+	// stop-the-world pause should not wait for a whole chunk. Pieces end
+	// at multiples of shmKernelPiece of the region, so all but the first
+	// start where the buffers are aligned and need no Go loop.
+	for p := lo; p < hi; {
+		e := min(hi, (p/shmKernelPiece+1)*shmKernelPiece)
+		for i, q := range from {
+			srcs[i] = reg.views[q][p:e]
+		}
+		for i, q := range to {
+			dsts[i] = reg.views[q][p:e]
+		}
+		tensor.SumBroadcast(dsts, srcs, divisor)
+		p = e
+	}
 }
 
 // reduceOut reduces elements [lo, lo+len(dst)) of every member's buffer,
 // in rank order, finishes op for n ranks and stores the result into dst,
-// which may be any memory: the vector kernel when dst has the buffers'
-// alignment, Go otherwise.
+// which may be any memory.
 func (g *shmGroup) reduceOut(reg *shmRegion, lo int, dst []float32, op Op, n int) {
-	hi := lo + len(dst)
-	if lo >= hi {
+	if op != Sum && op != Mean {
+		g.reduceOutPortable(reg, lo, dst, op, g.members, n)
 		return
 	}
-	head, mid := 0, 0
-	if haveAddBcast && (op == Sum || op == Mean) {
-		a := uintptr(unsafe.Pointer(&reg.views[g.members[0]][lo]))
-		head = min(hi-lo, int((32-a%32)%32)/4)
-		if head < len(dst) && uintptr(unsafe.Pointer(&dst[head]))%32 == 0 {
-			mid = (hi - lo - head) / addBcastBlock * addBcastBlock
-		}
-	}
-	g.reduceOutPortable(reg, lo, dst[:head], op, g.members, n)
 	var divisor float32
 	if op == Mean {
 		divisor = float32(n)
 	}
 	srcs, dsts := g.srcs[:len(g.members)], g.dsts[:1]
-	for p := head; p < head+mid; p += shmKernelPiece {
+	for p := 0; p < len(dst); p += shmKernelPiece {
+		e := min(p+shmKernelPiece, len(dst))
 		for i, q := range g.members {
-			srcs[i] = unsafe.Pointer(&reg.views[q][lo+p])
+			srcs[i] = reg.views[q][lo+p : lo+e]
 		}
-		dsts[0] = unsafe.Pointer(&dst[p])
-		addBcastNT(srcs, dsts, min(shmKernelPiece, head+mid-p), divisor)
+		dsts[0] = dst[p:e]
+		tensor.SumBroadcast(dsts, srcs, divisor)
 	}
-	g.reduceOutPortable(reg, lo+head+mid, dst[head+mid:], op, g.members, n)
 }
 
 // reduceOutPortable reduces elements [lo, lo+len(dst)) of the buffers of

@@ -39,6 +39,9 @@ type Job struct {
 	Ranks     []Rank // the ranks to start here
 	RankTable string // RANK_TABLE_FILE; may be empty
 	Env       []string
+	// ExtraFiles are open in every rank as file descriptors 3, 4, ...
+	// (exec.Cmd.ExtraFiles), e.g. the write end of an event pipe.
+	ExtraFiles []*os.File
 	// Grace is how long ranks get after SIGTERM before SIGKILL (default 5s).
 	Grace time.Duration
 	// PeerFailWait is how long the other ranks may take to notice a failed
@@ -195,9 +198,11 @@ func start(job Job, r Rank) (*proc, error) {
 		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
 	}
 	env := append(append(os.Environ(), job.Env...), RankEnv(r, job.RankSize, job.RankTable)...)
-	// The seeds' scripts run `env > env$i.log` before starting a rank.
+	// The seeds' scripts run `env > env$i.log` before starting a rank. The
+	// environment may hold secrets: the file is the owner's alone (0600,
+	// also when an earlier attempt left a readable one).
 	envLog := filepath.Join(dir, "env"+strconv.Itoa(r.RankID)+".log")
-	if err := os.WriteFile(envLog, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(envLog, []byte(strings.Join(env, "\n")+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("launch rank %d: %w", r.RankID, err)
 	}
 	log, err := os.OpenFile(LogPath(job.Dir, r.RankID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -208,6 +213,7 @@ func start(job Job, r Rank) (*proc, error) {
 	cmd.Dir = dir
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.ExtraFiles = job.ExtraFiles
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()

@@ -68,6 +68,12 @@ func TestSeedsLayoutAndEnvironment(t *testing.T) {
 		if err != nil || !strings.Contains(string(env), fmt.Sprintf("RANK_ID=%d\n", r)) || !strings.Contains(string(env), "RANK_SIZE=4\n") {
 			t.Errorf("env%d.log lacks the rank variables: %v", r, err)
 		}
+		// The environment can hold secrets: only the owner reads it.
+		if st, err := os.Stat(filepath.Join(j.Dir, fmt.Sprintf("device%d/env%d.log", r, r))); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != 0o600 {
+			t.Errorf("env%d.log mode %v, want 0600", r, st.Mode().Perm())
+		}
 	}
 }
 

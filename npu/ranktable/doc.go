@@ -10,18 +10,18 @@
 //	for _, p := range problems {
 //		fmt.Println(p)                 // rank_table_8pcs.json:6:26: warning: placeholder server_id ...
 //	}
-//	if err := problems.Err(); err != nil { ... } // errors.Is(err, ranktable.ErrInvalid)
+//	if err := problems.Err(); err != nil { ... } // the table has errors, not only warnings
 //	ranks, _ := t.Ranks()              // one Rank per device, sorted by rank id
 //
 // # Positions
 //
 // Parse walks the json.Decoder token stream and keeps the byte offset of
-// every key and value, so each Problem names file:line:col (columns count
-// bytes). Syntax errors are located by a small scanner that agrees with
-// encoding/json on what is valid JSON. Empty files, binary data (NUL bytes,
-// invalid UTF-8), a byte order mark, nesting deeper than 32 levels and files
-// over MaxFileSize (16 MiB) are reported with a position too; Load returns an
-// error only for files it cannot read.
+// every key and value, so each diagnostic names file:line:col (columns count
+// bytes). Syntax errors are located by diag.JSONSyntaxError, a small scanner
+// that agrees with encoding/json on what is valid JSON. Empty files, binary
+// data (NUL bytes, invalid UTF-8), a byte order mark, nesting deeper than 32
+// levels and files over MaxFileSize (16 MiB) are reported with a position
+// too; Load returns an error only for files it cannot read.
 //
 // # Rules
 //

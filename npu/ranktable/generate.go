@@ -148,7 +148,7 @@ func parseDeviceRange(spec string) (lo, hi int, err error) {
 func serverIDs(given []string, hosts int, scheme Scheme) ([]string, error) {
 	maxHosts := 125 // the seeds scheme's last octet 6+2h+1 must stay <= 255
 	if scheme == SchemeLocal {
-		maxHosts = 254 // 127.0.0.1 to 127.0.0.254
+		maxHosts = MaxLocalHosts
 	}
 	switch {
 	case len(given) > 0 && hosts != 0 && hosts != len(given):
@@ -193,4 +193,27 @@ func serverIDs(given []string, hosts int, scheme Scheme) ([]string, error) {
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// MaxLocalHosts is how many simulated hosts the local address scheme has
+// addresses for: server ids 127.0.0.1 to 127.0.0.254.
+const MaxLocalHosts = 254
+
+// CheckDeviceCount applies HCCL's rule to a cluster given by a device
+// count — 1, 2, 4 or 8 devices on one host, or whole 8-device hosts beyond
+// that — and the most devices the local scheme can simulate (8 on each of
+// MaxLocalHosts hosts). Specs (`cluster: {devices: N}`) and the launcher
+// both use it.
+func CheckDeviceCount(n int) error {
+	switch {
+	case n == 1 || n == 2 || n == 4 || n == 8:
+		return nil
+	case n < 8:
+		return fmt.Errorf("HCCL supports 1, 2, 4 or 8 devices on one host, not %d", n)
+	case n%8 != 0:
+		return fmt.Errorf("%d devices: more than 8 devices need whole 8-device hosts (16, 24, ...)", n)
+	case n > 8*MaxLocalHosts:
+		return fmt.Errorf("%d devices: at most %d devices (%d hosts of 8) can be simulated on this machine; give a rank_table for a larger cluster", n, 8*MaxLocalHosts, MaxLocalHosts)
+	}
+	return nil
 }

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
-	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mspipe/mspipe/internal/diag"
+	"github.com/mspipe/mspipe/internal/userfile"
 )
 
 // MaxFileSize caps the size of a rank table file. Load refuses larger files
@@ -25,21 +26,15 @@ const maxDepth = 32
 // Load reads and checks the rank table at path: it parses the file and, when
 // the JSON has the table's shape, validates it against HCCL's rules. The
 // error is non-nil only when the file cannot be read (missing, a directory,
-// larger than MaxFileSize); everything wrong with the content is a Problem.
+// larger than MaxFileSize); everything wrong with the content is a diagnostic.
 // The table is nil when the content is not a JSON object at all.
-func Load(path string) (*RankTable, Problems, error) {
-	f, err := os.Open(path)
+func Load(path string) (*RankTable, diag.List, error) {
+	// A regular file only: a FIFO would block the open, a device the read.
+	f, info, err := userfile.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read rank table %s: %w", path, err)
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("read rank table %s: %w", path, err)
-	}
-	if info.IsDir() {
-		return nil, nil, fmt.Errorf("read rank table %s: is a directory", path)
-	}
 	if info.Size() > MaxFileSize {
 		return nil, nil, fmt.Errorf("read rank table %s: %w: %d bytes, the limit is %d MiB", path, ErrTooLarge, info.Size(), MaxFileSize>>20)
 	}
@@ -58,11 +53,11 @@ func Load(path string) (*RankTable, Problems, error) {
 
 // Check parses data and, if it has the shape of a rank table, validates it.
 // name is the file name problems are reported under.
-func Check(name string, data []byte) (*RankTable, Problems) {
+func Check(name string, data []byte) (*RankTable, diag.List) {
 	t, problems := Parse(name, data)
 	if t != nil {
 		problems = append(problems, t.Validate()...)
-		problems.sort()
+		problems.Sort()
 	}
 	return t, problems
 }
@@ -72,14 +67,14 @@ func Check(name string, data []byte) (*RankTable, Problems) {
 // keys; HCCL's rules are left to Validate. The table is nil when data is not
 // a JSON object; otherwise it holds everything that could be decoded, so
 // Validate can still report the remaining problems in one pass.
-func Parse(name string, data []byte) (*RankTable, Problems) {
-	p := &parser{file: name, data: data}
+func Parse(name string, data []byte) (*RankTable, diag.List) {
+	p := &parser{file: name, data: data, loc: diag.NewLocator(data)}
 	root := p.tree()
 	var t *RankTable
 	if root != nil {
 		t = p.build(root)
 	}
-	p.problems.sort()
+	p.problems.Sort()
 	return t, p.problems
 }
 
@@ -129,32 +124,25 @@ func (n *node) describe() string {
 type parser struct {
 	file     string
 	data     []byte
-	lines    []int // offsets at which lines start, built on first use
-	problems Problems
+	loc      *diag.Locator
+	problems diag.List
 }
 
 // position converts a byte offset into a line and column.
 func (p *parser) position(off int) Pos {
-	if p.lines == nil {
-		p.lines = []int{0}
-		for i, c := range p.data {
-			if c == '\n' {
-				p.lines = append(p.lines, i+1)
-			}
-		}
-	}
-	line := sort.SearchInts(p.lines, off+1) // index of the first line start > off
-	return Pos{Offset: off, Line: line, Col: off - p.lines[line-1] + 1}
+	line, col := p.loc.Position(off)
+	return Pos{Offset: off, Line: line, Col: col}
 }
 
-func (p *parser) report(sev Severity, off int, path, format string, args ...any) {
-	p.problems = append(p.problems, Problem{
-		File: p.file, Pos: p.position(off), Path: path, Severity: sev, Msg: fmt.Sprintf(format, args...),
+func (p *parser) report(sev diag.Severity, code string, off int, format string, args ...any) {
+	pos := p.position(off)
+	p.problems = append(p.problems, diag.Diagnostic{
+		File: p.file, Line: pos.Line, Column: pos.Col, Severity: sev, Code: code, Message: fmt.Sprintf(format, args...),
 	})
 }
 
-func (p *parser) errorf(off int, path, format string, args ...any) {
-	p.report(SeverityError, off, path, format, args...)
+func (p *parser) errorf(off int, format string, args ...any) {
+	p.report(diag.Error, "", off, format, args...)
 }
 
 // tree decodes p.data into nodes, or reports why it cannot and returns nil.
@@ -162,41 +150,41 @@ func (p *parser) tree() *node {
 	data := p.data
 	switch {
 	case len(data) > MaxFileSize:
-		p.errorf(0, "", "file is %d bytes, larger than the %d MiB limit for a rank table", len(data), MaxFileSize>>20)
+		p.errorf(0, "file is %d bytes, larger than the %d MiB limit for a rank table", len(data), MaxFileSize>>20)
 		return nil
 	case len(data) == 0:
-		p.errorf(0, "", "empty file: a rank table is a JSON object")
+		p.errorf(0, "empty file: a rank table is a JSON object")
 		return nil
 	case bytes.HasPrefix(data, []byte("\xef\xbb\xbf")):
-		p.errorf(0, "", "file starts with a UTF-8 byte order mark, which JSON does not allow; save it without one")
+		p.errorf(0, "file starts with a UTF-8 byte order mark, which JSON does not allow; save it without one")
 		return nil
 	}
 	if off, b, ok := firstBinaryByte(data); ok {
 		if b == 0 {
-			p.errorf(off, "", "not a text file: NUL byte (a rank table is UTF-8 JSON)")
+			p.errorf(off, "not a text file: NUL byte (a rank table is UTF-8 JSON)")
 		} else {
-			p.errorf(off, "", "not a text file: invalid UTF-8 byte 0x%02x (a rank table is UTF-8 JSON)", b)
+			p.errorf(off, "not a text file: invalid UTF-8 byte 0x%02x (a rank table is UTF-8 JSON)", b)
 		}
 		return nil
 	}
-	if skipWS(data, 0) == len(data) {
-		p.errorf(len(data), "", "no JSON value: the file holds only whitespace; a rank table is a JSON object")
+	if diag.SkipJSONSpace(data, 0) == len(data) {
+		p.errorf(len(data), "no JSON value: the file holds only whitespace; a rank table is a JSON object")
 		return nil
 	}
 	d := &decoder{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
 	d.dec.UseNumber()
 	root, err := d.value(0)
-	if err == nil && skipWS(data, int(d.dec.InputOffset())) < len(data) {
-		err = errors.New("trailing data") // locateSyntaxError names it
+	if err == nil && diag.SkipJSONSpace(data, int(d.dec.InputOffset())) < len(data) {
+		err = errors.New("trailing data") // diag.JSONSyntaxError names it
 	}
 	if err != nil {
 		var de *depthError
 		if errors.As(err, &de) {
-			p.errorf(de.off, "", "JSON nested more than %d levels deep; a rank table nests 5", maxDepth)
+			p.errorf(de.off, "JSON nested more than %d levels deep; a rank table nests 5", maxDepth)
 			return nil
 		}
-		if off, msg, found := locateSyntaxError(data); found {
-			p.errorf(off, "", "%s", msg)
+		if off, msg, found := diag.JSONSyntaxError(data); found {
+			p.report(diag.Error, CodeSyntax, off, "%s", msg)
 		} else {
 			// Unreachable while the scanner agrees with encoding/json (a fuzz
 			// test checks that); keep the decoder's own words just in case.
@@ -205,7 +193,7 @@ func (p *parser) tree() *node {
 			if errors.As(err, &se) {
 				off = min(int(se.Offset), len(data))
 			}
-			p.errorf(off, "", "syntax error: %v", err)
+			p.report(diag.Error, CodeSyntax, off, "syntax error: %v", err)
 		}
 		return nil
 	}
@@ -253,9 +241,9 @@ func (d *decoder) next() (json.Token, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	i := skipWS(d.data, prev)
+	i := diag.SkipJSONSpace(d.data, prev)
 	if i < len(d.data) && (d.data[i] == ',' || d.data[i] == ':') {
-		i = skipWS(d.data, i+1)
+		i = diag.SkipJSONSpace(d.data, i+1)
 	}
 	return tok, i, nil
 }
@@ -333,22 +321,22 @@ func deviceKeys() []string { return []string{"device_id", "device_ip", "rank_id"
 // build turns the node tree into a RankTable, reporting shape problems.
 func (p *parser) build(root *node) *RankTable {
 	if root.kind != kindObject {
-		p.errorf(root.off, "", "the top-level value is %s; a rank table is a JSON object", root.describe())
+		p.errorf(root.off, "the top-level value is %s; a rank table is a JSON object", root.describe())
 		return nil
 	}
 	t := &RankTable{pos: map[string]Pos{}, bad: map[string]bool{}, file: p.file}
 	b := &builder{p: p, t: t}
 	t.pos[""] = p.position(root.off)
 	fields := b.fields(root, "", "the rank table", tableKeys())
-	t.Version = b.str(fields, root, "", "version", SeverityError)
-	t.ServerCount = b.str(fields, root, "", "server_count", SeverityError)
+	t.Version = b.str(fields, root, "", "version", diag.Error)
+	t.ServerCount = b.str(fields, root, "", "server_count", diag.Error)
 	if list := b.array(fields, root, "", "server_list"); list != nil {
 		t.ServerList = make([]Server, len(list.elems))
 		for i, e := range list.elems {
 			t.ServerList[i] = b.server(e, serverPath(i))
 		}
 	}
-	t.Status = b.str(fields, root, "", "status", SeverityError)
+	t.Status = b.str(fields, root, "", "status", diag.Error)
 	return t
 }
 
@@ -363,7 +351,7 @@ func (b *builder) server(n *node, path string) Server {
 		return s
 	}
 	fields := b.fields(n, path, "a server object", serverKeys())
-	s.ServerID = b.str(fields, n, path, "server_id", SeverityError)
+	s.ServerID = b.str(fields, n, path, "server_id", diag.Error)
 	if list := b.array(fields, n, path, "device"); list != nil {
 		s.Device = make([]Device, len(list.elems))
 		for j, e := range list.elems {
@@ -372,7 +360,7 @@ func (b *builder) server(n *node, path string) Server {
 	}
 	// The seeds always write "host_nic_ip": "reserve"; a table without it
 	// is unusual but carries no information HCCL's version 1.0 needs.
-	s.HostNicIP = b.str(fields, n, path, "host_nic_ip", SeverityWarning)
+	s.HostNicIP = b.str(fields, n, path, "host_nic_ip", diag.Warning)
 	return s
 }
 
@@ -382,9 +370,9 @@ func (b *builder) device(n *node, path string) Device {
 		return d
 	}
 	fields := b.fields(n, path, "a device object", deviceKeys())
-	d.DeviceID = b.str(fields, n, path, "device_id", SeverityError)
-	d.DeviceIP = b.str(fields, n, path, "device_ip", SeverityError)
-	d.RankID = b.str(fields, n, path, "rank_id", SeverityError)
+	d.DeviceID = b.str(fields, n, path, "device_id", diag.Error)
+	d.DeviceIP = b.str(fields, n, path, "device_ip", diag.Error)
+	d.RankID = b.str(fields, n, path, "rank_id", diag.Error)
 	return d
 }
 
@@ -392,7 +380,7 @@ func (b *builder) device(n *node, path string) Device {
 func (b *builder) object(n *node, path string) bool {
 	b.t.pos[path] = b.p.position(n.off)
 	if n.kind != kindObject {
-		b.p.errorf(n.off, path, "%s must be an object, not %s", path, n.describe())
+		b.p.errorf(n.off, "%s must be an object, not %s", path, n.describe())
 		b.t.bad[path] = true
 		return false
 	}
@@ -405,12 +393,12 @@ func (b *builder) fields(obj *node, path, what string, known []string) map[strin
 	fields := make(map[string]member, len(obj.members))
 	for _, m := range obj.members {
 		if first, dup := fields[m.key]; dup {
-			b.p.errorf(m.keyOff, join(path, m.key), "duplicate key %q (first at %s)", m.key, b.p.position(first.keyOff))
+			b.p.errorf(m.keyOff, "duplicate key %q (first at %s)", m.key, b.p.position(first.keyOff))
 			continue
 		}
 		fields[m.key] = m
 		if !slices.Contains(known, m.key) {
-			b.p.errorf(m.keyOff, join(path, m.key), "unknown key %q in %s%s", m.key, what, suggest(m.key, known))
+			b.p.errorf(m.keyOff, "unknown key %q in %s%s", m.key, what, suggest(m.key, known))
 		}
 	}
 	return fields
@@ -419,15 +407,15 @@ func (b *builder) fields(obj *node, path, what string, known []string) map[strin
 // str returns the string value of key in obj. A missing key is reported with
 // severity sev; a number is an error but its literal is kept so validation
 // can go on; any other type is an error and marks the path bad.
-func (b *builder) str(fields map[string]member, obj *node, path, key string, sev Severity) string {
+func (b *builder) str(fields map[string]member, obj *node, path, key string, sev diag.Severity) string {
 	kp := join(path, key)
 	m, ok := fields[key]
 	if !ok {
 		b.t.bad[kp] = true
-		if sev == SeverityWarning {
-			b.p.report(sev, obj.off, kp, "missing key %q (the seeds set it to \"reserve\")", key)
+		if sev == diag.Warning {
+			b.p.report(sev, "", obj.off, "missing key %q (the seeds set it to \"reserve\")", key)
 		} else {
-			b.p.errorf(obj.off, kp, "missing key %q", key)
+			b.p.errorf(obj.off, "missing key %q", key)
 		}
 		return ""
 	}
@@ -436,11 +424,11 @@ func (b *builder) str(fields map[string]member, obj *node, path, key string, sev
 	case kindString:
 		return m.val.text
 	case kindNumber:
-		b.p.errorf(m.val.off, kp, "%s must be a JSON string: write %s, not %s (rank tables quote every value)", key, quote(m.val.text), m.val.text)
+		b.p.errorf(m.val.off, "%s must be a JSON string: write %s, not %s (rank tables quote every value)", key, quote(m.val.text), m.val.text)
 		return m.val.text
 	default:
 		b.t.bad[kp] = true
-		b.p.errorf(m.val.off, kp, "%s must be a JSON string, not %s", key, m.val.describe())
+		b.p.errorf(m.val.off, "%s must be a JSON string, not %s", key, m.val.describe())
 		return ""
 	}
 }
@@ -451,13 +439,13 @@ func (b *builder) array(fields map[string]member, obj *node, path, key string) *
 	m, ok := fields[key]
 	if !ok {
 		b.t.bad[kp] = true
-		b.p.errorf(obj.off, kp, "missing key %q", key)
+		b.p.errorf(obj.off, "missing key %q", key)
 		return nil
 	}
 	b.t.pos[kp] = b.p.position(m.val.off)
 	if m.val.kind != kindArray {
 		b.t.bad[kp] = true
-		b.p.errorf(m.val.off, kp, "%s must be an array, not %s", key, m.val.describe())
+		b.p.errorf(m.val.off, "%s must be an array, not %s", key, m.val.describe())
 		return nil
 	}
 	return m.val

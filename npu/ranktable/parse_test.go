@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/diag"
 )
 
 func TestPositions(t *testing.T) {
@@ -91,28 +93,13 @@ func TestSyntaxErrorPositions(t *testing.T) {
 				t.Fatalf("got %d problems, want 1:\n%s", len(problems), formatProblems(problems))
 			}
 			p := problems[0]
-			if p.Pos.String() != tt.pos || !strings.Contains(p.Msg, tt.msg) || p.Severity != SeverityError {
-				t.Errorf("got %v\nwant x.json:%s: error: ...%s...", p, tt.pos, tt.msg)
+			if p.Where() != "x.json:"+tt.pos || !strings.Contains(p.Message, tt.msg) || p.Severity != diag.Error || p.Code != CodeSyntax {
+				t.Errorf("got %v (code %q)\nwant x.json:%s: error: ...%s... (code %q)", p, p.Code, tt.pos, tt.msg, CodeSyntax)
 			}
 			if json.Valid([]byte(tt.in)) {
 				t.Errorf("test input is valid JSON")
 			}
 		})
-	}
-}
-
-func TestLocateSyntaxErrorAgreesWithEncodingJSON(t *testing.T) {
-	inputs := []string{
-		`{}`, `[]`, `""`, `0`, `-0.5e+10`, `true`, `null`, `{"a":[1,2,{"b":null}]}`, " \t\r\n{} \n",
-		`{"a":"\u00e9\n\"\\\/"}`, `[1.]`, `[.5]`, `[01]`, `[-]`, `[1e]`, `{"a":1,}`, `[1,]`, `{,}`,
-		`{"a"}`, `{"a":}`, `{"a" 1}`, `[1 2]`, `"abc`, `"a` + "\t" + `"`, `nul`, `truex`, `{} {}`, `}`, ``, `  `,
-		"[\"\xff\"]", `{"a":"b"}}`, `[[[[]]]]`, `[[[[]]]`, `{"\u"}`,
-	}
-	for _, in := range inputs {
-		_, msg, found := locateSyntaxError([]byte(in))
-		if valid := json.Valid([]byte(in)); found == valid {
-			t.Errorf("locateSyntaxError(%q) found=%v (%s), json.Valid=%v", in, found, msg, valid)
-		}
 	}
 }
 
@@ -183,6 +170,8 @@ func TestParseTooLarge(t *testing.T) {
 	}
 }
 
+// TestProblemsErr checks the error a caller gets for an invalid table: the
+// first error, how many more, and every diagnostic reachable with errors.As.
 func TestProblemsErr(t *testing.T) {
 	data, err := os.ReadFile("testdata/invalid/twelve_devices.json")
 	if err != nil {
@@ -190,18 +179,15 @@ func TestProblemsErr(t *testing.T) {
 	}
 	_, problems := Check("twelve.json", data)
 	err = problems.Err()
-	if !errors.Is(err, ErrInvalid) {
-		t.Fatalf("Err() = %v, not ErrInvalid", err)
-	}
 	want := "twelve.json:7:23: error: server_list[0] has 12 devices; HCCL supports 1, 2, 4 or 8 devices on one host (and 4 more errors)"
-	if err.Error() != want {
-		t.Errorf("Err() = %q\nwant     %q", err, want)
+	if err == nil || err.Error() != want {
+		t.Fatalf("Err() = %v\nwant     %q", err, want)
 	}
-	var p Problem
-	if !errors.As(err, &p) || p.Path != "server_list[0].device" {
-		t.Errorf("errors.As(Problem) = %v, path %q", p, p.Path)
+	var d diag.Diagnostic
+	if !errors.As(err, &d) || d.Line != 7 || d.Column != 23 {
+		t.Errorf("errors.As(Diagnostic) = %v", d)
 	}
-	warnOnly := Problems{{File: "x", Severity: SeverityWarning, Msg: "w"}}
+	warnOnly := diag.List{{File: "x", Severity: diag.Warning, Message: "w"}}
 	if warnOnly.Err() != nil {
 		t.Error("warnings alone made Err() non-nil")
 	}
@@ -281,25 +267,25 @@ func TestValidateRules(t *testing.T) {
 		name    string
 		servers []Server
 		want    string // substring of the only problem; "" for none
-		sev     Severity
+		sev     diag.Severity
 	}{
 		{"single host in order", []Server{eight("10.0.0.1", 0)}, "", 0},
 		{"three hosts in order", []Server{eight("10.0.0.1", 0), eight("10.0.0.2", 8), eight("10.0.0.3", 16)}, "", 0},
 		{"file order differs from rank order", []Server{eight("10.0.0.2", 8), eight("10.0.0.1", 0)}, "", 0},
 		{"textual order 10 before 9", []Server{eight("10.0.0.10", 0), eight("10.0.0.9", 8)}, "", 0},
-		{"placeholder among real ids", []Server{eight("10.0.0.1", 0), eight("10.*.*.*", 8)}, "not checked for placeholder", SeverityWarning},
-		{"real ids out of order around a placeholder", []Server{eight("10.0.0.2", 0), eight("10.*.*.*", 8), eight("10.0.0.1", 16)}, `server_id "10.0.0.1" holds rank ids 16-23 but sorts before "10.0.0.2"`, SeverityError},
-		{"ipv6 server", []Server{eight("::1", 0)}, "is neither an IPv4 address nor a placeholder", SeverityError},
-		{"bad placeholder", []Server{eight("10.*", 0)}, "is neither an IPv4 address nor a placeholder", SeverityError},
+		{"placeholder among real ids", []Server{eight("10.0.0.1", 0), eight("10.*.*.*", 8)}, "not checked for placeholder", diag.Warning},
+		{"real ids out of order around a placeholder", []Server{eight("10.0.0.2", 0), eight("10.*.*.*", 8), eight("10.0.0.1", 16)}, `server_id "10.0.0.1" holds rank ids 16-23 but sorts before "10.0.0.2"`, diag.Error},
+		{"ipv6 server", []Server{eight("::1", 0)}, "is neither an IPv4 address nor a placeholder", diag.Error},
+		{"bad placeholder", []Server{eight("10.*", 0)}, "is neither an IPv4 address nor a placeholder", diag.Error},
 		{"devices 4-7 alone", []Server{{ServerID: "10.0.0.1", HostNicIP: "reserve", Device: []Device{
 			{DeviceID: "4", DeviceIP: "192.1.27.7", RankID: "0"}, {DeviceID: "5", DeviceIP: "192.2.27.7", RankID: "1"},
 			{DeviceID: "6", DeviceIP: "192.3.27.7", RankID: "2"}, {DeviceID: "7", DeviceIP: "192.4.27.7", RankID: "3"}}}}, "", 0},
 		{"devices 3 and 4", []Server{{ServerID: "10.0.0.1", HostNicIP: "reserve", Device: []Device{
-			{DeviceID: "3", DeviceIP: "192.4.27.6", RankID: "0"}, {DeviceID: "4", DeviceIP: "192.1.27.7", RankID: "1"}}}}, "devices 3-4 span both device networks", SeverityError},
-		{"leading zero rank", []Server{ok("10.0.0.1", "00")}, `rank_id "00" is not a non-negative integer (write it without leading zeros)`, SeverityError},
-		{"negative rank", []Server{ok("10.0.0.1", "-1")}, `rank_id "-1" is not a non-negative integer`, SeverityError},
-		{"host nic ip", []Server{{ServerID: "10.0.0.1", HostNicIP: "eth0", Device: []Device{{DeviceID: "0", DeviceIP: "192.1.27.6", RankID: "0"}}}}, `host_nic_ip "eth0" is neither "reserve" nor an IPv4 address`, SeverityError},
-		{"unspecified device ip", []Server{{ServerID: "10.0.0.1", HostNicIP: "reserve", Device: []Device{{DeviceID: "0", DeviceIP: "0.0.0.0", RankID: "0"}}}}, `device_ip "0.0.0.0" is the unspecified address`, SeverityError},
+			{DeviceID: "3", DeviceIP: "192.4.27.6", RankID: "0"}, {DeviceID: "4", DeviceIP: "192.1.27.7", RankID: "1"}}}}, "devices 3-4 span both device networks", diag.Error},
+		{"leading zero rank", []Server{ok("10.0.0.1", "00")}, `rank_id "00" is not a non-negative integer (write it without leading zeros)`, diag.Error},
+		{"negative rank", []Server{ok("10.0.0.1", "-1")}, `rank_id "-1" is not a non-negative integer`, diag.Error},
+		{"host nic ip", []Server{{ServerID: "10.0.0.1", HostNicIP: "eth0", Device: []Device{{DeviceID: "0", DeviceIP: "192.1.27.6", RankID: "0"}}}}, `host_nic_ip "eth0" is neither "reserve" nor an IPv4 address`, diag.Error},
+		{"unspecified device ip", []Server{{ServerID: "10.0.0.1", HostNicIP: "reserve", Device: []Device{{DeviceID: "0", DeviceIP: "0.0.0.0", RankID: "0"}}}}, `device_ip "0.0.0.0" is the unspecified address`, diag.Error},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,10 +299,10 @@ func TestValidateRules(t *testing.T) {
 			}
 			found := false
 			for _, p := range problems {
-				found = found || p.Severity == tt.sev && strings.Contains(p.Msg, tt.want)
+				found = found || p.Severity == tt.sev && strings.Contains(p.Message, tt.want)
 			}
 			wantErrs := 0
-			if tt.sev == SeverityError {
+			if tt.sev == diag.Error {
 				wantErrs = 1
 			}
 			if errs, _ := problems.Count(); !found || errs != wantErrs {

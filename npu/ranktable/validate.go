@@ -6,22 +6,24 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mspipe/mspipe/internal/diag"
 )
 
 // Validate checks the table against HCCL's rules as the seeds state them and
 // returns every problem found, sorted by position. Only error-level problems
 // make the table unusable; see the package documentation for the rules and
 // for what is a warning.
-func (t *RankTable) Validate() Problems {
+func (t *RankTable) Validate() diag.List {
 	c := &checker{t: t}
 	c.check()
-	c.problems.sort()
+	c.problems.Sort()
 	return c.problems
 }
 
 type checker struct {
 	t        *RankTable
-	problems Problems
+	problems diag.List
 }
 
 // usable reports whether path and all its ancestors decoded with the right
@@ -65,18 +67,25 @@ func (c *checker) where(path string) string {
 	return path
 }
 
-func (c *checker) report(sev Severity, path, format string, args ...any) {
-	c.problems = append(c.problems, Problem{
-		File: c.t.file, Pos: c.pos(path), Path: path, Severity: sev, Msg: fmt.Sprintf(format, args...),
+// report records a problem at path. Tables built in memory have no
+// positions, so there the JSON path leads the message instead.
+func (c *checker) report(sev diag.Severity, path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	pos := c.pos(path)
+	if !pos.IsValid() && path != "" {
+		msg = path + ": " + msg
+	}
+	c.problems = append(c.problems, diag.Diagnostic{
+		File: c.t.file, Line: pos.Line, Column: pos.Col, Severity: sev, Message: msg,
 	})
 }
 
 func (c *checker) errorf(path, format string, args ...any) {
-	c.report(SeverityError, path, format, args...)
+	c.report(diag.Error, path, format, args...)
 }
 
 func (c *checker) warnf(path, format string, args ...any) {
-	c.report(SeverityWarning, path, format, args...)
+	c.report(diag.Warning, path, format, args...)
 }
 
 // rankRef is a parsed rank_id with where it came from.

@@ -274,14 +274,7 @@ func (j *layoutJob) Range(lo, hi int) {
 				img := ch[p.lead+n*p.ImagePitch : p.lead+(n+1)*p.ImagePitch]
 				clear(img[:rp])
 				src := j.nchw[(n*j.channels+c)*hw : (n*j.channels+c+1)*hw]
-				if padRowsAsm(img[rp:], src, oh, ow) {
-					continue
-				}
-				for h := 0; h < oh; h++ {
-					row := img[(h+1)*rp : (h+2)*rp]
-					row[0] = 0
-					copy(row[1:], src[h*ow:(h+1)*ow])
-				}
+				padRows(img[rp:], src, oh, ow)
 			}
 			if hi == p.N {
 				clear(ch[p.lead+p.N*p.ImagePitch:])
@@ -297,28 +290,23 @@ func (j *layoutJob) Range(lo, hi int) {
 		if j.add != nil {
 			add = j.add[pl*hw : (pl+1)*hw]
 		}
-		if j.bias == nil && unpackRowsAsm(dst, img[rp:], add, oh, ow) {
+		if j.bias == nil {
+			unpackRows(dst, img[rp:], add, oh, ow)
 			continue
 		}
-		var bias float32
-		if j.bias != nil {
-			bias = j.bias[c]
-		}
+		bias := j.bias[c]
 		for h := 0; h < oh; h++ {
 			src := img[(h+1)*rp+1 : (h+1)*rp+1+ow]
 			d := dst[h*ow : (h+1)*ow]
-			switch {
-			case j.add != nil:
-				a := j.add[pl*hw+h*ow : pl*hw+(h+1)*ow]
+			if add != nil {
+				a := add[h*ow : (h+1)*ow]
 				for i, v := range src {
 					d[i] = v + bias + a[i]
 				}
-			case j.bias != nil:
+			} else {
 				for i, v := range src {
 					d[i] = v + bias
 				}
-			default:
-				copy(d, src)
 			}
 		}
 	}
@@ -350,29 +338,14 @@ func (j *phaseJob) Range(lo, hi int) {
 				even, odd := region(2*a, c, n)[rp:], region(2*a+1, c, n)[rp:]
 				rows := plane[a*p.W:]
 				if j.pack {
-					if !splitRowsAsm(even, odd, rows, oh, ow) {
-						for i := 0; i < oh; i++ {
-							even[i*rp], odd[i*rp] = 0, 0
-							gatherEven(even[i*rp+1:(i+1)*rp], rows[2*i*p.W:])
-							gatherEven(odd[i*rp+1:(i+1)*rp], rows[2*i*p.W+1:])
-						}
-					}
+					splitRows(even, odd, rows, oh, ow)
 					continue
 				}
 				var add []float32
 				if j.add != nil {
 					add = j.add[(n*p.In+c)*hw+a*p.W:]
 				}
-				if mergeRowsAsm(rows, even, odd, add, oh, ow) {
-					continue
-				}
-				for i := 0; i < oh; i++ {
-					var r []float32
-					if add != nil {
-						r = add[2*i*p.W : (2*i+1)*p.W]
-					}
-					interleave(rows[2*i*p.W:(2*i+1)*p.W], even[i*rp+1:(i+1)*rp], odd[i*rp+1:(i+1)*rp], r)
-				}
+				mergeRows(rows, even, odd, add, oh, ow)
 			}
 			if j.pack {
 				for ph := 0; ph < 4; ph++ {

@@ -19,7 +19,7 @@
 //
 // Gemm, Workers.Gemm, Workers.GemmNT, Conv3x3, Im2col, Col2im and the
 // element-wise kernels (SumSquares, Affine, GradSums, LinearComb, ReLUGrad,
-// AddTo) work on plain []float32 with lengths
+// AddTo, SumBroadcast) work on plain []float32 with lengths
 // and strides. They never allocate, log or return errors: their callers (the
 // layers in npu/nn) derive every length from shapes they have already checked,
 // so a wrong length is a broken invariant and panics.
@@ -54,6 +54,16 @@
 // The element-wise kernels of BatchNorm, ReLU and residual sums have AVX2
 // loops in assembly; sums are taken in float64.
 //
+// SumBroadcast, the reduction of AllReduce over shared memory, sums k
+// slices in a fixed order and stores the result into several destinations
+// in one pass: an AVX2 kernel with non-temporal stores, the same bits from
+// the Go loop elsewhere.
+//
+// Every assembly file (*_amd64.s) is written by the generator in
+// internal/asmgen (go generate); a test fails when a file drifts from it.
+// Each kernel has a Go fallback, used on other CPUs and architectures and
+// with the purego build tag, and tests run both on the same inputs.
+//
 // Workers splits every parallel operation with affinity: worker i first
 // runs the i-th contiguous share of the work (the images of a batch, the
 // positions of a product), then steals from the far end of the others'.
@@ -71,3 +81,5 @@
 //   - Workers run one parallel operation at a time; the goroutine that owns a
 //     Workers value is the only one that calls it.
 package tensor
+
+//go:generate go run ./internal/asmgen

@@ -157,3 +157,82 @@ func addTo(asm bool, out, a, b []float32) {
 
 // negInf32 is −∞, the clamp that leaves every value alone.
 func negInf32() float32 { return float32(math.Inf(-1)) }
+
+// Row copies of Conv3x3's padded layout, where a row of w floats is
+// preceded by a zero (rows w+1 floats apart), and of its stride-2 phases.
+// Each runs the assembly when it has a fast path for w, else its Go loop.
+
+// padRows writes rows rows of [0, src row] (w+1 floats each) into dst.
+func padRows(dst, src []float32, rows, w int) {
+	if !padRowsAsm(dst, src, rows, w) {
+		padRowsGo(dst, src, rows, w)
+	}
+}
+
+func padRowsGo(dst, src []float32, rows, w int) {
+	for h := 0; h < rows; h++ {
+		row := dst[h*(w+1) : (h+1)*(w+1)]
+		row[0] = 0
+		copy(row[1:], src[h*w:(h+1)*w])
+	}
+}
+
+// unpackRows copies rows rows of w floats from src rows of w+1 (skipping
+// each one's first float) into dst, adding add's rows (laid out as dst's)
+// when add is not nil.
+func unpackRows(dst, src, add []float32, rows, w int) {
+	if !unpackRowsAsm(dst, src, add, rows, w) {
+		unpackRowsGo(dst, src, add, rows, w)
+	}
+}
+
+func unpackRowsGo(dst, src, add []float32, rows, w int) {
+	for h := 0; h < rows; h++ {
+		s := src[h*(w+1)+1 : (h+1)*(w+1)]
+		d := dst[h*w : (h+1)*w]
+		if add == nil {
+			copy(d, s)
+			continue
+		}
+		a := add[h*w : (h+1)*w]
+		for i, v := range s {
+			d[i] = v + a[i]
+		}
+	}
+}
+
+// splitRows writes, for rows rows of src (2w floats each, 4w apart), a zero
+// and the row's even-indexed elements to a row of even, and likewise its
+// odd ones to odd (rows w+1 floats apart).
+func splitRows(even, odd, src []float32, rows, w int) {
+	if !splitRowsAsm(even, odd, src, rows, w) {
+		splitRowsGo(even, odd, src, rows, w)
+	}
+}
+
+func splitRowsGo(even, odd, src []float32, rows, w int) {
+	for i := 0; i < rows; i++ {
+		even[i*(w+1)], odd[i*(w+1)] = 0, 0
+		gatherEven(even[i*(w+1)+1:(i+1)*(w+1)], src[4*w*i:])
+		gatherEven(odd[i*(w+1)+1:(i+1)*(w+1)], src[4*w*i+1:])
+	}
+}
+
+// mergeRows is splitRows' inverse: rows rows of even and odd (w+1 floats
+// apart, each after its first float) go alternately into rows of 2w floats
+// of dst, 4w apart, plus add's (laid out as dst) when add is not nil.
+func mergeRows(dst, even, odd, add []float32, rows, w int) {
+	if !mergeRowsAsm(dst, even, odd, add, rows, w) {
+		mergeRowsGo(dst, even, odd, add, rows, w)
+	}
+}
+
+func mergeRowsGo(dst, even, odd, add []float32, rows, w int) {
+	for i := 0; i < rows; i++ {
+		var r []float32
+		if add != nil {
+			r = add[4*w*i : 4*w*i+2*w]
+		}
+		interleave(dst[4*w*i:4*w*i+2*w], even[i*(w+1)+1:(i+1)*(w+1)], odd[i*(w+1)+1:(i+1)*(w+1)], r)
+	}
+}

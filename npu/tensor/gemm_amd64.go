@@ -4,7 +4,7 @@ package tensor
 
 import "golang.org/x/sys/cpu"
 
-// The assembly micro-kernels (gemm_amd64.s, written by gemm_gen.go) follow
+// The assembly micro-kernels (gemm_amd64.s, written by internal/asmgen) follow
 // gemmKernelGeneric's definition with the FMA fused; a and b point at packed
 // panels, c at the tile's top-left element.
 

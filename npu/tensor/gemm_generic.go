@@ -23,7 +23,7 @@ func (a gemmArch) String() string {
 }
 
 // Tile shapes (rows × columns of C per micro-kernel call). avx512MR and
-// avx512NR must match the constants in gemm_gen.go.
+// avx512NR must match the constants in internal/asmgen/gemm.go.
 const (
 	genericMR, genericNR = 2, 4
 	avx2MR, avx2NR       = 6, 16

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -25,15 +26,17 @@ var ErrDiverged = errors.New("training diverged")
 // Config is one device's training job.
 type Config struct {
 	DataDir string // a cifar-10-batches-bin directory
-	Model   string // "resnet20" (default), "resnet50" or "cnn" (no BatchNorm)
+	Model   string // "resnet20", "resnet50" or "cnn" (no BatchNorm)
 
-	Epochs       int     // default 1
-	BatchSize    int     // per device; default 32
-	LearningRate float64 // peak rate; default 0.01 (the seeds' Momentum(…, 0.01, 0.9))
-	Momentum     float64 // default 0.9; set NoMomentum for 0
+	// Options left zero take their value from Defaults.
+
+	Epochs       int
+	BatchSize    int     // per device
+	LearningRate float64 // peak rate
+	Momentum     float64 // set NoMomentum for 0
 	NoMomentum   bool
 	WeightDecay  float64
-	Schedule     string // "constant" (default), "cosine", "step", ... (optim.Schedule modes)
+	Schedule     string // "constant", "cosine", "step", ... (optim.Schedule modes)
 	WarmupEpochs int
 	Seed         uint64 // model init, sampler and augmentation
 	Threads      int    // 0: GOMAXPROCS
@@ -47,9 +50,8 @@ type Config struct {
 	// NoAugment turns off RandomCrop and RandomHorizontalFlip.
 	NoAugment bool
 
-	// CkptDir receives checkpoints ("" saves none). Prefix defaults to
-	// "CKP"; SaveCheckpointSteps 0 saves once per epoch; KeepCheckpointMax
-	// 0 keeps 5.
+	// CkptDir receives checkpoints ("" saves none). SaveCheckpointSteps 0
+	// saves once per epoch.
 	CkptDir             string
 	Prefix              string
 	SaveCheckpointSteps int
@@ -65,7 +67,7 @@ type Config struct {
 	// DeviceMemory is the simulated device's memory capacity in bytes: the
 	// model's buffers, parameters, gradients, optimizer state and input
 	// batch must fit, or training fails with nn.ErrOutOfMemory naming the
-	// buffer that did not. 0 means nn.Ascend910Memory (32 GiB).
+	// buffer that did not.
 	DeviceMemory int64
 
 	// Eval measures accuracy and loss on the test split after training.
@@ -90,14 +92,29 @@ type Config struct {
 	Broadcast func(ctx context.Context, values []float32) error
 	// OnStep is called after every step.
 	OnStep func(StepInfo)
+	// StepRange, when set, returns the smallest and the largest of every
+	// rank's step (a collective call every rank makes equally often). With
+	// it, Resume starts all ranks from the newest checkpoint that every
+	// one of them has: a rank killed between two saves leaves its peers a
+	// checkpoint ahead, and resuming each from its own newest file would
+	// reduce gradients of different steps.
+	StepRange func(ctx context.Context, step int) (lo, hi int, err error)
 }
 
-// StepInfo describes one finished step.
+// StepInfo describes one finished step. The step with StepInEpoch ==
+// StepsPerEpoch ends its epoch.
 type StepInfo struct {
 	Epoch, StepInEpoch, StepsPerEpoch int // 1-based epoch and step
 	GlobalStep                        int
+	TotalSteps                        int // the global step at which this job ends
 	Loss                              float32
-	Checkpoint                        string // written after this step, or ""
+	LearningRate                      float32 // the rate this step applied
+	// ImagesPerSec is this device's throughput over the steps of the
+	// current epoch run so far (a resumed epoch counts from the resume).
+	ImagesPerSec float64
+	// DeviceMemory is the memory in use on the device after the step.
+	DeviceMemory int64
+	Checkpoint   string // written after this step, or ""
 }
 
 // Result is what a training job produced.
@@ -117,27 +134,55 @@ type Result struct {
 	StepsPerEpoch                  int
 }
 
+// Defaults returns the value each option of Config takes when it is left
+// zero. It is the one table of training defaults: the npu/train stage
+// builds its schema's defaults from it too.
+func Defaults() Config {
+	return Config{
+		Model:             "resnet20",
+		Epochs:            1,
+		BatchSize:         32,
+		LearningRate:      0.01, // the seeds' Momentum(…, 0.01, 0.9)
+		Momentum:          0.9,
+		Schedule:          "constant",
+		NumShards:         1,
+		Prefix:            ckpt.DefaultPrefix,
+		KeepCheckpointMax: 5,
+		DeviceMemory:      nn.Ascend910Memory,
+	}
+}
+
 func (c *Config) defaults() error {
+	d := Defaults()
 	if c.Model == "" {
-		c.Model = "resnet20"
+		c.Model = d.Model
 	}
 	if c.Epochs == 0 {
-		c.Epochs = 1
+		c.Epochs = d.Epochs
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 32
+		c.BatchSize = d.BatchSize
 	}
 	if c.LearningRate == 0 {
-		c.LearningRate = 0.01
+		c.LearningRate = d.LearningRate
 	}
 	if c.Momentum == 0 && !c.NoMomentum {
-		c.Momentum = 0.9
+		c.Momentum = d.Momentum
 	}
 	if c.Schedule == "" {
-		c.Schedule = "constant"
+		c.Schedule = d.Schedule
 	}
 	if c.NumShards == 0 {
-		c.NumShards = 1
+		c.NumShards = d.NumShards
+	}
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if c.KeepCheckpointMax == 0 {
+		c.KeepCheckpointMax = d.KeepCheckpointMax
+	}
+	if c.DeviceMemory == 0 {
+		c.DeviceMemory = d.DeviceMemory
 	}
 	switch {
 	case c.DataDir == "":
@@ -201,9 +246,6 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	memory := cfg.DeviceMemory
-	if memory == 0 {
-		memory = nn.Ascend910Memory
-	}
 	model, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: memory})
 	if err != nil {
 		return nil, err
@@ -256,8 +298,11 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if every == 0 {
 			every = steps // once per epoch
 		}
+		// Every file carries MindSpore's crc_num trailer (crc_check=True), so
+		// a damaged checkpoint is found on load instead of training on.
 		mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
 			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
+			Write: ckpt.WriteOptions{CRC: true},
 		})
 		if err != nil {
 			return nil, err
@@ -265,18 +310,15 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	start := 0 // global steps already done
 	if cfg.Resume {
-		if latest, err := ckpt.Latest(cfg.CkptDir, mc.Prefix()); err == nil {
-			tensors, err := ckpt.Read(latest)
-			if err != nil {
-				return nil, fmt.Errorf("resume: %w", err)
-			}
+		latest, tensors, err := resumePoint(ctx, cfg, mc.Prefix(), steps)
+		if err == nil && latest != "" {
 			if err := Restore(model, tensors, RestoreOptions{Optimizer: opt, RequireOptimizer: true}); err != nil {
 				return nil, fmt.Errorf("resume from %s: %w", latest, err)
 			}
 			start = opt.GlobalStep()
 			mc.ResumeAt(start)
 			res.ResumedFrom = latest
-		} else if !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		} else if err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
@@ -295,11 +337,15 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(model, opt) }
 	began := time.Now()
+	epochBegan, epochSteps := began, 0
 	for g := start; g < total; g++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		epoch, step := g/steps, g%steps
+		if step == 0 && g > start {
+			epochBegan, epochSteps = time.Now(), 0
+		}
 		if err := loader.Fill(batch, epoch, step); err != nil {
 			return res, err
 		}
@@ -330,9 +376,13 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 				return res, fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
 			}
 		}
+		lr := opt.LR()
 		opt.Step()
 		res.Loss, res.GlobalStep, res.Steps = l, g+1, res.Steps+1
-		info := StepInfo{Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: g + 1, Loss: l}
+		info := StepInfo{
+			Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: g + 1, TotalSteps: total,
+			Loss: l, LearningRate: lr,
+		}
 		if (cfg.LogSteps > 0 && (g+1)%cfg.LogSteps == 0) || (cfg.LogSteps == 0 && step+1 == steps) {
 			LossMonitorLine(cfg.Log, epoch+1, step+1, l)
 		}
@@ -343,7 +393,12 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 			}
 			info.Checkpoint = path
 		}
+		epochSteps++
 		if cfg.OnStep != nil {
+			if secs := time.Since(epochBegan).Seconds(); secs > 0 {
+				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize) / secs
+			}
+			info.DeviceMemory, _ = model.Device().MemoryInUse()
 			cfg.OnStep(info)
 		}
 	}
@@ -437,4 +492,62 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 		return 0, 0, fmt.Errorf("evaluate: the test split of %s is empty", dataDir)
 	}
 	return float64(correct) / float64(seen), sum / float64(seen), nil
+}
+
+// resumePoint returns the checkpoint to resume from and its tensors, or ""
+// to start afresh: the newest that reads and verifies (a file damaged by a
+// crash or a flipped bit is skipped, and the log says so), and, with
+// StepRange, the newest step every rank has a checkpoint of. Ranks agree
+// in rounds: each offers its newest step not after the last round's
+// smallest; when smallest and largest meet, all hold that step (or all
+// start afresh at 0).
+func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch int) (string, []ckpt.Tensor, error) {
+	files, err := ckpt.NewestFirst(cfg.CkptDir, prefix)
+	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		return "", nil, err
+	}
+	type loaded struct {
+		path    string
+		tensors []ckpt.Tensor
+		step    int
+	}
+	// newest returns the newest valid checkpoint at or before limit.
+	bad := map[string]bool{}
+	newest := func(limit int) (loaded, error) {
+		for _, f := range files {
+			_, epoch, inEpoch, ok := ckpt.ParseFileName(filepath.Base(f))
+			step := (epoch-1)*stepsPerEpoch + inEpoch
+			if !ok || step > limit || bad[f] {
+				continue
+			}
+			tensors, err := ckpt.Read(f)
+			if err != nil {
+				bad[f] = true
+				if cfg.Log != nil {
+					fmt.Fprintf(cfg.Log, "resume: skipped %s: %v\n", f, err)
+				}
+				continue
+			}
+			return loaded{f, tensors, step}, nil
+		}
+		return loaded{}, nil
+	}
+	limit := math.MaxInt
+	for {
+		mine, err := newest(limit)
+		if err != nil || cfg.StepRange == nil {
+			return mine.path, mine.tensors, err
+		}
+		lo, hi, err := cfg.StepRange(ctx, mine.step)
+		if err != nil {
+			return "", nil, fmt.Errorf("agree on a checkpoint with the other ranks: %w", err)
+		}
+		if lo == hi { // every rank offered the same step
+			return mine.path, mine.tensors, nil
+		}
+		if cfg.Log != nil && mine.step > lo {
+			fmt.Fprintf(cfg.Log, "resume: another rank's newest checkpoint is at step %d, before this rank's %d: all ranks go back to it\n", lo, mine.step)
+		}
+		limit = lo
+	}
 }

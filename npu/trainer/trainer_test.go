@@ -206,3 +206,51 @@ func TestCancelStopsBetweenSteps(t *testing.T) {
 		t.Errorf("err %v at step %d, want context.Canceled at step 2", err, res.GlobalStep)
 	}
 }
+
+// TestResumeSkipsDamagedCheckpoint flips one bit in the newest checkpoint
+// of an interrupted run: resume must notice (every file carries a CRC),
+// say which file it skipped, fall back to the previous one, and still end
+// with the bytes of an uninterrupted run.
+func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	full, parted := t.TempDir(), t.TempDir()
+	if _, err := Train(context.Background(), tinyConfig(dataDir, full)); err != nil {
+		t.Fatal(err)
+	}
+	first := tinyConfig(dataDir, parted)
+	first.MaxSteps = 6 // checkpoints after steps 3 and 6
+	if _, err := Train(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	newest := filepath.Join(parted, "CKP-2_1.ckpt")
+	raw, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ckpt.DecodeFile(newest, raw)
+	if err != nil || !f.CRC {
+		t.Fatalf("trainer checkpoints must carry a CRC trailer: crc %v, err %v", f != nil && f.CRC, err)
+	}
+	raw[len(raw)/2] ^= 0x10 // inside a tensor's float data
+	if err := os.WriteFile(newest, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	second := tinyConfig(dataDir, parted)
+	second.Resume = true
+	second.Log = &log
+	res, err := Train(context.Background(), second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(res.ResumedFrom, "CKP-1_3.ckpt") || res.Steps != 7 {
+		t.Errorf("resumed from %q after %d steps, want CKP-1_3.ckpt and 7 more steps", res.ResumedFrom, res.Steps)
+	}
+	if !strings.Contains(log.String(), "resume: skipped "+newest+": ") || !strings.Contains(log.String(), "crc") {
+		t.Errorf("log should name the skipped file and its CRC failure:\n%s", log.String())
+	}
+	a, b := readAll(t, full), readAll(t, parted)
+	if !bytes.Equal(a["CKP-2_5.ckpt"], b["CKP-2_5.ckpt"]) {
+		t.Error("final checkpoint after skipping a damaged one differs from the uninterrupted run's")
+	}
+}

@@ -41,7 +41,9 @@
 // separated by "|"), default, deprecated. On a slice field, value keywords
 // (minimum, pattern, enum, ...) apply to its items. A type with a
 // `JSONSchema() map[string]any` method supplies its own schema, as
-// [Duration] does.
+// [Duration] does. Instead of `default` tags, a stage may give one value of
+// W as [Stage].Defaults: each of its non-zero fields is that property's
+// default (see [SchemaWithDefaults]).
 //
 // # Who checks a block
 //

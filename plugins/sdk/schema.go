@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,16 +24,33 @@ type Schemaer interface {
 // SchemaOf derives the JSON Schema of a `with` block from the struct type W
 // (see the package documentation for the rules and tags).
 func SchemaOf[W any]() (json.RawMessage, error) {
-	schema, err := schemaMap(reflect.TypeFor[W]())
+	var zero W
+	return SchemaWithDefaults(zero)
+}
+
+// SchemaWithDefaults is SchemaOf with the `default` of each property taken
+// from the fields of defaults that are not zero, so that one Go value is
+// the single place a stage writes its defaults. A field that has a
+// default both here and in its jsonschema tag is an error.
+func SchemaWithDefaults[W any](defaults W) (json.RawMessage, error) {
+	schema, err := schemaMap(reflect.ValueOf(&defaults).Elem())
 	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(schema)
 }
 
-func schemaMap(t reflect.Type) (map[string]any, error) {
+// schemaMap derives the schema of defaults' type, a struct or a pointer to
+// one, with defaults' non-zero fields as defaults.
+func schemaMap(defaults reflect.Value) (map[string]any, error) {
+	t := defaults.Type()
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+		if defaults.IsValid() && !defaults.IsNil() {
+			defaults = defaults.Elem()
+		} else {
+			defaults = reflect.Value{}
+		}
 	}
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("with type %s: want a struct", t)
@@ -41,8 +59,77 @@ func schemaMap(t reflect.Type) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("with type %s: %w", t, err)
 	}
+	if defaults.IsValid() {
+		if err := addDefaults(s, defaults); err != nil {
+			return nil, fmt.Errorf("with type %s: %w", t, err)
+		}
+	}
 	s["$schema"] = schemaDialect
 	return s, nil
+}
+
+// addDefaults sets the default of each property of struct schema s whose
+// field in v is not zero, naming fields as addFields does.
+func addDefaults(s map[string]any, v reflect.Value) error {
+	props, _ := s["properties"].(map[string]any)
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if tag == "-" || fv.IsZero() {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			for fv.Kind() == reflect.Pointer {
+				fv = fv.Elem()
+			}
+			if fv.Kind() == reflect.Struct {
+				if err := addDefaults(s, fv); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		prop, ok := props[name].(map[string]any)
+		if !ok {
+			continue // a deeper field that encoding/json hides
+		}
+		if _, dup := prop["default"]; dup && !reflect.DeepEqual(prop["default"], ownDefault(f.Type)) {
+			return fmt.Errorf("field %s: a default in its jsonschema tag and in the defaults value", f.Name)
+		}
+		raw, err := json.Marshal(fv.Interface())
+		if err != nil {
+			return fmt.Errorf("field %s: default: %w", f.Name, err)
+		}
+		d, err := plugins.DecodeJSON(raw)
+		if err != nil {
+			return fmt.Errorf("field %s: default: %w", f.Name, err)
+		}
+		prop["default"] = d
+		if req, ok := s["required"].([]string); ok {
+			if req = slices.DeleteFunc(req, func(r string) bool { return r == name }); len(req) == 0 {
+				delete(s, "required")
+			} else {
+				s["required"] = req
+			}
+		}
+	}
+	return nil
+}
+
+// ownDefault returns the default a type's own JSONSchema gives, or nil.
+func ownDefault(t reflect.Type) any {
+	if s, ok := ownSchema(t); ok {
+		return s["default"]
+	}
+	return nil
 }
 
 func typeSchema(t reflect.Type, stack []reflect.Type) (map[string]any, error) {

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/plugins"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -116,5 +119,61 @@ func TestSplitTag(t *testing.T) {
 	want := []string{"description=a, b", "minimum=1", "", "x"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("splitTag = %q, want %q", got, want)
+	}
+}
+
+// A Defaults value is the one place a stage writes its defaults: its
+// non-zero fields become the schema's defaults (and make the field
+// optional), and decoding fills them in.
+func TestSchemaWithDefaults(t *testing.T) {
+	type with struct {
+		Data    string   `json:"data"`
+		Epochs  int      `json:"epochs" jsonschema:"minimum=1"`
+		LR      float64  `json:"lr,omitempty"`
+		Mode    string   `json:"mode,omitempty"`
+		Timeout Duration `json:"timeout,omitempty"`
+		Eval    *bool    `json:"eval,omitempty"`
+		Zero    int      `json:"zero,omitempty"`
+	}
+	yes := true
+	defaults := with{Epochs: 2, LR: 0.5, Mode: "fast", Timeout: Duration(90 * time.Second), Eval: &yes}
+	raw, err := SchemaWithDefaults(defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]map[string]any `json:"properties"`
+		Required   []string                  `json:"required"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"epochs": 2.0, "lr": 0.5, "mode": "fast", "timeout": "1m30s", "eval": true}
+	for name, p := range schema.Properties {
+		if d, ok := p["default"]; ok != (want[name] != nil) || d != want[name] {
+			t.Errorf("%s: default %v (present %v), want %v", name, d, ok, want[name])
+		}
+	}
+	if strings.Join(schema.Required, ",") != "data" {
+		t.Errorf("required %v, want [data]: a default makes epochs optional", schema.Required)
+	}
+
+	var got with
+	s := Stage[with]{Name: "x/defaults", Defaults: defaults, Execute: func(_ context.Context, _ Context, w with) (map[string]any, error) {
+		got = w
+		return nil, nil
+	}}
+	if _, err := s.Run(context.Background(), plugins.RunRequest{With: map[string]any{"data": "d", "lr": 0.25}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got.Epochs != 2 || got.LR != 0.25 || got.Mode != "fast" || got.Timeout != defaults.Timeout || got.Eval == nil || !*got.Eval || got.Zero != 0 {
+		t.Errorf("decoded %+v, want the defaults with lr 0.25", got)
+	}
+
+	type twice struct {
+		N int `json:"n,omitempty" jsonschema:"default=3"`
+	}
+	if _, err := SchemaWithDefaults(twice{N: 3}); err == nil || !strings.Contains(err.Error(), "field N: a default in its jsonschema tag and in the defaults value") {
+		t.Errorf("default written twice: %v", err)
 	}
 }

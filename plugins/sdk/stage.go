@@ -27,6 +27,10 @@ type Stage[W any] struct {
 	Version     string // the stage's version, part of the cache key
 	Description string // one sentence
 	Outputs     []plugins.OutputSpec
+	// Defaults holds the default of every field that is not zero in it:
+	// the schema's `default` keywords come from it, and Validate and Run
+	// fill absent fields with them (see SchemaWithDefaults).
+	Defaults W
 	// Check, if set, adds checks the schema cannot express.
 	Check func(with W) []plugins.Problem
 	// Execute runs the stage. It returns the outputs declared in Outputs.
@@ -37,7 +41,7 @@ var _ plugins.Stage = Stage[struct{}]{}
 
 // Describe returns the stage's descriptor with the schema derived from W.
 func (s Stage[W]) Describe(context.Context) (plugins.Descriptor, error) {
-	schema, err := SchemaOf[W]()
+	schema, err := SchemaWithDefaults(s.Defaults)
 	if err != nil {
 		return plugins.Descriptor{}, fmt.Errorf("stage %q: %w", s.Name, err)
 	}
@@ -84,7 +88,7 @@ func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plu
 // is for a broken W, not a bad block.
 func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	var w W
-	schema, err := schemaMap(reflect.TypeFor[W]())
+	schema, err := schemaMap(reflect.ValueOf(&s.Defaults).Elem())
 	if err != nil {
 		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
 	}
@@ -172,6 +176,12 @@ func (c Context) Progress(done, total int64, unit, message string) {
 // Metric reports one scalar measurement at a step.
 func (c Context) Metric(name string, value float64, step int64) {
 	c.emit(plugins.Event{Time: time.Now(), Metric: &plugins.MetricEvent{Name: name, Value: value, Step: step}})
+}
+
+// Step reports a finished training step of one rank; the host turns
+// rank 0's steps into the stage's progress.
+func (c Context) Step(s plugins.StepEvent) {
+	c.emit(plugins.Event{Time: time.Now(), Step: &s})
 }
 
 // Artifact hashes the file at path (absolute or relative to the work dir)

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -66,8 +67,9 @@ func writeSecret(jobDir string) (string, error) {
 }
 
 // joinCollective connects this rank to its peers and wires the trainer's
-// gradient reduction (and parameter broadcast) through the communicator.
-func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer.Config) (*collective.Comm, error) {
+// gradient reduction (and parameter broadcast) through the communicator;
+// it reports the transport on out.
+func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer.Config, out io.Writer) (*collective.Comm, error) {
 	tablePath := os.Getenv("RANK_TABLE_FILE")
 	if tablePath == "" {
 		return nil, fmt.Errorf("RANK_TABLE_FILE is not set")
@@ -97,9 +99,9 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 		return nil, err
 	}
 	if s := comm.Servers(); s > 1 && comm.Transport() == collective.TransportShm {
-		fmt.Printf("collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
+		fmt.Fprintf(out, "collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
 	} else {
-		fmt.Printf("collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
+		fmt.Fprintf(out, "collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
 	}
 	op := collective.Mean
 	if cfg.With.GradientsMean != nil && !*cfg.With.GradientsMean {
@@ -111,19 +113,29 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	tc.AllocGrads = func(ctx context.Context, n int) ([]float32, error) {
 		buf, err := comm.Alloc(ctx, n)
 		if err == nil && comm.Transport() == collective.TransportShm && !comm.IsShared(buf) {
-			fmt.Printf("collective: no shared memory for the gradients (is %s full?): AllReduce goes over TCP\n", collective.DefaultShmDir)
+			fmt.Fprintf(out, "collective: no shared memory for the gradients (is %s full?): AllReduce goes over TCP\n", collective.DefaultShmDir)
 		}
 		return buf, err
 	}
 	tc.Reduce = func(ctx context.Context, grads []float32) error {
 		return comm.AllReduce(ctx, grads, op)
 	}
+	tc.StepRange = func(ctx context.Context, step int) (lo, hi int, err error) {
+		if step > 1<<24 {
+			return 0, 0, fmt.Errorf("step %d: too large to agree on exactly in float32", step)
+		}
+		// One Min reduction gives the smallest step and, negated, the largest.
+		buf := []float32{float32(step), -float32(step)}
+		if err := comm.AllReduce(ctx, buf, collective.Min); err != nil {
+			return 0, 0, err
+		}
+		return int(buf[0]), int(-buf[1]), nil
+	}
 	if cfg.With.ParameterBroadcast {
 		tc.Broadcast = func(ctx context.Context, values []float32) error {
 			return comm.Broadcast(ctx, values, 0)
 		}
 	}
-	tc.NumShards, tc.ShardID = cc.Size, rank
 	return comm, nil
 }
 

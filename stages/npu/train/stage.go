@@ -17,6 +17,12 @@
 // 910's 32 GiB) that the model's buffers are counted against; a job that
 // does not fit fails naming the buffer, as a real device would.
 //
+// Progress is data: every rank reports each finished step (epoch, step,
+// global step, loss, learning rate, images/s, device memory) as a JSON line
+// on a pipe the stage hands it (events.go), and the stage sends them on as
+// step events, rank 0's printed lines as log records. train.log{i} keeps
+// MindSpore's LossMonitor lines for people; nothing reads it back.
+//
 // BatchNorm in data_parallel keeps per-device statistics, as MindSpore does
 // by default: each device normalizes with its own batch's mean and variance
 // and updates its own moving statistics, so checkpoints of different ranks
@@ -24,23 +30,22 @@
 package train
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/npu/data"
+	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/ranktable"
+	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
@@ -57,31 +62,46 @@ const WorkerCommand = "__npu-worker"
 // With is the stage's `with` block.
 type With struct {
 	Data                string             `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
-	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn,default=resnet20" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly)"`
-	Mode                string             `json:"mode,omitempty" jsonschema:"enum=stand_alone|data_parallel|semi_auto_parallel|auto_parallel|hybrid_parallel,default=stand_alone" description:"MindSpore parallel_mode; stand_alone and data_parallel are implemented in this build"`
+	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly)"`
+	Mode                parallel.Mode      `json:"mode,omitempty" description:"MindSpore parallel_mode; stand_alone and data_parallel are implemented in this build"`
 	Strategy            map[string][][]int `json:"strategy,omitempty" description:"shard strategy per operator (semi_auto_parallel; not implemented in this build)"`
-	Epochs              int                `json:"epochs,omitempty" jsonschema:"default=1,minimum=1"`
-	BatchSize           int                `json:"batch_size,omitempty" jsonschema:"default=32,minimum=1" description:"batch size per device"`
-	LearningRate        float64            `json:"learning_rate,omitempty" jsonschema:"default=0.01,exclusiveMinimum=0"`
-	Momentum            float64            `json:"momentum,omitempty" jsonschema:"default=0.9,minimum=0,exclusiveMaximum=1"`
+	Epochs              int                `json:"epochs,omitempty" jsonschema:"minimum=1"`
+	BatchSize           int                `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"batch size per device"`
+	LearningRate        float64            `json:"learning_rate,omitempty" jsonschema:"exclusiveMinimum=0"`
+	Momentum            float64            `json:"momentum,omitempty" jsonschema:"minimum=0,exclusiveMaximum=1"`
 	WeightDecay         float64            `json:"weight_decay,omitempty" jsonschema:"minimum=0"`
-	LRSchedule          string             `json:"lr_schedule,omitempty" jsonschema:"enum=constant|cosine|step|steps|poly|linear,default=constant"`
+	LRSchedule          string             `json:"lr_schedule,omitempty" jsonschema:"enum=constant|cosine|step|steps|poly|linear"`
 	WarmupEpochs        int                `json:"warmup_epochs,omitempty" jsonschema:"minimum=0"`
-	Seed                int                `json:"seed,omitempty" jsonschema:"default=1,minimum=0"`
+	Seed                int                `json:"seed,omitempty" jsonschema:"minimum=0"`
 	Init                string             `json:"init,omitempty" description:"checkpoint file, or a directory with device{i}/ckpt_{i}/ per rank, to start from"`
 	GradientsMean       *bool              `json:"gradients_mean,omitempty" description:"data parallel: average gradients (allreduce_mean) instead of summing; default true"`
 	ParameterBroadcast  bool               `json:"parameter_broadcast,omitempty" description:"data parallel: broadcast rank 0's initial parameters"`
 	SaveCheckpointSteps int                `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
-	KeepCheckpointMax   int                `json:"keep_checkpoint_max,omitempty" jsonschema:"default=5,minimum=1"`
-	Prefix              string             `json:"prefix,omitempty" jsonschema:"default=CKP,pattern=^[A-Za-z0-9_.]+$"`
+	KeepCheckpointMax   int                `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
+	Prefix              string             `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
 	IntegratedSave      *bool              `json:"integrated_save,omitempty" description:"semi/auto parallel: save whole tensors (not implemented in this build)"`
 	DeviceMemory        string             `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
 	Eval                *bool              `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
-	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp,default=auto" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
-	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=0" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10)"`
+	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
+	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
+}
+
+// defaults is the stage's one table of defaults: the trainer's, and the
+// stage's own. The schema's defaults come from it, and the SDK fills absent
+// fields with them. The mode's default is its zero value, stand_alone,
+// which parallel.Mode's own schema declares.
+func defaults() With {
+	t := trainer.Defaults()
+	return With{
+		Model: t.Model, Epochs: t.Epochs, BatchSize: t.BatchSize,
+		LearningRate: t.LearningRate, Momentum: t.Momentum, LRSchedule: t.Schedule,
+		KeepCheckpointMax: t.KeepCheckpointMax, Prefix: t.Prefix,
+		Seed:                1,
+		CollectiveTransport: collective.TransportAuto.String(),
+	}
 }
 
 // Info registers the stage as a built-in.
@@ -103,8 +123,9 @@ func New() plugins.Stage {
 			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
 		},
-		Check:   check,
-		Execute: execute,
+		Defaults: defaults(),
+		Check:    check,
+		Execute:  execute,
 	}
 }
 
@@ -113,8 +134,8 @@ var ErrNotImplemented = errors.New("not implemented in this build")
 
 func check(w With) []plugins.Problem {
 	var out []plugins.Problem
-	if w.Mode != "stand_alone" && w.Mode != "data_parallel" {
-		out = append(out, plugins.Problem{Path: "/mode", Message: fmt.Sprintf("mode %s is %v (stand_alone and data_parallel are)", w.Mode, ErrNotImplemented)})
+	if !w.Mode.Implemented() {
+		out = append(out, plugins.Problem{Path: "/mode", Message: fmt.Sprintf("mode %s is %v (%s are)", w.Mode, ErrNotImplemented, implementedModes())})
 	}
 	if len(w.Strategy) > 0 {
 		out = append(out, plugins.Problem{Path: "/strategy", Message: "shard strategies need semi_auto_parallel, which is " + ErrNotImplemented.Error()})
@@ -139,6 +160,8 @@ type WorkerConfig struct {
 	// authenticate each other; it is not in the environment, because
 	// env{i}.log records the environment.
 	SecretFile string `json:"secret_file,omitempty"`
+	// EventFD is the rank's file descriptor of the event stream (0: none).
+	EventFD int `json:"event_fd,omitempty"`
 }
 
 // WorkerResult is what a rank process leaves in result.json.
@@ -157,8 +180,8 @@ type WorkerResult struct {
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
 	req := sc.Request()
 	devices := max(req.Cluster.Devices, 1)
-	if w.Mode == "stand_alone" && devices != 1 {
-		return nil, fmt.Errorf("mode stand_alone trains on one device, but the stage's cluster has %d: use mode data_parallel, or set cluster: {devices: 1} on this stage", devices)
+	if w.Mode.OneDevice() && devices != 1 {
+		return nil, fmt.Errorf("mode %s trains on one device, but the stage's cluster has %d: use mode %s, or set cluster: {devices: 1} on this stage", w.Mode, devices, parallel.DataParallel)
 	}
 	if err := checkData(w.Data); err != nil {
 		return nil, err
@@ -171,8 +194,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			return nil, err
 		}
 	}
-	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads}
-	if w.Mode == "data_parallel" {
+	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads, EventFD: eventFD}
+	if w.Mode.Collective() {
 		t, problems, err := ranktable.Load(rankTable)
 		if err != nil {
 			return nil, err
@@ -218,35 +241,39 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	for i := range ranks {
 		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
 	}
-	tailCtx, stopTail := context.WithCancel(ctx)
-	tailDone := make(chan struct{})
-	go func() {
-		defer close(tailDone)
-		progress := newProgress(w, devices)
-		followLog(tailCtx, launch.LogPath(jobDir, 0), func(line string) {
-			sc.Info(line)
-			progress.line(sc, line)
-		})
-	}()
+	events, sink, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("event stream: %w", err)
+	}
+	defer events.Close()
+	relayed := make(chan error, 1)
+	go func() { relayed <- relayEvents(events, sc, devices) }()
 	job := launch.Job{
 		Path: self, Args: []string{WorkerCommand, cfgPath},
 		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
+		ExtraFiles: []*os.File{sink},
 	}
-	if w.Mode == "data_parallel" {
+	if w.Mode.Collective() {
 		// Let the other ranks see a dead peer in their collectives (and say
 		// so in their logs) before stopping them.
 		job.PeerFailWait = collectiveTimeout(w) + 5*time.Second
 	}
 	runErr := launch.Run(ctx, job)
-	if w.Mode == "data_parallel" {
+	// The ranks are gone: once the stage's write end is closed too, the
+	// relay reads what is left and ends. A process that escaped its rank's
+	// process group may still hold a write end: do not wait for it long.
+	sink.Close()
+	_ = events.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := <-relayed; err != nil {
+		sc.Warn(err.Error())
+	}
+	if w.Mode.Collective() {
 		// Ranks unlink their shared memory as soon as all have mapped it;
 		// only a rank killed in between leaves a file behind.
 		if err := removeShmLeftovers(rankTable, cfg); err != nil {
 			sc.Warn(fmt.Sprintf("remove shared memory left by the ranks: %v", err))
 		}
 	}
-	stopTail()
-	<-tailDone
 	if runErr != nil {
 		return nil, runErr
 	}
@@ -287,90 +314,15 @@ func checkData(dir string) error {
 	return nil
 }
 
-// followLog relays new lines of a growing log file until ctx is done, then
-// relays what is left.
-func followLog(ctx context.Context, path string, emit func(string)) {
-	var f *os.File
-	for f == nil {
-		var err error
-		if f, err = os.Open(path); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
+// implementedModes lists the modes this build trains in, for messages.
+func implementedModes() string {
+	var names []string
+	for _, m := range parallel.Modes() {
+		if m.Implemented() {
+			names = append(names, m.String())
 		}
 	}
-	defer f.Close()
-	rd := bufio.NewReader(f)
-	var partial strings.Builder
-	for {
-		line, err := rd.ReadString('\n')
-		partial.WriteString(line)
-		if err == nil {
-			emit(strings.TrimRight(partial.String(), "\r\n"))
-			partial.Reset()
-			continue
-		}
-		if err != io.EOF {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			if rest, _ := io.ReadAll(rd); len(rest) > 0 || partial.Len() > 0 {
-				partial.Write(rest)
-				for _, l := range strings.Split(strings.TrimRight(partial.String(), "\n"), "\n") {
-					if l != "" {
-						emit(l)
-					}
-				}
-			}
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// lossLine matches MindSpore's LossMonitor line.
-var lossLine = regexp.MustCompile(`^epoch: (\d+) step: (\d+), loss is (\S+)$`)
-
-// progress turns rank 0's LossMonitor lines into progress events (steps
-// done of the job's total) and loss metrics at the global step. Both need
-// the steps per epoch, which cifar/prepare's manifest gives; for other
-// data directories the lines are only relayed as logs.
-type progress struct {
-	stepsPerEpoch, total int64
-}
-
-func newProgress(w With, devices int) *progress {
-	p := &progress{}
-	// data is the batches directory; cifar/prepare's manifest is beside it.
-	m, err := data.ReadManifest(filepath.Dir(w.Data))
-	if err != nil || filepath.Base(m.DataDir) != filepath.Base(w.Data) || m.Train.Records == 0 || w.BatchSize <= 0 {
-		return p // no totals: the data directory was not made by cifar/prepare
-	}
-	shards := 1
-	if w.Mode == "data_parallel" {
-		shards = devices
-	}
-	p.stepsPerEpoch = int64(data.ShardSize(m.Train.Records, shards) / w.BatchSize)
-	p.total = p.stepsPerEpoch * int64(w.Epochs)
-	return p
-}
-
-func (p *progress) line(sc sdk.Context, line string) {
-	m := lossLine.FindStringSubmatch(line)
-	if m == nil || p.stepsPerEpoch == 0 {
-		return
-	}
-	epoch, _ := strconv.ParseInt(m[1], 10, 64)
-	step, _ := strconv.ParseInt(m[2], 10, 64)
-	done := (epoch-1)*p.stepsPerEpoch + step
-	if loss, err := strconv.ParseFloat(m[3], 64); err == nil {
-		sc.Metric("loss", loss, done)
-	}
-	sc.Progress(done, p.total, "step", fmt.Sprintf("epoch %d, loss %s", epoch, m[3]))
+	return strings.Join(names, " and ")
 }
 
 // parseMemory reads a device memory size: bytes, or a number with KiB, MiB,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -21,7 +22,8 @@ import (
 // worker.json, takes its rank from RANK_ID/RANK_SIZE/DEVICE_ID as the
 // seeds' training scripts do, trains with checkpoints in ckpt_{rank}/ of
 // the current directory (device{rank}/), prints LossMonitor lines on
-// stdout (train.log{rank}) and writes result.json.
+// stdout (train.log{rank}), reports every step on the event stream and
+// writes result.json.
 func RunWorker(ctx context.Context, cfgPath string) error {
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -42,6 +44,57 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	if _, err := envInt("DEVICE_ID"); err != nil {
 		return err
 	}
+	events := openEventStream(cfg, rank)
+	// train.log{rank} is for people; rank 0's lines also go to the stage,
+	// which shows them on the console.
+	var say io.Writer = os.Stdout
+	if events != nil && rank == 0 {
+		say = io.MultiWriter(os.Stdout, events)
+	}
+	tc, err := trainerConfig(cfg, rank, size, say)
+	if err != nil {
+		return err
+	}
+	if events != nil {
+		tc.OnStep = events.step
+	}
+	if cfg.With.Mode.Collective() {
+		comm, err := joinCollective(ctx, cfg, rank, &tc, say)
+		if err != nil {
+			return fmt.Errorf("rank %d: join the collective: %w", rank, err)
+		}
+		defer comm.Close()
+	}
+	res, err := trainer.Train(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if res.ResumedFrom != "" {
+		fmt.Fprintf(say, "resumed from %s\n", res.ResumedFrom)
+	}
+	out := WorkerResult{
+		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
+		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
+		PeakMemory: res.PeakDeviceMemory,
+	}
+	fmt.Fprintf(say, "device memory: peak %s of %s\n", nn.Bytes(res.PeakDeviceMemory), nn.Bytes(res.DeviceMemory))
+	if res.Checkpoint != "" {
+		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
+	}
+	if !math.IsNaN(res.Accuracy) {
+		out.Accuracy = res.Accuracy
+		fmt.Fprintf(say, "accuracy: %.4f, eval loss: %.4f\n", res.Accuracy, res.EvalLoss)
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile("result.json", data, 0o644)
+}
+
+// trainerConfig maps the stage's options to the trainer's for one rank of
+// a job of size ranks; LossMonitor lines go to out.
+func trainerConfig(cfg WorkerConfig, rank, size int, out io.Writer) (trainer.Config, error) {
 	w := cfg.With
 	threads := cfg.Threads
 	if threads == 0 {
@@ -50,8 +103,9 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	init := cfg.InitFile
 	if cfg.InitDir != "" {
 		dir := filepath.Join(cfg.InitDir, fmt.Sprintf("device%d", rank), fmt.Sprintf("ckpt_%d", rank))
+		var err error
 		if init, err = ckpt.Latest(dir, w.Prefix); err != nil {
-			return fmt.Errorf("init: rank %d: %w", rank, err)
+			return trainer.Config{}, fmt.Errorf("init: rank %d: %w", rank, err)
 		}
 	}
 	eval := w.Eval == nil || *w.Eval
@@ -64,43 +118,16 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: w.Prefix,
 		SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax,
 		Init: init, Resume: true, Eval: eval && rank == 0,
-		LogSteps: w.LogSteps, Log: os.Stdout, ShuffleBuffer: w.ShuffleBuffer,
+		LogSteps: w.LogSteps, Log: out, ShuffleBuffer: w.ShuffleBuffer,
 	}
+	if w.Mode.ShardsData() {
+		tc.NumShards, tc.ShardID = size, rank
+	}
+	var err error
 	if tc.DeviceMemory, err = parseMemory(w.DeviceMemory); err != nil {
-		return err
+		return trainer.Config{}, err
 	}
-	if w.Mode == "data_parallel" {
-		comm, err := joinCollective(ctx, cfg, rank, &tc)
-		if err != nil {
-			return fmt.Errorf("rank %d: join the collective: %w", rank, err)
-		}
-		defer comm.Close()
-	}
-	res, err := trainer.Train(ctx, tc)
-	if err != nil {
-		return err
-	}
-	if res.ResumedFrom != "" {
-		fmt.Printf("resumed from %s\n", res.ResumedFrom)
-	}
-	out := WorkerResult{
-		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
-		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
-		PeakMemory: res.PeakDeviceMemory,
-	}
-	fmt.Printf("device memory: peak %s of %s\n", nn.Bytes(res.PeakDeviceMemory), nn.Bytes(res.DeviceMemory))
-	if res.Checkpoint != "" {
-		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
-	}
-	if !math.IsNaN(res.Accuracy) {
-		out.Accuracy = res.Accuracy
-		fmt.Printf("accuracy: %.4f, eval loss: %.4f\n", res.Accuracy, res.EvalLoss)
-	}
-	data, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile("result.json", data, 0o644)
+	return tc, nil
 }
 
 func envInt(name string) (int, error) {

@@ -610,6 +610,7 @@ type RunEvent struct {
 	//	*RunEvent_Metric
 	//	*RunEvent_Artifact
 	//	*RunEvent_Result
+	//	*RunEvent_Step
 	Payload       isRunEvent_Payload `protobuf_oneof:"payload"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -704,6 +705,15 @@ func (x *RunEvent) GetResult() *Result {
 	return nil
 }
 
+func (x *RunEvent) GetStep() *Step {
+	if x != nil {
+		if x, ok := x.Payload.(*RunEvent_Step); ok {
+			return x.Step
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Payload interface {
 	isRunEvent_Payload()
 }
@@ -733,6 +743,11 @@ type RunEvent_Result struct {
 	Result *Result `protobuf:"bytes,6,opt,name=result,proto3,oneof"`
 }
 
+type RunEvent_Step struct {
+	// step reports a finished training step of one rank.
+	Step *Step `protobuf:"bytes,7,opt,name=step,proto3,oneof"`
+}
+
 func (*RunEvent_Log) isRunEvent_Payload() {}
 
 func (*RunEvent_Progress) isRunEvent_Payload() {}
@@ -742,6 +757,8 @@ func (*RunEvent_Metric) isRunEvent_Payload() {}
 func (*RunEvent_Artifact) isRunEvent_Payload() {}
 
 func (*RunEvent_Result) isRunEvent_Payload() {}
+
+func (*RunEvent_Step) isRunEvent_Payload() {}
 
 // LogRecord is one structured log line.
 type LogRecord struct {
@@ -1008,6 +1025,135 @@ func (x *Artifact) GetSha256() string {
 	return ""
 }
 
+// Step is one finished training step on one rank (device) of a training
+// stage. The step that ends an epoch has epoch_end set.
+type Step struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rank is the rank (RANK_ID) that ran the step.
+	Rank int32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// epoch is the 1-based epoch.
+	Epoch int64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// step is the 1-based step within the epoch.
+	Step int64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	// global_step counts the steps of the training job so far, steps done
+	// before a resume included.
+	GlobalStep int64 `protobuf:"varint,4,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"`
+	// total_steps is the global step at which the job ends, 0 when unknown.
+	TotalSteps int64 `protobuf:"varint,5,opt,name=total_steps,json=totalSteps,proto3" json:"total_steps,omitempty"`
+	// loss is the training loss of the step.
+	Loss float64 `protobuf:"fixed64,6,opt,name=loss,proto3" json:"loss,omitempty"`
+	// learning_rate is the rate the optimizer applied in the step.
+	LearningRate float64 `protobuf:"fixed64,7,opt,name=learning_rate,json=learningRate,proto3" json:"learning_rate,omitempty"`
+	// images_per_second is the rank's throughput over its epoch so far.
+	ImagesPerSecond float64 `protobuf:"fixed64,8,opt,name=images_per_second,json=imagesPerSecond,proto3" json:"images_per_second,omitempty"`
+	// device_memory is the memory in use on the rank's device, in bytes.
+	DeviceMemory int64 `protobuf:"varint,9,opt,name=device_memory,json=deviceMemory,proto3" json:"device_memory,omitempty"`
+	// epoch_end is set on the last step of an epoch.
+	EpochEnd      bool `protobuf:"varint,10,opt,name=epoch_end,json=epochEnd,proto3" json:"epoch_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Step) Reset() {
+	*x = Step{}
+	mi := &file_stage_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Step) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Step) ProtoMessage() {}
+
+func (x *Step) ProtoReflect() protoreflect.Message {
+	mi := &file_stage_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Step.ProtoReflect.Descriptor instead.
+func (*Step) Descriptor() ([]byte, []int) {
+	return file_stage_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Step) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *Step) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Step) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Step) GetGlobalStep() int64 {
+	if x != nil {
+		return x.GlobalStep
+	}
+	return 0
+}
+
+func (x *Step) GetTotalSteps() int64 {
+	if x != nil {
+		return x.TotalSteps
+	}
+	return 0
+}
+
+func (x *Step) GetLoss() float64 {
+	if x != nil {
+		return x.Loss
+	}
+	return 0
+}
+
+func (x *Step) GetLearningRate() float64 {
+	if x != nil {
+		return x.LearningRate
+	}
+	return 0
+}
+
+func (x *Step) GetImagesPerSecond() float64 {
+	if x != nil {
+		return x.ImagesPerSecond
+	}
+	return 0
+}
+
+func (x *Step) GetDeviceMemory() int64 {
+	if x != nil {
+		return x.DeviceMemory
+	}
+	return 0
+}
+
+func (x *Step) GetEpochEnd() bool {
+	if x != nil {
+		return x.EpochEnd
+	}
+	return false
+}
+
 // Result ends a successful run.
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1019,7 +1165,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_stage_proto_msgTypes[13]
+	mi := &file_stage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1177,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_stage_proto_msgTypes[13]
+	mi := &file_stage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1190,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_stage_proto_rawDescGZIP(), []int{13}
+	return file_stage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Result) GetOutputs() []byte {
@@ -1095,14 +1241,15 @@ const file_stage_proto_rawDesc = "" +
 	"\aCluster\x12\x18\n" +
 	"\adevices\x18\x01 \x01(\x05R\adevices\x12\x1d\n" +
 	"\n" +
-	"rank_table\x18\x02 \x01(\tR\trankTable\"\xcd\x02\n" +
+	"rank_table\x18\x02 \x01(\tR\trankTable\"\xfa\x02\n" +
 	"\bRunEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12.\n" +
 	"\x03log\x18\x02 \x01(\v2\x1a.mspipe.stage.v1.LogRecordH\x00R\x03log\x127\n" +
 	"\bprogress\x18\x03 \x01(\v2\x19.mspipe.stage.v1.ProgressH\x00R\bprogress\x121\n" +
 	"\x06metric\x18\x04 \x01(\v2\x17.mspipe.stage.v1.MetricH\x00R\x06metric\x127\n" +
 	"\bartifact\x18\x05 \x01(\v2\x19.mspipe.stage.v1.ArtifactH\x00R\bartifact\x121\n" +
-	"\x06result\x18\x06 \x01(\v2\x17.mspipe.stage.v1.ResultH\x00R\x06resultB\t\n" +
+	"\x06result\x18\x06 \x01(\v2\x17.mspipe.stage.v1.ResultH\x00R\x06result\x12+\n" +
+	"\x04step\x18\a \x01(\v2\x15.mspipe.stage.v1.StepH\x00R\x04stepB\t\n" +
 	"\apayload\"k\n" +
 	"\tLogRecord\x12,\n" +
 	"\x05level\x18\x01 \x01(\x0e2\x16.mspipe.stage.v1.LevelR\x05level\x12\x18\n" +
@@ -1120,7 +1267,21 @@ const file_stage_proto_rawDesc = "" +
 	"\bArtifact\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\"\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xad\x02\n" +
+	"\x04Step\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1f\n" +
+	"\vglobal_step\x18\x04 \x01(\x03R\n" +
+	"globalStep\x12\x1f\n" +
+	"\vtotal_steps\x18\x05 \x01(\x03R\n" +
+	"totalSteps\x12\x12\n" +
+	"\x04loss\x18\x06 \x01(\x01R\x04loss\x12#\n" +
+	"\rlearning_rate\x18\a \x01(\x01R\flearningRate\x12*\n" +
+	"\x11images_per_second\x18\b \x01(\x01R\x0fimagesPerSecond\x12#\n" +
+	"\rdevice_memory\x18\t \x01(\x03R\fdeviceMemory\x12\x1b\n" +
+	"\tepoch_end\x18\n" +
+	" \x01(\bR\bepochEnd\"\"\n" +
 	"\x06Result\x12\x18\n" +
 	"\aoutputs\x18\x01 \x01(\fR\aoutputs*`\n" +
 	"\x05Level\x12\x15\n" +
@@ -1149,7 +1310,7 @@ func file_stage_proto_rawDescGZIP() []byte {
 }
 
 var file_stage_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_stage_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_stage_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_stage_proto_goTypes = []any{
 	(Level)(0),                    // 0: mspipe.stage.v1.Level
 	(*DescribeRequest)(nil),       // 1: mspipe.stage.v1.DescribeRequest
@@ -1165,33 +1326,35 @@ var file_stage_proto_goTypes = []any{
 	(*Progress)(nil),              // 11: mspipe.stage.v1.Progress
 	(*Metric)(nil),                // 12: mspipe.stage.v1.Metric
 	(*Artifact)(nil),              // 13: mspipe.stage.v1.Artifact
-	(*Result)(nil),                // 14: mspipe.stage.v1.Result
-	nil,                           // 15: mspipe.stage.v1.RunRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*Step)(nil),                  // 14: mspipe.stage.v1.Step
+	(*Result)(nil),                // 15: mspipe.stage.v1.Result
+	nil,                           // 16: mspipe.stage.v1.RunRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_stage_proto_depIdxs = []int32{
 	3,  // 0: mspipe.stage.v1.DescribeResponse.outputs:type_name -> mspipe.stage.v1.OutputSpec
 	6,  // 1: mspipe.stage.v1.ValidateResponse.problems:type_name -> mspipe.stage.v1.Problem
 	8,  // 2: mspipe.stage.v1.RunRequest.cluster:type_name -> mspipe.stage.v1.Cluster
-	15, // 3: mspipe.stage.v1.RunRequest.env:type_name -> mspipe.stage.v1.RunRequest.EnvEntry
-	16, // 4: mspipe.stage.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	16, // 3: mspipe.stage.v1.RunRequest.env:type_name -> mspipe.stage.v1.RunRequest.EnvEntry
+	17, // 4: mspipe.stage.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
 	10, // 5: mspipe.stage.v1.RunEvent.log:type_name -> mspipe.stage.v1.LogRecord
 	11, // 6: mspipe.stage.v1.RunEvent.progress:type_name -> mspipe.stage.v1.Progress
 	12, // 7: mspipe.stage.v1.RunEvent.metric:type_name -> mspipe.stage.v1.Metric
 	13, // 8: mspipe.stage.v1.RunEvent.artifact:type_name -> mspipe.stage.v1.Artifact
-	14, // 9: mspipe.stage.v1.RunEvent.result:type_name -> mspipe.stage.v1.Result
-	0,  // 10: mspipe.stage.v1.LogRecord.level:type_name -> mspipe.stage.v1.Level
-	1,  // 11: mspipe.stage.v1.Stage.Describe:input_type -> mspipe.stage.v1.DescribeRequest
-	4,  // 12: mspipe.stage.v1.Stage.Validate:input_type -> mspipe.stage.v1.ValidateRequest
-	7,  // 13: mspipe.stage.v1.Stage.Run:input_type -> mspipe.stage.v1.RunRequest
-	2,  // 14: mspipe.stage.v1.Stage.Describe:output_type -> mspipe.stage.v1.DescribeResponse
-	5,  // 15: mspipe.stage.v1.Stage.Validate:output_type -> mspipe.stage.v1.ValidateResponse
-	9,  // 16: mspipe.stage.v1.Stage.Run:output_type -> mspipe.stage.v1.RunEvent
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 9: mspipe.stage.v1.RunEvent.result:type_name -> mspipe.stage.v1.Result
+	14, // 10: mspipe.stage.v1.RunEvent.step:type_name -> mspipe.stage.v1.Step
+	0,  // 11: mspipe.stage.v1.LogRecord.level:type_name -> mspipe.stage.v1.Level
+	1,  // 12: mspipe.stage.v1.Stage.Describe:input_type -> mspipe.stage.v1.DescribeRequest
+	4,  // 13: mspipe.stage.v1.Stage.Validate:input_type -> mspipe.stage.v1.ValidateRequest
+	7,  // 14: mspipe.stage.v1.Stage.Run:input_type -> mspipe.stage.v1.RunRequest
+	2,  // 15: mspipe.stage.v1.Stage.Describe:output_type -> mspipe.stage.v1.DescribeResponse
+	5,  // 16: mspipe.stage.v1.Stage.Validate:output_type -> mspipe.stage.v1.ValidateResponse
+	9,  // 17: mspipe.stage.v1.Stage.Run:output_type -> mspipe.stage.v1.RunEvent
+	15, // [15:18] is the sub-list for method output_type
+	12, // [12:15] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_stage_proto_init() }
@@ -1205,6 +1368,7 @@ func file_stage_proto_init() {
 		(*RunEvent_Metric)(nil),
 		(*RunEvent_Artifact)(nil),
 		(*RunEvent_Result)(nil),
+		(*RunEvent_Step)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1212,7 +1376,7 @@ func file_stage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stage_proto_rawDesc), len(file_stage_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,4 +1,4 @@
-package ranktable
+package diag
 
 import (
 	"fmt"
@@ -6,16 +6,17 @@ import (
 	"unicode/utf8"
 )
 
-// locateSyntaxError finds the first byte at which data stops being valid JSON
-// (RFC 8259) and describes what was expected there. It reports found=false
-// for valid JSON, exactly when json.Valid(data) is true.
+// JSONSyntaxError finds the first byte at which data stops being valid JSON
+// (RFC 8259) and describes what was expected there, in a message that starts
+// "syntax error: ". It reports found=false for valid JSON, exactly when
+// json.Valid(data) is true.
 //
 // encoding/json's SyntaxError.Offset is exact only for errors between tokens;
-// inside a string, number or literal it counts bytes differently. Parse uses
-// the decoder to read a table and this scanner, only once the decoder has
-// failed, to name the place precisely. It is iterative, so nesting depth
-// cannot exhaust the stack.
-func locateSyntaxError(data []byte) (off int, msg string, found bool) {
+// inside a string, number or literal it counts bytes differently. A checker
+// reads the file with the decoder and calls this scanner only once the
+// decoder has failed, to name the place precisely. It is iterative, so
+// nesting depth cannot exhaust the stack.
+func JSONSyntaxError(data []byte) (off int, msg string, found bool) {
 	const (
 		wantValue = iota
 		wantKey
@@ -26,7 +27,7 @@ func locateSyntaxError(data []byte) (off int, msg string, found bool) {
 	i := 0
 	state := wantValue
 	for {
-		i = skipWS(data, i)
+		i = SkipJSONSpace(data, i)
 		switch state {
 		case wantValue:
 			if i >= n {
@@ -35,7 +36,7 @@ func locateSyntaxError(data []byte) (off int, msg string, found bool) {
 			switch c := data[i]; {
 			case c == '{':
 				stack = append(stack, '{')
-				i = skipWS(data, i+1)
+				i = SkipJSONSpace(data, i+1)
 				if i < n && data[i] == '}' {
 					stack = stack[:len(stack)-1]
 					i++
@@ -45,7 +46,7 @@ func locateSyntaxError(data []byte) (off int, msg string, found bool) {
 				}
 			case c == '[':
 				stack = append(stack, '[')
-				i = skipWS(data, i+1)
+				i = SkipJSONSpace(data, i+1)
 				if i < n && data[i] == ']' {
 					stack = stack[:len(stack)-1]
 					i++
@@ -81,7 +82,7 @@ func locateSyntaxError(data []byte) (off int, msg string, found bool) {
 			if msg != "" {
 				return off, msg, true
 			}
-			i = skipWS(data, end)
+			i = SkipJSONSpace(data, end)
 			if i >= n || data[i] != ':' {
 				return i, "syntax error: expected ':' after object key, found " + describeAt(data, i), true
 			}
@@ -101,7 +102,7 @@ func locateSyntaxError(data []byte) (off int, msg string, found bool) {
 			}
 			switch {
 			case i < n && data[i] == ',':
-				next := skipWS(data, i+1)
+				next := SkipJSONSpace(data, i+1)
 				if next < n && (data[next] == '}' || data[next] == ']') {
 					return i, fmt.Sprintf("syntax error: trailing comma before '%c' is not allowed in JSON", data[next]), true
 				}
@@ -224,7 +225,9 @@ func describeAt(data []byte, i int) string {
 	return strconv.QuoteRune(r)
 }
 
-func skipWS(data []byte, i int) int {
+// SkipJSONSpace returns the offset of the first byte at or after i that is
+// not JSON whitespace (space, tab, newline, carriage return).
+func SkipJSONSpace(data []byte, i int) int {
 	for i < len(data) {
 		switch data[i] {
 		case ' ', '\t', '\n', '\r':

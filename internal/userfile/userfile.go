@@ -1,0 +1,183 @@
+package userfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+var (
+	// ErrNotRegular is wrapped when a path names something other than a
+	// regular file: a directory, device, FIFO or socket.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge is wrapped when a file is larger than the caller's limit.
+	ErrTooLarge = errors.New("file too large")
+	// ErrOutside is wrapped when a path leaves the directory it must stay in.
+	ErrOutside = errors.New("outside the directory")
+)
+
+// chunk is how much is read between two looks at the context.
+const chunk = 1 << 20
+
+// Open opens path for reading when it is a regular file. A FIFO is opened
+// without blocking (a plain open would wait for a writer forever) and then
+// refused like any other special file; the check is made on the opened
+// file, so a path swapped after a stat cannot slip through.
+func Open(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !info.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("is %s, %w", kind(info.Mode()), ErrNotRegular)
+	}
+	if err := clearNonblock(f); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, info, nil
+}
+
+// kind names a file mode for error messages.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "mode " + m.String()
+}
+
+// ReadFile returns the content of the regular file at path, refusing files
+// larger than limit bytes (limit <= 0: no limit) and stopping when ctx is
+// done.
+func ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
+	f, info, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if limit > 0 && info.Size() > limit {
+		return nil, tooLarge(info.Size(), limit)
+	}
+	// The size can change after the stat: never read past limit+1.
+	max := info.Size() + 1
+	if limit > 0 {
+		max = min(max, limit+1)
+	}
+	var buf strings.Builder
+	buf.Grow(int(min(info.Size(), max)))
+	n, err := Copy(ctx, &buf, io.LimitReader(f, max))
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && n > limit {
+		return nil, tooLarge(n, limit)
+	}
+	return []byte(buf.String()), nil
+}
+
+func tooLarge(size, limit int64) error {
+	return fmt.Errorf("%w: %s, the limit is %s", ErrTooLarge, Size(size), Size(limit))
+}
+
+// Copy copies r to w in chunks, giving up with ctx's error when ctx is
+// done between two chunks.
+func Copy(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
+	buf := make([]byte, 64<<10)
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := io.CopyBuffer(w, io.LimitReader(r, chunk), buf)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < chunk {
+			return total, nil
+		}
+	}
+}
+
+// Within returns the path rel names inside root, refusing one that leaves
+// root: an absolute path, a ".." that climbs out, or a symbolic link (in
+// any component that exists) that points outside. root itself must exist.
+func Within(root, rel string) (string, error) {
+	if filepath.IsAbs(rel) {
+		return "", fmt.Errorf("%s is absolute, %w %s", rel, ErrOutside, root)
+	}
+	clean := filepath.Clean(rel)
+	if clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("%s climbs %w %s", rel, ErrOutside, root)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	joined := filepath.Join(root, clean)
+	real, err := evalExisting(joined)
+	if err != nil {
+		return "", err
+	}
+	if r, err := filepath.Rel(realRoot, real); err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("%s resolves to %s, %w %s", rel, real, ErrOutside, root)
+	}
+	return joined, nil
+}
+
+// evalExisting resolves symbolic links in the longest existing prefix of
+// path and appends the rest unchanged.
+func evalExisting(path string) (string, error) {
+	rest := ""
+	for p := path; ; {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return path, nil
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
+}
+
+// Size formats a byte count for messages: "512 B", "3.0 MiB".
+func Size(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}

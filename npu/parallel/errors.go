@@ -1,0 +1,13 @@
+package parallel
+
+import "errors"
+
+// Errors wrapped by this package's functions, for errors.Is.
+var (
+	// ErrUnknownMode is wrapped by errors about a mode name.
+	ErrUnknownMode = errors.New("unknown parallel mode")
+	// ErrLayout is wrapped by errors about a device matrix or tensor map.
+	ErrLayout = errors.New("invalid layout")
+	// ErrStrategy is wrapped by errors about a shard strategy.
+	ErrStrategy = errors.New("invalid shard strategy")
+)

@@ -1,0 +1,78 @@
+package parallel
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestModeNamesRoundTrip(t *testing.T) {
+	for _, m := range Modes() {
+		text, err := m.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Mode
+		if err := back.UnmarshalText(text); err != nil || back != m {
+			t.Errorf("%s: round trip gave %v, %v", m, back, err)
+		}
+	}
+	if got := Modes(); len(got) != 5 || got[0] != StandAlone || got[4] != HybridParallel {
+		t.Errorf("Modes() = %v", got)
+	}
+}
+
+// A `with` block decoding into a Mode field holds a valid mode or fails
+// naming the valid ones.
+func TestModeDecodesFromJSON(t *testing.T) {
+	var w struct {
+		Mode Mode `json:"mode"`
+	}
+	if err := json.Unmarshal([]byte(`{"mode":"data_parallel"}`), &w); err != nil || w.Mode != DataParallel {
+		t.Fatalf("decode data_parallel: %v, %v", w.Mode, err)
+	}
+	err := json.Unmarshal([]byte(`{"mode":"model_parallel"}`), &w)
+	if !errors.Is(err, ErrUnknownMode) {
+		t.Fatalf("decode model_parallel: %v, want ErrUnknownMode", err)
+	}
+	want := `unknown parallel mode "model_parallel" (valid: stand_alone, data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel)`
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	if _, err := Mode(9).MarshalText(); !errors.Is(err, ErrUnknownMode) {
+		t.Errorf("marshal Mode(9): %v", err)
+	}
+}
+
+func TestModeProperties(t *testing.T) {
+	for _, tc := range []struct {
+		m                                                  Mode
+		oneDevice, collective, shards, splits, implemented bool
+	}{
+		{StandAlone, true, false, false, false, true},
+		{DataParallel, false, true, true, false, true},
+		{SemiAutoParallel, false, true, true, true, false},
+		{AutoParallel, false, true, true, true, false},
+		{HybridParallel, false, true, true, false, false},
+	} {
+		got := [5]bool{tc.m.OneDevice(), tc.m.Collective(), tc.m.ShardsData(), tc.m.SplitsOperators(), tc.m.Implemented()}
+		want := [5]bool{tc.oneDevice, tc.collective, tc.shards, tc.splits, tc.implemented}
+		if got != want {
+			t.Errorf("%s: one device, collective, shards data, splits operators, implemented = %v, want %v", tc.m, got, want)
+		}
+	}
+}
+
+func TestModeSchemaListsEveryMode(t *testing.T) {
+	s := StandAlone.JSONSchema()
+	enum, _ := s["enum"].([]any)
+	if s["type"] != "string" || len(enum) != len(Modes()) || s["default"] != "stand_alone" {
+		t.Fatalf("schema %v", s)
+	}
+	for i, m := range Modes() {
+		if enum[i] != m.String() {
+			t.Errorf("enum[%d] = %v, want %s", i, enum[i], m)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package main
+
+import "fmt"
+
+// sumbroadcast_amd64.s: the kernel of SumBroadcast, the reduction of
+// AllReduce over shared memory.
+
+// sumBroadcastVecs is the number of 8-float vectors the kernel sums at a
+// time: one block of SumBroadcastBlock (64) floats, all in registers.
+const sumBroadcastVecs = 8
+
+func writeSumBroadcast(a *asm) {
+	a.text("sumBroadcastAVX2", "(srcs, dsts []unsafe.Pointer, n int, divisor float32)",
+		`
+For i in [0, n): s = srcs[0][i] + srcs[1][i] + ... in that order, divided
+by divisor unless its bits are 0, is stored to dsts[k][i] for every k with
+non-temporal stores (they bypass the caches). n is a multiple of 64; every
+destination is 32-byte aligned; len(srcs) >= 1. A destination may be a
+source: a block is read from every source before it is stored.`, 60)
+	a.lines("MOVQ srcs_base+0(FP), SI", "MOVQ srcs_len+8(FP), R8", "MOVQ dsts_base+24(FP), DI",
+		"MOVQ dsts_len+32(FP), R9", "MOVQ n+48(FP), CX",
+		"VBROADCASTSS divisor+56(FP), Y15", "MOVL divisor+56(FP), R10",
+		"SHLQ $2, CX", "XORQ AX, AX")
+	a.lines("loop:", "CMPQ AX, CX", "JGE done", "MOVQ (SI), DX")
+	for v := 0; v < sumBroadcastVecs; v++ {
+		a.p("\tVMOVUPS %d(DX)(AX*1), Y%d", v*32, v)
+	}
+	a.lines("MOVQ $1, BX", "addsrc:", "CMPQ BX, R8", "JGE scale", "MOVQ (SI)(BX*8), DX")
+	for v := 0; v < sumBroadcastVecs; v++ {
+		a.p("\tVADDPS %d(DX)(AX*1), Y%d, Y%d", v*32, v, v)
+	}
+	a.lines("INCQ BX", "JMP addsrc", "scale:", "TESTL R10, R10", "JZ store")
+	for v := 0; v < sumBroadcastVecs; v++ {
+		a.p("\tVDIVPS Y15, Y%d, Y%d", v, v)
+	}
+	a.lines("store:", "XORQ BX, BX", "storedst:", "CMPQ BX, R9", "JGE next", "MOVQ (DI)(BX*8), DX")
+	for v := 0; v < sumBroadcastVecs; v++ {
+		a.p("\tVMOVNTPS Y%d, %d(DX)(AX*1)", v, v*32)
+	}
+	a.lines("INCQ BX", "JMP storedst", "next:", fmt.Sprintf("ADDQ $%d, AX", sumBroadcastVecs*32), "JMP loop",
+		"done:", "SFENCE")
+	a.ret()
+}

@@ -1,0 +1,149 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/trainer"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk"
+)
+
+// Each default is written once: the schema mspipe checks and editors show,
+// the With the stage's Execute receives and the trainer's Config all agree.
+func TestDefaultsAgree(t *testing.T) {
+	desc, err := New().Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal(desc.WithSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	schemaDefaults := map[string]any{}
+	for name, p := range schema.Properties {
+		if d, ok := p["default"]; ok {
+			schemaDefaults[name] = d
+		}
+	}
+
+	// What the stage's Execute gets for a block that sets only data.
+	stage := New().(sdk.Stage[With])
+	var got With
+	stage.Execute = func(_ context.Context, _ sdk.Context, w With) (map[string]any, error) {
+		got = w
+		return nil, nil
+	}
+	if _, err := stage.Run(context.Background(), plugins.RunRequest{With: map[string]any{"data": "/d"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stageValues map[string]any
+	if err := json.Unmarshal(raw, &stageValues); err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range schemaDefaults {
+		if name == "mode" {
+			continue // the zero Mode, omitted from JSON: checked below
+		}
+		if !reflect.DeepEqual(stageValues[name], d) {
+			t.Errorf("%s: schema default %v, the stage gets %v", name, d, stageValues[name])
+		}
+	}
+	want := []string{"batch_size", "collective_transport", "epochs", "keep_checkpoint_max", "learning_rate", "lr_schedule", "mode", "model", "momentum", "prefix", "seed"}
+	for _, name := range want {
+		if _, ok := schemaDefaults[name]; !ok {
+			t.Errorf("%s: no default in the schema", name)
+		}
+	}
+	if len(schemaDefaults) != len(want) {
+		t.Errorf("schema defaults %v, want %v", schemaDefaults, want)
+	}
+	if got.Mode != parallel.StandAlone || schemaDefaults["mode"] != "stand_alone" {
+		t.Errorf("mode: stage %v, schema %v; want stand_alone", got.Mode, schemaDefaults["mode"])
+	}
+
+	// What the trainer runs with.
+	tc, err := trainerConfig(WorkerConfig{With: got, Seed: uint64(got.Seed)}, 0, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := trainer.Defaults()
+	for _, f := range []struct {
+		name       string
+		rank, want any
+	}{
+		{"model", tc.Model, td.Model}, {"epochs", tc.Epochs, td.Epochs}, {"batch_size", tc.BatchSize, td.BatchSize},
+		{"learning_rate", tc.LearningRate, td.LearningRate}, {"momentum", tc.Momentum, td.Momentum},
+		{"lr_schedule", tc.Schedule, td.Schedule}, {"prefix", tc.Prefix, td.Prefix},
+		{"keep_checkpoint_max", tc.KeepCheckpointMax, td.KeepCheckpointMax},
+	} {
+		if f.rank != f.want {
+			t.Errorf("%s: the rank's trainer gets %v, the trainer's default is %v", f.name, f.rank, f.want)
+		}
+		if raw, _ := json.Marshal(f.want); string(raw) != string(mustJSON(t, schemaDefaults[f.name])) {
+			t.Errorf("%s: schema default %v, trainer default %v", f.name, schemaDefaults[f.name], f.want)
+		}
+	}
+	if tc.NoMomentum || tc.NumShards != 1 || tc.DeviceMemory != 0 {
+		t.Errorf("trainer config %+v: want momentum on, one shard, the default device memory", tc)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// A mode this build cannot train in is refused before anything runs, with
+// the message tests and users know.
+func TestCheckRefusesModesNotImplemented(t *testing.T) {
+	for _, m := range parallel.Modes() {
+		problems := check(With{Mode: m})
+		if m.Implemented() != (len(problems) == 0) {
+			t.Errorf("%s: problems %v", m, problems)
+		}
+		if !m.Implemented() && (problems[0].Path != "/mode" || problems[0].Message != "mode "+m.String()+" is not implemented in this build (stand_alone and data_parallel are)") {
+			t.Errorf("%s: %+v", m, problems[0])
+		}
+	}
+	// data_parallel shards the data over the job's ranks.
+	tc, err := trainerConfig(WorkerConfig{With: With{Mode: parallel.DataParallel}}, 3, 8, nil)
+	if err != nil || tc.NumShards != 8 || tc.ShardID != 3 {
+		t.Errorf("data_parallel rank 3 of 8: shards %d, id %d, %v", tc.NumShards, tc.ShardID, err)
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"", 0, false}, {"32GiB", 32 << 30, false}, {"1.5GiB", 3 << 29, false}, {"512MiB", 512 << 20, false},
+		{"1048576", 1 << 20, false}, {"2097152B", 2 << 20, false},
+		{"100KiB", 0, true}, {"lots", 0, true}, {"-1GiB", 0, true}, {"32GB", 0, true},
+	} {
+		got, err := parseMemory(tc.in)
+		if tc.bad != (err != nil) || got != tc.want {
+			t.Errorf("parseMemory(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+	problems := check(With{Mode: parallel.StandAlone, DeviceMemory: "lots"})
+	if len(problems) != 1 || problems[0].Path != "/device_memory" || !strings.Contains(problems[0].Message, `device memory "lots": want a size`) {
+		t.Errorf("check: %+v", problems)
+	}
+}

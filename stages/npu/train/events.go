@@ -1,0 +1,209 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/mspipe/mspipe/npu/trainer"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk"
+)
+
+// Rank processes report to the stage through an event stream: one pipe
+// whose write end every rank inherits as file descriptor eventFD (the first
+// of launch.Job.ExtraFiles), carrying one JSON object per line. A pipe and
+// not a file, so that a retried or resumed job never replays old events.
+// Each line is written with one write of at most maxEventWrite bytes, which
+// POSIX makes atomic for pipes: lines of different ranks never interleave.
+const (
+	eventFD       = 3
+	maxEventWrite = 4096 // PIPE_BUF on Linux
+	// maxEventLine bounds a line the stage reads; longer ones are skipped.
+	maxEventLine = 64 << 10
+	// maxEventWarnings bounds the warnings about malformed lines.
+	maxEventWarnings = 5
+)
+
+// Kinds of workerEvent.
+const (
+	kindStep = "step" // a finished training step
+	kindLog  = "log"  // a line rank 0 printed to train.log0, for the console
+)
+
+// workerEvent is one line of the event stream.
+type workerEvent struct {
+	Kind            string  `json:"kind"`
+	Rank            int     `json:"rank"`
+	Epoch           int64   `json:"epoch,omitempty"`
+	Step            int64   `json:"step,omitempty"`
+	GlobalStep      int64   `json:"global_step,omitempty"`
+	TotalSteps      int64   `json:"total_steps,omitempty"`
+	Loss            float64 `json:"loss,omitempty"`
+	LearningRate    float64 `json:"lr,omitempty"`
+	ImagesPerSecond float64 `json:"images_per_second,omitempty"`
+	DeviceMemory    int64   `json:"device_memory,omitempty"`
+	EpochEnd        bool    `json:"epoch_end,omitempty"`
+	Message         string  `json:"message,omitempty"`
+}
+
+// eventWriter is a rank's end of the event stream. It stops writing at the
+// first error (the stage is gone; the rank is about to be stopped too).
+type eventWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	rank   int
+	failed bool
+	buf    []byte // the unfinished line of Write
+}
+
+func newEventWriter(w io.Writer, rank int) *eventWriter {
+	return &eventWriter{w: w, rank: rank}
+}
+
+// step sends a finished training step.
+func (e *eventWriter) step(s trainer.StepInfo) {
+	e.send(workerEvent{
+		Kind: kindStep, Rank: e.rank, Epoch: int64(s.Epoch), Step: int64(s.StepInEpoch),
+		GlobalStep: int64(s.GlobalStep), TotalSteps: int64(s.TotalSteps),
+		Loss: float64(s.Loss), LearningRate: float64(s.LearningRate), ImagesPerSecond: s.ImagesPerSec,
+		DeviceMemory: s.DeviceMemory, EpochEnd: s.StepInEpoch == s.StepsPerEpoch,
+	})
+}
+
+// Write sends each complete line of p as a log event, so that the rank's
+// human output can be copied to the stream with an io.MultiWriter.
+func (e *eventWriter) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	e.buf = append(e.buf, p...)
+	var lines []string
+	for {
+		i := bytes.IndexByte(e.buf, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, string(bytes.TrimRight(e.buf[:i], "\r")))
+		e.buf = e.buf[i+1:]
+	}
+	e.mu.Unlock()
+	for _, l := range lines {
+		e.send(workerEvent{Kind: kindLog, Rank: e.rank, Message: l})
+	}
+	return len(p), nil
+}
+
+func (e *eventWriter) send(ev workerEvent) {
+	line, err := json.Marshal(ev)
+	for err == nil && len(line)+1 > maxEventWrite && ev.Message != "" {
+		// Only a log message can make a line long: shorten it.
+		ev.Message = ev.Message[:len(ev.Message)/2] + "…"
+		line, err = json.Marshal(ev)
+	}
+	if err != nil || len(line)+1 > maxEventWrite {
+		return
+	}
+	line = append(line, '\n')
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed {
+		return
+	}
+	if _, err := e.w.Write(line); err != nil {
+		e.failed = true
+	}
+}
+
+// relayEvents reads the event stream until EOF or a read error: steps
+// become step events (and rank 0's the loss metric), rank 0's log lines
+// log records. A line that is too long or not a valid event is skipped
+// with a warning. It returns the read error, nil at EOF.
+func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
+	rd := bufio.NewReaderSize(r, maxEventLine)
+	warnings, lineNo := 0, 0
+	warn := func(msg string) {
+		if warnings++; warnings <= maxEventWarnings {
+			sc.Warn(fmt.Sprintf("event stream line %d: %s: skipped", lineNo, msg))
+		}
+	}
+	defer func() {
+		if warnings > maxEventWarnings {
+			sc.Warn(fmt.Sprintf("event stream: %d more malformed lines skipped", warnings-maxEventWarnings))
+		}
+	}()
+	tooLong := false
+	for {
+		line, err := rd.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if !tooLong {
+				lineNo++
+				warn(fmt.Sprintf("longer than %d bytes", maxEventLine))
+			}
+			tooLong = true
+			continue
+		}
+		if len(line) > 0 && !tooLong {
+			lineNo++
+			relayLine(bytes.TrimSpace(line), sc, ranks, warn)
+		}
+		tooLong = false
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("event stream: %w", err)
+		}
+	}
+}
+
+func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
+	if len(line) == 0 {
+		return
+	}
+	var ev workerEvent
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ev); err != nil {
+		warn(fmt.Sprintf("not an event: %v", err))
+		return
+	}
+	if ev.Rank < 0 || ev.Rank >= ranks {
+		warn(fmt.Sprintf("rank %d of a job of %d", ev.Rank, ranks))
+		return
+	}
+	switch ev.Kind {
+	case kindLog:
+		if ev.Rank == 0 {
+			sc.Info(ev.Message)
+		}
+	case kindStep:
+		if ev.Epoch < 1 || ev.Step < 1 || ev.GlobalStep < 1 || ev.TotalSteps < 0 {
+			warn(fmt.Sprintf("step %d of epoch %d, global step %d of %d: want positive numbers", ev.Step, ev.Epoch, ev.GlobalStep, ev.TotalSteps))
+			return
+		}
+		st := plugins.StepEvent{
+			Rank: ev.Rank, Epoch: ev.Epoch, Step: ev.Step, GlobalStep: ev.GlobalStep, TotalSteps: ev.TotalSteps,
+			Loss: ev.Loss, LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSecond,
+			DeviceMemory: ev.DeviceMemory, EpochEnd: ev.EpochEnd,
+		}
+		if ev.Rank == 0 {
+			sc.Metric("loss", ev.Loss, ev.GlobalStep)
+		}
+		sc.Step(st)
+	default:
+		warn(fmt.Sprintf("unknown kind %q", ev.Kind))
+	}
+}
+
+// openEventStream returns the rank's end of the event stream, or nil when
+// the worker config names none (a rank started by hand).
+func openEventStream(cfg WorkerConfig, rank int) *eventWriter {
+	if cfg.EventFD <= 0 {
+		return nil
+	}
+	return newEventWriter(os.NewFile(uintptr(cfg.EventFD), "events"), rank)
+}
