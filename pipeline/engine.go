@@ -159,6 +159,14 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	for _, sid := range g.Order {
 		if !st.Stages[sid].Status.Done() {
 			again = append(again, sid)
+			continue
+		}
+		rerun, err := e.outputsGone(ctx, st, sid)
+		if err != nil {
+			return p, nil, fmt.Errorf("run %s: %w", id, err)
+		}
+		if rerun {
+			again = append(again, sid)
 		}
 	}
 	for d := range g.Downstream(again...) {
@@ -171,6 +179,27 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	st.Status, st.Error, st.Finished = StatusRunning, "", nil
 	final, err := e.execute(ctx, p, g, dir, st)
 	return p, final, err
+}
+
+// outputsGone reports whether a stage that ended succeeded or cached must
+// run again on resume because one of its path outputs is missing or no
+// longer has the content recorded in run.json, and says why on the log.
+// Only an interruption is an error.
+func (e *Engine) outputsGone(ctx context.Context, st *RunState, sid string) (bool, error) {
+	ss := st.Stages[sid]
+	if ss.Status != StatusSucceeded && ss.Status != StatusCached {
+		return false, nil
+	}
+	why := artifactsUnchanged(ctx, ss)
+	if why == nil {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	e.Log.Warn().Str("event", "stage_outputs_changed").Str("run", st.ID).Str("stage", sid).Str("reason", why.Error()).
+		Msgf("[%s] runs again: %v", sid, why)
+	return true, nil
 }
 
 func (e *Engine) now() time.Time {
