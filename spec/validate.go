@@ -64,14 +64,14 @@ func Validate(p *Pipeline, cat Catalog, opts Options) diag.List {
 }
 
 type validator struct {
-	p         *Pipeline
-	cat       Catalog
-	opts      Options
-	errs      problems
-	infos     map[string]*StageInfo // by stage id
-	byID      map[string]*Stage // the first stage of each id
-	env       *envType
-	open      map[string]bool // stages whose plugin could not be described
+	p     *Pipeline
+	cat   Catalog
+	opts  Options
+	errs  problems
+	infos map[string]*StageInfo // by stage id
+	byID  map[string]*Stage     // the first stage of each id
+	env   *envType
+	open  map[string]bool // stages whose plugin could not be described
 }
 
 func (v *validator) stages() {
