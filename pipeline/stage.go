@@ -95,13 +95,12 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 		r.fail(sid, 0, fmt.Errorf("create work dir: %w", err), time.Time{})
 		return
 	}
-	logFile, err := os.OpenFile(filepath.Join(workDir, "stage.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	stageLog, err := openStageLog(filepath.Join(workDir, "stage.log"), MaxStageLogSize)
 	if err != nil {
 		r.fail(sid, 0, fmt.Errorf("open stage log: %w", err), time.Time{})
 		return
 	}
-	defer logFile.Close()
-	stageLog := &syncWriter{w: logFile}
+	defer stageLog.Close()
 
 	started := r.e.now()
 	r.mu.Lock()
