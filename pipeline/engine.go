@@ -92,13 +92,16 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "stages"), 0o755); err != nil {
+		discardRunDir(dir)
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, "pipeline.yaml"), specData, 0o644); err != nil {
+		discardRunDir(dir)
 		return nil, fmt.Errorf("keep the spec in the run directory: %w", err)
 	}
 	specDir, err := filepath.Abs(p.BaseDir)
 	if err != nil {
+		discardRunDir(dir)
 		return nil, fmt.Errorf("spec directory: %w", err)
 	}
 	// Stages run in their own directories: give them absolute paths.
@@ -112,7 +115,18 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		s := p.StageByID(sid)
 		st.Stages[sid] = &StageState{Status: StatusPending, Uses: s.Uses, Log: filepath.Join("stages", sid, "stage.log")}
 	}
-	return e.execute(ctx, p, g, dir, st)
+	final, err := e.execute(ctx, p, g, dir, st)
+	if final == nil {
+		discardRunDir(dir)
+	}
+	return final, err
+}
+
+// discardRunDir removes the directory of a new run that failed before its
+// run.json was first written (a full disk, most often): it holds nothing to
+// resume or inspect, and `runs` would list it as a broken run.
+func discardRunDir(dir string) {
+	_ = os.RemoveAll(dir)
 }
 
 // Resume continues a run that failed or was cancelled: stages that did not
@@ -244,6 +258,8 @@ func (e *Engine) execute(ctx context.Context, p *spec.Pipeline, g *Graph, dir st
 	if r.saveErr != nil {
 		return nil, r.saveErr
 	}
+	r.reserveSpace()
+	defer r.releaseReserve()
 	start := e.now()
 	r.schedule(ctx)
 
