@@ -100,3 +100,29 @@ func TestDiskFullAtStartLeavesNoRunDirectory(t *testing.T) {
 		t.Errorf("ran %v", l.ran())
 	}
 }
+
+// TestNearlyFullDiskRefusesToStart: with less free space than the reserve
+// a run needs to record its end, Run refuses before any stage, saying
+// why, and leaves no run directory.
+func TestNearlyFullDiskRefusesToStart(t *testing.T) {
+	disk := tinyDisk(t, "4m")
+	w := newWorkspace(t)
+	w.store.Dir = filepath.Join(disk, "runs")
+	if err := os.WriteFile(filepath.Join(disk, "big"), make([]byte, 3<<20+512<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := "version: 1\nname: nearly\nstages:\n  a: {uses: work}\n"
+	p := w.load(src)
+	l := &scriptLauncher{}
+	_, err := w.engine(l).Run(context.Background(), p, []byte(src), nil)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "reserve 1.0 MiB for run.json") {
+		t.Fatalf("run: %v, want the reserve refused", err)
+	}
+	entries, _ := os.ReadDir(w.store.Dir)
+	for _, e := range entries {
+		t.Errorf("left behind: %s", e.Name())
+	}
+	if len(l.ran()) != 0 {
+		t.Errorf("ran %v", l.ran())
+	}
+}

@@ -252,14 +252,16 @@ func (e *Engine) execute(ctx context.Context, p *spec.Pipeline, g *Graph, dir st
 	r.events.Info().Str("event", "run_started").Str("pipeline", p.Name).Msg("run started")
 	r.log.Info().Str("event", "run_started").Str("pipeline", p.Name).Str("dir", dir).
 		Msgf("run %s of %s (%s)", st.ID, p.Name, dir)
+	if err := r.reserveSpace(); err != nil {
+		return nil, err
+	}
+	defer r.releaseReserve()
 	r.mu.Lock()
 	r.saveLocked()
 	r.mu.Unlock()
 	if r.saveErr != nil {
 		return nil, r.saveErr
 	}
-	r.reserveSpace()
-	defer r.releaseReserve()
 	start := e.now()
 	r.schedule(ctx)
 

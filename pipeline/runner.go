@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/rs/zerolog"
 )
@@ -72,15 +73,24 @@ const (
 )
 
 // reserveSpace writes the reserve file of a run starting or resuming. A
-// disk too full for all of it keeps what fitted.
-func (r *runner) reserveSpace() {
-	f, err := os.OpenFile(filepath.Join(r.dir, reserveName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+// disk without room for it fails the start: a run there could not record
+// its end.
+func (r *runner) reserveSpace() error {
+	path := filepath.Join(r.dir, reserveName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		return
+		return fmt.Errorf("reserve space for run.json: %w", err)
 	}
-	defer f.Close()
 	// Zeros, written (not a sparse hole), so the blocks are taken now.
-	_, _ = f.Write(make([]byte, stateReserve))
+	_, err = f.Write(make([]byte, stateReserve))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("reserve %s for run.json: %w", userfile.Size(stateReserve), err)
+	}
+	return nil
 }
 
 // releaseReserve deletes the reserve file, reporting whether there was one
