@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/spec"
 )
 
@@ -35,16 +38,20 @@ func cacheKey(in cacheKeyInput) (string, error) {
 }
 
 // hashPath returns the SHA-256 of a file, or of a directory tree (relative
-// names, modes and contents, in sorted order), so a path's identity is its
-// content, not its name or mtime.
-func hashPath(path string) (string, error) {
+// names and contents of its regular files, in sorted order), so a path's
+// identity is its content, not its name or mtime. Only regular files are
+// read: a device, FIFO or socket (named directly or found in the tree) is
+// refused with an error naming it, since reading one may never end
+// (/dev/zero) or block forever (a FIFO without a writer). Symbolic links
+// inside a tree are not followed. Hashing stops when ctx is done.
+func hashPath(ctx context.Context, path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
 	if !st.IsDir() {
-		if err := hashFile(h, path); err != nil {
+		if err := hashFile(ctx, h, path); err != nil {
 			return "", err
 		}
 		return hex.EncodeToString(h.Sum(nil)), nil
@@ -54,8 +61,14 @@ func hashPath(path string) (string, error) {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		switch t := d.Type(); {
+		case t.IsRegular():
 			files = append(files, p)
+		case t&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0:
+			return fmt.Errorf("%s is %s, %w", p, fileKind(t), userfile.ErrNotRegular)
 		}
 		return nil
 	})
@@ -66,35 +79,53 @@ func hashPath(path string) (string, error) {
 	for _, f := range files {
 		rel, _ := filepath.Rel(path, f)
 		fmt.Fprintf(h, "%s\x00", filepath.ToSlash(rel))
-		if err := hashFile(h, f); err != nil {
+		if err := hashFile(ctx, h, f); err != nil {
 			return "", err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func hashFile(w io.Writer, path string) error {
-	f, err := os.Open(path)
+// hashFile writes the content of the regular file at path and its length
+// to w.
+func hashFile(ctx context.Context, w io.Writer, path string) error {
+	f, _, err := userfile.Open(path)
+	if errors.Is(err, userfile.ErrNotRegular) {
+		return fmt.Errorf("%s %w", path, err)
+	}
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	n, err := io.Copy(w, f)
+	n, err := userfile.Copy(ctx, w, f)
 	if err != nil {
-		return err
+		return fmt.Errorf("hash %s: %w", path, err)
 	}
 	fmt.Fprintf(w, "\x00%d\x00", n)
 	return nil
+}
+
+// fileKind names the type of a special file for messages.
+func fileKind(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	}
+	return "a device"
 }
 
 // cacheKey computes the stage's cache key from its plugin identity,
 // resolved inputs, cluster (device count and rank table content),
 // environment (pipeline's and stage's) and the content of every path
 // output of the stages it depends on, and of path params.
-func (r *runner) cacheKey(s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (string, error) {
+func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (string, error) {
 	in := cacheKeyInput{Plugin: ident, With: with, Devices: sc.Cluster.Devices, Inputs: map[string]string{}}
 	if sc.Cluster.RankTable != "" {
-		h, err := hashPath(sc.Cluster.RankTable)
+		h, err := hashPath(ctx, sc.Cluster.RankTable)
 		if err != nil {
 			return "", fmt.Errorf("rank table: %w", err)
 		}
@@ -119,11 +150,18 @@ func (r *runner) cacheKey(s *spec.Stage, sc *spec.Scope, ident string, with map[
 			continue
 		}
 		// A path param naming nothing (yet) has no content to key on.
-		if v, ok := sc.Params[prm.Name].(string); ok && v != "" {
-			if h, err := hashPath(r.p.Resolve(v)); err == nil {
-				in.Inputs["params."+prm.Name] = h
-			}
+		v, ok := sc.Params[prm.Name].(string)
+		if !ok || v == "" {
+			continue
 		}
+		h, err := hashPath(ctx, r.p.Resolve(v))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("param %s: %w", prm.Name, err)
+		}
+		in.Inputs["params."+prm.Name] = h
 	}
 	return cacheKey(in)
 }
@@ -153,7 +191,7 @@ type cacheHit struct {
 // lookupCache finds a stage with the same key that succeeded in an earlier
 // run and whose path outputs still hold the same content. Runs whose
 // run.json cannot be read are not candidates.
-func (r *runner) lookupCache(key string) *cacheHit {
+func (r *runner) lookupCache(ctx context.Context, key string) *cacheHit {
 	runs, _ := r.e.Store.List()
 	for _, run := range runs {
 		if run.ID == r.st.ID {
@@ -163,7 +201,7 @@ func (r *runner) lookupCache(key string) *cacheHit {
 			if ss.CacheKey != key || (ss.Status != StatusSucceeded && ss.Status != StatusCached) {
 				continue
 			}
-			if artifactsUnchanged(ss) {
+			if artifactsUnchanged(ctx, ss) == nil {
 				from := run.ID
 				if ss.CachedFrom != "" {
 					from = ss.CachedFrom
@@ -175,14 +213,26 @@ func (r *runner) lookupCache(key string) *cacheHit {
 	return nil
 }
 
-// artifactsUnchanged reports whether every path output of a finished stage
-// still has the content hash recorded when it was produced.
-func artifactsUnchanged(ss *StageState) bool {
-	for name, h := range ss.Artifacts {
+// artifactsUnchanged returns nil when every path output of a finished
+// stage still has the content hash recorded when it was produced, else
+// why not (in words for the console).
+func artifactsUnchanged(ctx context.Context, ss *StageState) error {
+	names := make([]string, 0, len(ss.Artifacts))
+	for name := range ss.Artifacts {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
 		p, _ := ss.Outputs[name].(string)
-		if got, err := hashPath(p); err != nil || got != h {
-			return false
+		got, err := hashPath(ctx, p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("output %s (%s) is gone", name, p)
+		case err != nil:
+			return fmt.Errorf("output %s: %w", name, err)
+		case got != ss.Artifacts[name]:
+			return fmt.Errorf("output %s (%s) changed since the stage produced it", name, p)
 		}
 	}
-	return true
+	return nil
 }

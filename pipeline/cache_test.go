@@ -220,21 +220,21 @@ func TestHashPath(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h1, err := hashPath(dir)
+	h1, err := hashPath(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(dir, "f"), filepath.Join(dir, "g")); err != nil {
 		t.Fatal(err)
 	}
-	h2, err := hashPath(dir)
+	h2, err := hashPath(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h1 == h2 {
 		t.Error("renaming a file kept the directory hash")
 	}
-	if _, err := hashPath(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
+	if _, err := hashPath(context.Background(), filepath.Join(dir, "missing")); !os.IsNotExist(err) {
 		t.Errorf("missing path: %v, want not exist", err)
 	}
 }

@@ -18,10 +18,12 @@
 //
 //	runs/<run-id>/
 //	  run.json          state of the run and of every stage (atomic writes)
+//	  .run.json.reserve 1 MiB kept free for run.json while the run runs
 //	  pipeline.yaml     the spec as it was run
 //	  events.jsonl      one JSON object per event (zerolog)
 //	  stages/<id>/      the stage's working directory
-//	    stage.log       plugin output and log events
+//	    stage.log       plugin output and log events, rotated to stage.log.1
+//	                    at MaxStageLogSize
 //
 // # States
 //
@@ -64,7 +66,17 @@
 // the run cannot be trusted for resume or caching any more: no new stage
 // starts, running stages finish, the run ends failed and Run returns the
 // save error (a later write is still tried, so the file keeps up when the
-// disk recovers).
+// disk recovers). A full disk is the common cause, so a run holds a reserve
+// file beside run.json and deletes it when a write finds no space: the run
+// still records how it ended. A run that cannot write the reserve, or its
+// first run.json, does not start and leaves no directory behind.
+//
+// # Resume
+//
+// Resume runs again the stages that did not end succeeded, cached or
+// skipped, and a succeeded or cached stage whose path outputs are gone or
+// no longer have the content hash recorded in run.json (with a line saying
+// why), with every stage that depends on them.
 //
 // # Logging
 //

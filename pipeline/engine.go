@@ -92,13 +92,16 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "stages"), 0o755); err != nil {
+		discardRunDir(dir)
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, "pipeline.yaml"), specData, 0o644); err != nil {
+		discardRunDir(dir)
 		return nil, fmt.Errorf("keep the spec in the run directory: %w", err)
 	}
 	specDir, err := filepath.Abs(p.BaseDir)
 	if err != nil {
+		discardRunDir(dir)
 		return nil, fmt.Errorf("spec directory: %w", err)
 	}
 	// Stages run in their own directories: give them absolute paths.
@@ -112,7 +115,18 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		s := p.StageByID(sid)
 		st.Stages[sid] = &StageState{Status: StatusPending, Uses: s.Uses, Log: filepath.Join("stages", sid, "stage.log")}
 	}
-	return e.execute(ctx, p, g, dir, st)
+	final, err := e.execute(ctx, p, g, dir, st)
+	if final == nil {
+		discardRunDir(dir)
+	}
+	return final, err
+}
+
+// discardRunDir removes the directory of a new run that failed before its
+// run.json was first written (a full disk, most often): it holds nothing to
+// resume or inspect, and `runs` would list it as a broken run.
+func discardRunDir(dir string) {
+	_ = os.RemoveAll(dir)
 }
 
 // Resume continues a run that failed or was cancelled: stages that did not
@@ -159,6 +173,14 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	for _, sid := range g.Order {
 		if !st.Stages[sid].Status.Done() {
 			again = append(again, sid)
+			continue
+		}
+		rerun, err := e.outputsGone(ctx, st, sid)
+		if err != nil {
+			return p, nil, fmt.Errorf("run %s: %w", id, err)
+		}
+		if rerun {
+			again = append(again, sid)
 		}
 	}
 	for d := range g.Downstream(again...) {
@@ -171,6 +193,27 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	st.Status, st.Error, st.Finished = StatusRunning, "", nil
 	final, err := e.execute(ctx, p, g, dir, st)
 	return p, final, err
+}
+
+// outputsGone reports whether a stage that ended succeeded or cached must
+// run again on resume because one of its path outputs is missing or no
+// longer has the content recorded in run.json, and says why on the log.
+// Only an interruption is an error.
+func (e *Engine) outputsGone(ctx context.Context, st *RunState, sid string) (bool, error) {
+	ss := st.Stages[sid]
+	if ss.Status != StatusSucceeded && ss.Status != StatusCached {
+		return false, nil
+	}
+	why := artifactsUnchanged(ctx, ss)
+	if why == nil {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	e.Log.Warn().Str("event", "stage_outputs_changed").Str("run", st.ID).Str("stage", sid).Str("reason", why.Error()).
+		Msgf("[%s] runs again: %v", sid, why)
+	return true, nil
 }
 
 func (e *Engine) now() time.Time {
@@ -209,6 +252,10 @@ func (e *Engine) execute(ctx context.Context, p *spec.Pipeline, g *Graph, dir st
 	r.events.Info().Str("event", "run_started").Str("pipeline", p.Name).Msg("run started")
 	r.log.Info().Str("event", "run_started").Str("pipeline", p.Name).Str("dir", dir).
 		Msgf("run %s of %s (%s)", st.ID, p.Name, dir)
+	if err := r.reserveSpace(); err != nil {
+		return nil, err
+	}
+	defer r.releaseReserve()
 	r.mu.Lock()
 	r.saveLocked()
 	r.mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mspipe/mspipe/plugins"
@@ -83,16 +82,4 @@ func formatFields(fields map[string]any) string {
 		fmt.Fprintf(&b, " %s=%v", k, fields[k])
 	}
 	return b.String()
-}
-
-// syncWriter serializes writes from the plugin's output pumps and events.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

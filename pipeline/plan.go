@@ -61,6 +61,10 @@ func (e *Engine) Plan(ctx context.Context, p *spec.Pipeline, params map[string]a
 			ps.Action, ps.Detail = r.planStage(ctx, s, ss)
 			ps.With = ss.With
 		}
+		// Interrupted (Ctrl-C while hashing a large input): no half plan.
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
 		out = append(out, ps)
 	}
 	return out, nil
@@ -111,13 +115,13 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		return "unknown", err.Error()
 	}
 	ss.With = with
-	key, err := r.cacheKey(s, sc, ident, with)
+	key, err := r.cacheKey(ctx, s, sc, ident, with)
 	if err != nil {
 		ss.Status = StatusFailed
 		return "unknown", err.Error()
 	}
 	if !r.e.NoCache {
-		if hit := r.lookupCache(key); hit != nil {
+		if hit := r.lookupCache(ctx, key); hit != nil {
 			ss.Status, ss.Outputs, ss.Artifacts = StatusCached, hit.outputs, hit.artifacts
 			return "cached", "outputs of run " + hit.runID
 		}

@@ -1,11 +1,15 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/rs/zerolog"
 )
@@ -46,6 +50,9 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 func (r *runner) saveLocked() {
 	r.st.Updated = r.e.now()
 	err := saveState(r.dir, r.st)
+	if errors.Is(err, syscall.ENOSPC) && r.releaseReserve() {
+		err = saveState(r.dir, r.st)
+	}
 	if err == nil || r.saveErr != nil {
 		return
 	}
@@ -53,6 +60,43 @@ func (r *runner) saveLocked() {
 	r.log.Error().Str("event", "state_not_saved").Err(err).
 		Msgf("run %s: %v; no new stage starts", r.st.ID, r.saveErr)
 	r.events.Error().Str("event", "state_not_saved").Err(err).Msg("run state not saved")
+}
+
+// stateReserve is the size of the file a run keeps beside run.json while
+// it runs (reserveName) and deletes when the disk is full, so that run.json
+// can still be saved: a run that fails because a stage filled the disk
+// then records that it failed and why, instead of "running" forever. It
+// holds the atomic writes of a run.json of up to half its size.
+const (
+	stateReserve = 1 << 20
+	reserveName  = ".run.json.reserve"
+)
+
+// reserveSpace writes the reserve file of a run starting or resuming. A
+// disk without room for it fails the start: a run there could not record
+// its end.
+func (r *runner) reserveSpace() error {
+	path := filepath.Join(r.dir, reserveName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("reserve space for run.json: %w", err)
+	}
+	// Zeros, written (not a sparse hole), so the blocks are taken now.
+	_, err = f.Write(make([]byte, stateReserve))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("reserve %s for run.json: %w", userfile.Size(stateReserve), err)
+	}
+	return nil
+}
+
+// releaseReserve deletes the reserve file, reporting whether there was one
+// to free.
+func (r *runner) releaseReserve() bool {
+	return os.Remove(filepath.Join(r.dir, reserveName)) == nil
 }
 
 // saveFailed reports whether run.json could not be written.

@@ -61,7 +61,7 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 	r.mu.Lock()
 	ss.With = with
 	r.mu.Unlock()
-	key, err := r.cacheKey(s, sc, ident, with)
+	key, err := r.cacheKey(ctx, s, sc, ident, with)
 	if err != nil {
 		r.fail(sid, 0, err, time.Time{})
 		return
@@ -70,7 +70,7 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 	ss.CacheKey = key
 	r.mu.Unlock()
 	if !r.e.NoCache {
-		if hit := r.lookupCache(key); hit != nil {
+		if hit := r.lookupCache(ctx, key); hit != nil {
 			r.mu.Lock()
 			ss.Status, ss.Outputs, ss.Artifacts, ss.CachedFrom = StatusCached, hit.outputs, hit.artifacts, hit.runID
 			ss.Reason = ""
@@ -95,13 +95,12 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 		r.fail(sid, 0, fmt.Errorf("create work dir: %w", err), time.Time{})
 		return
 	}
-	logFile, err := os.OpenFile(filepath.Join(workDir, "stage.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	stageLog, err := openStageLog(filepath.Join(workDir, "stage.log"), MaxStageLogSize)
 	if err != nil {
 		r.fail(sid, 0, fmt.Errorf("open stage log: %w", err), time.Time{})
 		return
 	}
-	defer logFile.Close()
-	stageLog := &syncWriter{w: logFile}
+	defer stageLog.Close()
 
 	started := r.e.now()
 	r.mu.Lock()
@@ -136,7 +135,7 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 		fmt.Fprintf(stageLog, "--- attempt %d started %s\n", attempt, r.e.now().Format(time.RFC3339))
 		outputs, err := r.attempt(ctx, s, sc, with, workDir, attempt, stageLog)
 		if err == nil {
-			artifacts, err := r.artifacts(s, outputs)
+			artifacts, err := r.artifacts(ctx, s, outputs)
 			if err != nil {
 				r.fail(sid, attempt, err, started)
 				return
@@ -300,7 +299,7 @@ func (r *runner) outputTypes(s *spec.Stage) map[string]spec.Type {
 }
 
 // artifacts hashes the content of every path output.
-func (r *runner) artifacts(s *spec.Stage, outputs map[string]any) (map[string]string, error) {
+func (r *runner) artifacts(ctx context.Context, s *spec.Stage, outputs map[string]any) (map[string]string, error) {
 	types := r.outputTypes(s)
 	out := map[string]string{}
 	names := make([]string, 0, len(outputs))
@@ -316,7 +315,7 @@ func (r *runner) artifacts(s *spec.Stage, outputs map[string]any) (map[string]st
 		if !ok || p == "" {
 			continue
 		}
-		h, err := hashPath(p)
+		h, err := hashPath(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("output %s: %w", n, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -376,5 +377,68 @@ func TestGraphDrawings(t *testing.T) {
 		if !strings.Contains(d.String(), s) {
 			t.Errorf("dot lacks %s:\n%s", s, d.String())
 		}
+	}
+}
+
+// TestResumeChecksOutputsOfSucceededStages: on resume, a succeeded stage
+// whose path output is gone or changed runs again (with its dependents)
+// and the log says why; one whose output is intact keeps its result.
+func TestResumeChecksOutputsOfSucceededStages(t *testing.T) {
+	w := newWorkspace(t)
+	const src = `version: 1
+name: outputs
+stages:
+  gone: {uses: files}
+  after: {uses: work, needs: gone}
+  changed: {uses: files}
+  intact: {uses: files}
+  broken: {uses: work}
+`
+	fail := true
+	files := filesRun(map[string]string{"gone": "g", "changed": "c", "intact": "i"})
+	l := &scriptLauncher{run: func(ctx context.Context, c call, emit func(plugins.Event)) (map[string]any, error) {
+		if c.stage == "broken" && fail {
+			return nil, errors.New("broke")
+		}
+		return files(ctx, c, emit)
+	}}
+	first, err := w.run(w.engine(l), src)
+	if !errors.Is(err, ErrStageFailed) {
+		t.Fatalf("first run: %v", err)
+	}
+	dirOf := func(sid string) string { return first.Stages[sid].Outputs["dir"].(string) }
+	if err := os.RemoveAll(dirOf("gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dirOf("changed"), "out.txt"), []byte("edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fail = false
+	l.calls = nil
+	var log bytes.Buffer
+	e := w.engine(l)
+	e.Log = zerolog.New(&log)
+	_, final, err := e.Resume(context.Background(), first.ID)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	ran := l.ran()
+	sort.Strings(ran)
+	if got := strings.Join(ran, ","); got != "after,broken,changed,gone" {
+		t.Errorf("resume ran %s, want after,broken,changed,gone", got)
+	}
+	if final.Status != StatusSucceeded {
+		t.Errorf("resume ended %s", final.Status)
+	}
+	for _, want := range []string{
+		"[gone] runs again: output dir (" + dirOf("gone") + ") is gone",
+		"[changed] runs again: output dir (" + dirOf("changed") + ") changed since the stage produced it",
+	} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if strings.Contains(log.String(), "[intact] runs again") {
+		t.Errorf("intact stage rerun:\n%s", log.String())
 	}
 }

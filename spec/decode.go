@@ -21,8 +21,15 @@ import (
 // Limits that keep hostile or broken files from exhausting memory.
 const (
 	MaxFileSize = 4 << 20 // bytes; real specs are a few KiB
-	maxNodes    = 100_000 // YAML nodes visited, counting alias expansions
-	maxDepth    = 64      // nesting of mappings and sequences
+	// MaxExpandedSize bounds the text of a spec's values once aliases are
+	// expanded, and of each stage's resolved `with`: run keeps both in
+	// run.json, so a few aliases of a large value (a 2 MB file expanding
+	// to gigabytes) would exhaust memory when the run saves its state.
+	// Parse checks the expanded spec, so validate refuses what run would;
+	// Resolver.With checks the values expressions produce at run time.
+	MaxExpandedSize = MaxFileSize
+	maxNodes        = 100_000 // YAML nodes visited, counting alias expansions
+	maxDepth        = 64      // nesting of mappings and sequences
 )
 
 // identRe is the form of stage ids, param names and output names: they are
@@ -102,11 +109,40 @@ func Parse(file string, data []byte) (*Pipeline, diag.List) {
 		root = root.Content[0]
 	}
 	p.root = root
+	if size, over := expandedSize(root); over {
+		d.errs.addCode(d.pos(root), CodeTooComplex, "spec expands through aliases to more than %d bytes of values (the limit for a spec); refusing to read it", size)
+		p.tooComplex = true
+		return p, diag.List(d.errs)
+	}
 	d.pipeline(p, root)
 	for _, e := range d.errs {
 		p.tooComplex = p.tooComplex || e.Code == CodeTooComplex
 	}
 	return p, diag.List(d.errs)
+}
+
+// expandedSize adds up the text of every scalar of the tree under root
+// with aliases expanded, stopping once it passes MaxExpandedSize (over is
+// then true and size the limit) or has visited maxNodes nodes (the decoder
+// reports that).
+func expandedSize(root *yaml.Node) (size int, over bool) {
+	stack := []*yaml.Node{root}
+	for visited := 0; len(stack) > 0 && visited < maxNodes; visited++ {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for n != nil && n.Kind == yaml.AliasNode {
+			n = n.Alias
+		}
+		if n == nil {
+			continue
+		}
+		size += len(n.Value)
+		if size > MaxExpandedSize {
+			return MaxExpandedSize, true
+		}
+		stack = append(stack, n.Content...)
+	}
+	return size, false
 }
 
 // binaryAt returns the offset of the first byte that cannot be in a YAML

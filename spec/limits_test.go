@@ -2,6 +2,7 @@ package spec
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -48,5 +49,51 @@ func TestDeviceLimitIsOneLimit(t *testing.T) {
 	}
 	if _, err := ranktable.Generate(ranktable.GenerateOptions{Devices: 8, Hosts: ranktable.MaxLocalHosts, Scheme: ranktable.SchemeLocal}); err != nil {
 		t.Errorf("the local scheme cannot generate the largest cluster specs allow: %v", err)
+	}
+}
+
+// TestExpandedSizeLimit: a small spec whose aliases repeat a large value
+// is refused by Parse (so by validate) once the expanded values pass
+// MaxExpandedSize. Before, validate passed a 2 MB spec expanding to
+// gigabytes and run ran out of memory saving its state.
+func TestExpandedSizeLimit(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	spec := func(aliases int) []byte {
+		refs := strings.TrimSuffix(strings.Repeat("*big, ", aliases), ", ")
+		return []byte("version: 1\nname: bomb\nenv: {BIG: &big \"" + big + "\"}\nstages:\n  a: {uses: gen, with: {x: [" + refs + "]}}\n")
+	}
+	p, errs := Parse("ok.yaml", spec(2)) // 3 MiB expanded
+	errs = append(errs, Validate(p, catalog, Options{})...)
+	if errs.Err() != nil {
+		t.Fatalf("3 MiB expanded: %v", errs)
+	}
+	p, errs = Parse("bomb.yaml", spec(8)) // 9 MiB expanded, 1 MiB on disk
+	want := "spec expands through aliases to more than 4194304 bytes of values (the limit for a spec)"
+	if len(errs) != 1 || errs[0].Code != CodeTooComplex || !strings.Contains(errs[0].Error(), want) {
+		t.Fatalf("bomb: %v, want one %s error containing %q", errs, CodeTooComplex, want)
+	}
+	if extra := Validate(p, catalog, Options{}); len(extra) != 0 {
+		t.Errorf("Validate after the refusal: %v", extra)
+	}
+	if _, err := NewResolver(p, catalog); !errors.Is(err, ErrTooComplex) {
+		t.Errorf("NewResolver: %v, want ErrTooComplex", err)
+	}
+}
+
+// TestResolvedWithSizeLimit: a `with` whose expressions produce more than
+// MaxExpandedSize bytes is refused when resolved, with the same limit.
+func TestResolvedWithSizeLimit(t *testing.T) {
+	p := mustValid(t, "version: 1\nname: w\nparams:\n  s: {type: string, default: x}\nstages:\n  a: {uses: gen, with: {x: [\"${{ params.s }}\", \"${{ params.s }}\"]}}\n")
+	r, err := NewResolver(p, catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.StageByID("a")
+	if _, err := r.With(a, &Scope{Params: map[string]any{"s": strings.Repeat("y", MaxExpandedSize/2-10)}}); err != nil {
+		t.Errorf("just under the limit: %v", err)
+	}
+	_, err = r.With(a, &Scope{Params: map[string]any{"s": strings.Repeat("y", MaxExpandedSize/2+10)}})
+	if want := "stages.a.with: resolves to more than 4194304 bytes of values (the limit for a spec)"; err == nil || err.Error() != want {
+		t.Errorf("over the limit: %v, want %q", err, want)
 	}
 }

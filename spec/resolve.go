@@ -87,7 +87,43 @@ func run(p TemplatePart, t *Template, env any) (any, error) {
 // `${{ }}` replaced by its value. Check the result against the stage's
 // schema, then pass it through ShellData before the stage runs.
 func (r *Resolver) With(s *Stage, sc *Scope) (map[string]any, error) {
-	return r.with(s, sc)
+	with, err := r.with(s, sc)
+	if err != nil {
+		return nil, err
+	}
+	if dataSize(with, MaxExpandedSize) > MaxExpandedSize {
+		return nil, fmt.Errorf("stages.%s.with: resolves to more than %d bytes of values (the limit for a spec)", s.ID, MaxExpandedSize)
+	}
+	return with, nil
+}
+
+// dataSize adds up the length of the strings (keys included) of resolved
+// data, counting other scalars as 8 bytes, and stops once past limit.
+func dataSize(v any, limit int) int {
+	size := 0
+	var walk func(v any)
+	walk = func(v any) {
+		if size > limit {
+			return
+		}
+		switch v := v.(type) {
+		case string:
+			size += len(v)
+		case map[string]any:
+			for k, e := range v {
+				size += len(k)
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		default:
+			size += 8
+		}
+	}
+	walk(v)
+	return size
 }
 
 // ShellData prepares a stage's resolved inputs (With's result) to run: for

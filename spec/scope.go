@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/conf"
 )
 
 // Scope holds the values that expressions see when a stage is resolved.
@@ -44,6 +47,7 @@ type envType struct {
 	params  fieldSet
 	stages  fieldSet            // stage id -> field of the stages struct
 	outputs map[string]fieldSet // stage id -> its outputs struct
+	shared  *conf.Config        // see compileEnv
 }
 
 type fieldSet struct {
@@ -145,8 +149,22 @@ func buildEnvType(p *Pipeline, outputs map[string][]OutputDecl, open map[string]
 	return et
 }
 
-// zero is a value of the environment type, used for compilation.
-func (et *envType) zero() any { return reflect.New(et.typ).Elem().Interface() }
+// compileEnv is the expr option that declares the environment type when
+// compiling. It is made once per pipeline and shared by every compilation:
+// expr.Env would allocate a zero environment (as large as the pipeline) and
+// look struct fields up afresh for each expression, and each compiled
+// program keeps its lookups, so a pipeline of n stages reading their
+// predecessors held n² field entries. Sharing the config's type cache keeps
+// one entry per field. Compilations must not run concurrently.
+func (et *envType) compileEnv() expr.Option {
+	if et.shared == nil {
+		et.shared = conf.New(reflect.New(et.typ).Elem().Interface())
+	}
+	base := et.shared
+	return func(c *conf.Config) {
+		c.EnvObject, c.NtCache, c.Env, c.Strict = base.EnvObject, base.NtCache, base.Env, base.Strict
+	}
+}
 
 // value builds the environment for a scope. Values are converted to the
 // declared types; a value that does not fit is an error naming it.

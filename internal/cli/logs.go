@@ -67,6 +67,18 @@ func copyLog(ctx context.Context, w io.Writer, runDir, rel string) error {
 	if rel == "" {
 		return fs.ErrNotExist
 	}
+	if _, err := userfile.Within(runDir, rel); err != nil {
+		return fmt.Errorf("log: %w", err)
+	}
+	// A log past its size cap was rotated: its older part comes first.
+	if err := copyFile(ctx, w, runDir, rel+".1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return copyFile(ctx, w, runDir, rel)
+}
+
+// copyFile prints the regular file rel names in runDir.
+func copyFile(ctx context.Context, w io.Writer, runDir, rel string) error {
 	path, err := userfile.Within(runDir, rel)
 	if err != nil {
 		return fmt.Errorf("log: %w", err)

@@ -68,3 +68,17 @@ func TestLogsStaysInTheRunDirectory(t *testing.T) {
 		}
 	}
 }
+
+// A log rotated at its size cap is printed whole: stage.log.1, then
+// stage.log.
+func TestLogsPrintsTheRotatedPartFirst(t *testing.T) {
+	runs := writeRun(t, "stages/s/stage.log")
+	old := filepath.Join(runs, "20261124-120000-abcdef", "stages", "s", "stage.log.1")
+	if err := os.WriteFile(old, []byte("the older part\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "logs", "latest", "s", "--runs-dir", runs)
+	if want := "the older part\nthe stage's own log\n"; code != 0 || out != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+}
