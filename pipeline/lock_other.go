@@ -12,5 +12,5 @@ import (
 // cannot run here anyway (internal/procgroup), and readers show the state
 // run.json records.
 func tryLock(*os.File, bool) (bool, error) {
-	return false, fmt.Errorf("run locks are not supported on %s", runtime.GOOS)
+	return false, fmt.Errorf("run locks (flock) are not supported on %s; run pipelines on Linux or macOS", runtime.GOOS)
 }
