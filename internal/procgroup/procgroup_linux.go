@@ -29,39 +29,32 @@ func Alive(pgid int) bool {
 		if err != nil {
 			continue
 		}
-		st, ok := procStat(pid)
-		if ok && st.pgrp == pgid && st.state != 'Z' && st.state != 'X' {
+		state, group, ok := procStat(pid)
+		if ok && group == pgid && state != 'Z' && state != 'X' {
 			return true
 		}
 	}
 	return false
 }
 
-// stat is what mspipe reads of /proc/<pid>/stat.
-type stat struct {
-	state      byte
-	ppid, pgrp int
-}
-
-// procStat reads the state, parent and process group of a process from
+// procStat reads the state and process group of a process from
 // /proc/<pid>/stat ("pid (comm) state ppid pgrp ...").
-func procStat(pid int) (stat, bool) {
+func procStat(pid int) (state byte, pgrp int, ok bool) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return stat{}, false
+		return 0, 0, false
 	}
 	end := bytes.LastIndexByte(data, ')')
 	if end < 0 {
-		return stat{}, false
+		return 0, 0, false
 	}
 	fields := bytes.Fields(data[end+1:])
 	if len(fields) < 3 || len(fields[0]) != 1 {
-		return stat{}, false
+		return 0, 0, false
 	}
-	ppid, err1 := strconv.Atoi(string(fields[1]))
-	pgrp, err2 := strconv.Atoi(string(fields[2]))
-	if err1 != nil || err2 != nil {
-		return stat{}, false
+	pgrp, err = strconv.Atoi(string(fields[2]))
+	if err != nil {
+		return 0, 0, false
 	}
-	return stat{state: fields[0][0], ppid: ppid, pgrp: pgrp}, true
+	return fields[0][0], pgrp, true
 }

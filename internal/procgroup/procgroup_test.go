@@ -31,12 +31,6 @@ func TestMain(m *testing.M) {
 		os.Exit(startAndWait("grandchild", false))
 	case "parent": // starts a sleeper as the leader of a new group, prints its pid, waits
 		os.Exit(startAndWait("grandchild", true))
-	case "supervisor-parent": // starts a supervisor, prints its pid, waits
-		os.Exit(startSupervisor())
-	case "supervisor": // Supervise; starts a group whose leader starts a setsid'd process
-		os.Exit(supervise())
-	case "setsider": // starts a grandchild in a new session and waits for it
-		os.Exit(startSetsid())
 	case "grandchild":
 		if os.Getenv(stubborn) != "" {
 			signal.Ignore(syscall.SIGTERM)
@@ -66,69 +60,6 @@ func startAndWait(role string, newGroup bool) int {
 	}
 	if newGroup {
 		fmt.Println(cmd.Process.Pid)
-	}
-	_ = cmd.Wait()
-	return 0
-}
-
-// startSupervisor starts this binary as a supervisor (PrepareSupervisor),
-// prints its pid and waits for it.
-func startSupervisor() int {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), roleEnv+"=supervisor")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := PrepareSupervisor(cmd); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(cmd.Process.Pid)
-	_ = cmd.Wait()
-	return 0
-}
-
-// supervise is what a stage plugin does: Supervise, start a group (which
-// here starts a process that escapes it with setsid), and when the parent
-// dies kill every descendant.
-func supervise() int {
-	gone, err := Supervise()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), roleEnv+"=setsider")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := Prepare(cmd); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	go func() { _ = cmd.Wait() }()
-	<-gone
-	if err := KillDescendants(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
-
-// startSetsid starts a grandchild in a session of its own, out of every
-// group mspipe knows, and waits.
-func startSetsid() int {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), roleEnv+"=grandchild", stubborn+"=1")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
 	}
 	_ = cmd.Wait()
 	return 0

@@ -2,21 +2,18 @@ package procgroup
 
 import (
 	"os/exec"
-	"time"
+	"syscall"
 )
 
-// killDescendantsWait bounds how long KillDescendants keeps killing what
-// its descendants keep starting.
-const killDescendantsWait = 5 * time.Second
-
-// PrepareSupervisor is Prepare for a process that calls Supervise at its
-// start: mspipe's stage plugins. Its parent-death signal (Linux) is SIGHUP
-// instead of SIGKILL, which Supervise catches to kill every descendant
-// before the process exits; a process that does not catch it exits on it.
-func PrepareSupervisor(cmd *exec.Cmd) error {
+// PrepareSupervisor is Prepare for a process that takes down what it
+// starts when its parent dies: mspipe's stage plugins (plugins/sdk). Its
+// parent-death signal (Linux) is deathSignal instead of SIGKILL, which the
+// process catches to kill its descendants before it exits; deathSignal
+// should be one a process that does not catch it exits on.
+func PrepareSupervisor(cmd *exec.Cmd, deathSignal syscall.Signal) error {
 	if err := Prepare(cmd); err != nil {
 		return err
 	}
-	setSupervisorDeathSignal(cmd)
+	setSupervisorDeathSignal(cmd, deathSignal)
 	return nil
 }

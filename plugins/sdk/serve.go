@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
-	"github.com/mspipe/mspipe/internal/procgroup"
 	"github.com/mspipe/mspipe/plugins"
 )
 
@@ -36,10 +35,9 @@ func Serve(s plugins.Stage) {
 // mspipe stops the plugin or ctx is done. When ctx is done, running stages
 // see their context cancelled and ServeContext returns nil once they have
 // returned. The process becomes the reaper of everything the stage starts
-// (see internal/procgroup.Supervise): on Linux, when ServeContext returns,
-// and at once when mspipe dies (SIGHUP, the parent-death signal mspipe
-// sets), every process below it is killed, even one that left its process
-// group with setsid. Without mspipe's handshake cookie in the environment it returns
+// (superviseDescendants): on Linux, when ServeContext returns, and at once
+// when mspipe dies ([plugins.ParentDeathSignal]), every process below it is
+// killed, even one that left its process group with setsid. Without mspipe's handshake cookie in the environment it returns
 // an error wrapping ErrNotLaunched whose text explains how to use the plugin.
 func ServeContext(ctx context.Context, s plugins.Stage) error {
 	if os.Getenv(plugins.MagicCookieKey) != plugins.MagicCookieValue {
@@ -49,12 +47,12 @@ func ServeContext(ctx context.Context, s plugins.Stage) error {
 	// down when it ends or when mspipe is killed (the parent-death signal
 	// the host set). Without a subreaper (an old kernel) the process groups
 	// still end with their stage.
-	parentGone, err := procgroup.Supervise()
+	parentGone, err := superviseDescendants()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mspipe stage plugin: %v\n", err)
 	}
 	defer func() {
-		if err := procgroup.KillDescendants(); err != nil {
+		if err := killDescendants(); err != nil {
 			fmt.Fprintf(os.Stderr, "mspipe stage plugin: %v\n", err)
 		}
 	}()

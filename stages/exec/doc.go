@@ -19,5 +19,5 @@
 // or times out, the group gets SIGTERM, then SIGKILL after a grace period.
 // Processes it left behind in its group are killed when it exits; any that
 // left the group (setsid) are killed, on Linux, when the plugin process
-// ends, or at once when mspipe dies (see internal/procgroup.Supervise).
+// ends, or at once when mspipe dies (plugins/sdk reaps them).
 package exec
