@@ -37,6 +37,9 @@ JSON array.`,
 				return nil
 			}
 			if output == "json" {
+				if runs == nil {
+					runs = []*pipeline.RunState{} // [], not null
+				}
 				return printJSON(cmd.OutOrStdout(), runs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)

@@ -37,8 +37,9 @@ func Serve(s plugins.Stage) {
 // returned. The process becomes the reaper of everything the stage starts
 // (superviseDescendants): on Linux, when ServeContext returns, and at once
 // when mspipe dies ([plugins.ParentDeathSignal]), every process below it is
-// killed, even one that left its process group with setsid. Without mspipe's handshake cookie in the environment it returns
-// an error wrapping ErrNotLaunched whose text explains how to use the plugin.
+// killed, even one that left its process group with setsid. Without
+// mspipe's handshake cookie in the environment it returns an error
+// wrapping ErrNotLaunched whose text explains how to use the plugin.
 func ServeContext(ctx context.Context, s plugins.Stage) error {
 	if os.Getenv(plugins.MagicCookieKey) != plugins.MagicCookieValue {
 		return notLaunched(ctx, s)
