@@ -79,7 +79,8 @@ type Engine struct {
 // content, kept in the run directory; params holds every param's value.
 // The returned state is the run's final state, also when the error is
 // non-nil because a stage failed or the run was cancelled. A failed stage's
-// error wraps ErrStageFailed and a *StageError with its cause.
+// error wraps ErrStageFailed and a *StageError with its cause. The process
+// holds the run directory's lock until Run returns (see ErrRunLocked).
 func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, params map[string]any) (*RunState, error) {
 	g, err := NewGraph(p)
 	if err != nil {
@@ -95,6 +96,11 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		discardRunDir(dir)
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
+	lock, err := lockRun(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.release()
 	if err := atomicfile.WriteFile(filepath.Join(dir, "pipeline.yaml"), specData, 0o644); err != nil {
 		discardRunDir(dir)
 		return nil, fmt.Errorf("keep the spec in the run directory: %w", err)
@@ -129,9 +135,10 @@ func discardRunDir(dir string) {
 	_ = os.RemoveAll(dir)
 }
 
-// Resume continues a run that failed or was cancelled: stages that did not
-// end succeeded, cached or skipped run again, with every stage that depends
-// on them; the others keep their outputs.
+// Resume continues a run that failed, was cancelled or was interrupted
+// (its mspipe killed): stages that did not end succeeded, cached or skipped
+// run again, with every stage that depends on them; the others keep their
+// outputs. A run another live process owns is refused with ErrRunLocked.
 func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunState, error) {
 	dir, err := e.Store.RunDir(id)
 	if err != nil {
@@ -140,6 +147,12 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, nil, fmt.Errorf("run %s: %w", id, err)
 	}
+	// The state is read under the lock: a live owner may still change it.
+	lock, err := lockRun(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lock.release()
 	st, err := LoadState(dir)
 	if err != nil {
 		return nil, nil, err
@@ -189,6 +202,13 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	for _, sid := range again {
 		ss := st.Stages[sid]
 		*ss = StageState{Status: StatusPending, Uses: ss.Uses, Log: ss.Log, Attempts: ss.Attempts}
+	}
+	if !st.Terminal() {
+		// run.json still says running, yet its owner released the lock
+		// without recording an end: it was killed. Nothing is written
+		// back before now; from here this process owns the run.
+		e.Log.Warn().Str("event", "run_interrupted").Str("run", id).
+			Msgf("run %s was interrupted: its mspipe process ended without recording how the run ended", id)
 	}
 	st.Status, st.Error, st.Finished = StatusRunning, "", nil
 	final, err := e.execute(ctx, p, g, dir, st)

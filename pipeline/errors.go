@@ -15,6 +15,9 @@ var (
 	ErrStageFailed = errors.New("stage failed")
 	// ErrNothingToResume is returned by Resume for a run that succeeded.
 	ErrNothingToResume = errors.New("nothing to resume")
+	// ErrRunLocked is returned by Run and Resume for a run directory that
+	// another live mspipe process is writing to; its text names that pid.
+	ErrRunLocked = errors.New("run is in use")
 )
 
 // ErrTimeout is wrapped by the error of a stage attempt that ran past the

@@ -23,6 +23,11 @@ const (
 	StatusSkipped   Status = "skipped"
 	StatusCached    Status = "cached"
 	StatusCancelled Status = "cancelled"
+	// StatusInterrupted is never written to run.json: readers (Store.List,
+	// Store.Open) report it for a run that run.json says is running but
+	// whose owner holds no lock any more (it was killed), and for the
+	// stages it was running.
+	StatusInterrupted Status = "interrupted"
 )
 
 var validStatus = map[Status]bool{

@@ -39,7 +39,23 @@ func (s *Store) RunDir(id string) (string, error) {
 	return dir, nil
 }
 
-// List returns the states of all runs, newest first. Runs whose run.json is
+// Open returns the directory and state of a run as a reader sees it: a
+// run whose run.json says running but whose owner is gone is
+// StatusInterrupted.
+func (s *Store) Open(id string) (string, *RunState, error) {
+	dir, err := s.RunDir(id)
+	if err != nil {
+		return "", nil, err
+	}
+	st, err := LoadState(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	observeOwner(dir, st)
+	return dir, st, nil
+}
+
+// List returns the states of all runs, newest first, as Open sees them. Runs whose run.json is
 // missing or corrupt are returned as errors beside the good ones.
 func (s *Store) List() ([]*RunState, []error) {
 	entries, err := os.ReadDir(s.Dir)
@@ -55,11 +71,13 @@ func (s *Store) List() ([]*RunState, []error) {
 		if !e.IsDir() || !runIDRe.MatchString(e.Name()) {
 			continue
 		}
-		st, err := LoadState(filepath.Join(s.Dir, e.Name()))
+		dir := filepath.Join(s.Dir, e.Name())
+		st, err := LoadState(dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		observeOwner(dir, st)
 		runs = append(runs, st)
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ID > runs[j].ID })

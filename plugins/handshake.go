@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"fmt"
+	"syscall"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -24,6 +25,12 @@ const (
 	MagicCookieKey   = "MSPIPE_PLUGIN"
 	MagicCookieValue = "stage-d3f1a8c2b6e04975"
 )
+
+// ParentDeathSignal is what a plugin process receives, on Linux, when
+// mspipe dies (the parent-death signal the host sets): a plugin built with
+// plugins/sdk catches it to kill everything it started, and any Go program
+// that does not exits on it.
+const ParentDeathSignal = syscall.SIGHUP
 
 // Handshake returns the go-plugin handshake shared by the host and every
 // stage plugin.

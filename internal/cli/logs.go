@@ -8,6 +8,7 @@ import (
 	"io/fs"
 
 	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/pipeline"
 	"github.com/spf13/cobra"
 )
 
@@ -16,7 +17,8 @@ func newLogsCmd() *cobra.Command {
 		Use:   "logs [RUN [STAGE]]",
 		Short: "Print the logs of a run or of one of its stages",
 		Long: `Print stage logs of a run: every stage's log in order, or one stage's.
-RUN is a run id or "latest" (the default).`,
+RUN is a run id or "latest" (the default). The stages of a run whose mspipe
+was killed show as interrupted where run.json still says running.`,
 		Example: `  mspipe logs
   mspipe logs latest train
   mspipe logs 20261123-054012-a1b2c3 prepare`,
@@ -28,6 +30,9 @@ RUN is a run id or "latest" (the default).`,
 			}
 			id := st.ID
 			w := cmd.OutOrStdout()
+			if st.Status == pipeline.StatusInterrupted {
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s is %s; mspipe resume %s continues it\n", id, st.Error, id)
+			}
 			if len(args) == 2 {
 				ss, ok := st.Stages[args[1]]
 				if !ok {

@@ -15,10 +15,13 @@ func newResumeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resume [RUN]",
 		Short: "Continue a failed or interrupted run",
-		Long: `Continue a run that failed or was interrupted: stages that succeeded, were
-cached or skipped keep their outputs; the others run again, with every stage
-that depends on them. RUN is a run id (see mspipe runs) or "latest" (the
-default).`,
+		Long: `Continue a run that failed, was cancelled or was interrupted (its mspipe
+killed): stages that succeeded, were cached or skipped keep their outputs;
+the others run again, with every stage that depends on them. RUN is a run id
+(see mspipe runs) or "latest" (the default).
+
+A run has one writer: a run still being run or resumed by a live mspipe is
+refused, with that process's pid.`,
 		Example: `  mspipe resume
   mspipe resume 20261123-054012-a1b2c3`,
 		Args: cobra.MaximumNArgs(1),
@@ -67,19 +70,19 @@ func runArg(store *pipeline.Store, args []string) (string, error) {
 }
 
 // openRun finds the run args[0] names (default: the latest) and reads its
-// state; a missing run is a usage error, a corrupt state an error.
+// state as a reader sees it (a killed run is interrupted); a missing run is
+// a usage error, a corrupt state an error.
 func openRun(cmd *cobra.Command, args []string) (*pipeline.Store, string, *pipeline.RunState, error) {
 	store := &pipeline.Store{Dir: runsDir(cmd)}
 	id, err := runArg(store, args)
 	if err != nil {
 		return nil, "", nil, usageErr(err)
 	}
-	dir, err := store.RunDir(id)
+	dir, st, err := store.Open(id)
 	if err != nil {
-		return nil, "", nil, usageErr(err)
-	}
-	st, err := pipeline.LoadState(dir)
-	if err != nil {
+		if errors.Is(err, pipeline.ErrRunNotFound) {
+			return nil, "", nil, usageErr(err)
+		}
 		return nil, "", nil, err
 	}
 	return store, dir, st, nil

@@ -1,7 +1,12 @@
 package procgroup
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -25,4 +30,40 @@ func TestLeaderDiesWithItsParent(t *testing.T) {
 	// Only the parent and the leader hold the pipe: EOF means the kernel
 	// killed the leader.
 	g.waitAllExited(t)
+}
+
+// A supervisor starts with its parent-death signal deliverable even when
+// mspipe ignores it (SIGHUP under nohup): an ignored signal would stay
+// ignored across exec, and the supervisor would outlive mspipe.
+func TestSupervisorDeathSignalIsNotIgnored(t *testing.T) {
+	signal.Ignore(syscall.SIGHUP)
+	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
+	cmd := exec.Command("sleep", "60")
+	if err := PrepareSupervisor(cmd, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if cmd.SysProcAttr.Pdeathsig != syscall.SIGHUP || !cmd.SysProcAttr.Setpgid {
+		t.Fatalf("SysProcAttr = %+v, want a new group and SIGHUP as the parent-death signal", cmd.SysProcAttr)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			ignored, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ignored&(1<<(syscall.SIGHUP-1)) != 0 {
+				t.Errorf("the supervisor ignores SIGHUP (SigIgn %s)", strings.TrimSpace(hex))
+			}
+			return
+		}
+	}
+	t.Fatal("no SigIgn line in /proc/<pid>/status")
 }

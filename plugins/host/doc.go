@@ -32,8 +32,12 @@
 //   - Every plugin runs in its own process and process group;
 //     [Client.Close] (or the end of the context given to [Launch]) sends
 //     SIGTERM to the whole group, waits a grace period, then sends SIGKILL
-//     to whatever of the group is left (internal/procgroup). On Windows,
-//     which has no process groups, Launch fails with a clear error.
+//     to whatever of the group is left (internal/procgroup). On Linux the
+//     plugin's parent-death signal is SIGHUP: a plugin built with
+//     plugins/sdk is a child subreaper and kills everything below it when
+//     mspipe dies, even processes that left their group; one that is not
+//     exits on it. On Windows, which has no process groups, Launch fails
+//     with a clear error.
 //   - The host's client certificate is made once per process, each
 //     plugin's server certificate at its launch; a plugin trusts only the
 //     host's, the host only that plugin's.

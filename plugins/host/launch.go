@@ -134,7 +134,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	// server certificate, which go-plugin then trusts for that connection.
 	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
 	cmd.Dir = cfg.Dir
-	if err := procgroup.Prepare(cmd); err != nil {
+	if err := procgroup.PrepareSupervisor(cmd, plugins.ParentDeathSignal); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	pc := plugin.NewClient(&plugin.ClientConfig{

@@ -34,12 +34,29 @@ func Serve(s plugins.Stage) {
 // ServeContext is Serve for callers that own the process: it serves s until
 // mspipe stops the plugin or ctx is done. When ctx is done, running stages
 // see their context cancelled and ServeContext returns nil once they have
-// returned. Without mspipe's handshake cookie in the environment it returns
-// an error wrapping ErrNotLaunched whose text explains how to use the plugin.
+// returned. The process becomes the reaper of everything the stage starts
+// (superviseDescendants): on Linux, when ServeContext returns, and at once
+// when mspipe dies ([plugins.ParentDeathSignal]), every process below it is
+// killed, even one that left its process group with setsid. Without
+// mspipe's handshake cookie in the environment it returns an error
+// wrapping ErrNotLaunched whose text explains how to use the plugin.
 func ServeContext(ctx context.Context, s plugins.Stage) error {
 	if os.Getenv(plugins.MagicCookieKey) != plugins.MagicCookieValue {
 		return notLaunched(ctx, s)
 	}
+	// Everything the stage starts stays below this process, which takes it
+	// down when it ends or when mspipe is killed (the parent-death signal
+	// the host set). Without a subreaper (an old kernel) the process groups
+	// still end with their stage.
+	parentGone, err := superviseDescendants()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mspipe stage plugin: %v\n", err)
+	}
+	defer func() {
+		if err := killDescendants(); err != nil {
+			fmt.Fprintf(os.Stderr, "mspipe stage plugin: %v\n", err)
+		}
+	}()
 	srv := &served{stage: s, base: ctx}
 	done := make(chan struct{})
 	go func() {
@@ -55,6 +72,9 @@ func ServeContext(ctx context.Context, s plugins.Stage) error {
 	case <-done:
 	case <-ctx.Done():
 		srv.drain()
+	case <-parentGone:
+		// mspipe is gone and nobody reads the results: no grace for the
+		// stage, its processes are killed on the way out.
 	}
 	return nil
 }

@@ -17,5 +17,7 @@
 //
 // The command runs in its own process group; when the stage is cancelled
 // or times out, the group gets SIGTERM, then SIGKILL after a grace period.
-// Processes it left behind are killed when it exits.
+// Processes it left behind in its group are killed when it exits; any that
+// left the group (setsid) are killed, on Linux, when the plugin process
+// ends, or at once when mspipe dies (plugins/sdk reaps them).
 package exec

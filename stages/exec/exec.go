@@ -36,7 +36,8 @@ const (
 	// SIGKILL. It is shorter than the host's grace for the plugin
 	// (host.DefaultGrace), so that the command's whole group is gone
 	// before the host kills the plugin, which only takes the command itself
-	// along (Pdeathsig).
+	// along (Pdeathsig) when it is killed before it can reap its
+	// descendants (plugins/sdk).
 	killGrace = 2 * time.Second
 )
 
