@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/procgroup"
 )
 
 func main() {
@@ -317,7 +318,9 @@ func (r *runner) goTest(ctx context.Context, m Mutation) (string, error) {
 	cmd := exec.Command("go", append(args, m.Tests...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := procgroup.Prepare(cmd); err != nil {
+		return "", err
+	}
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
@@ -337,7 +340,7 @@ func (r *runner) goTest(ctx context.Context, m Mutation) (string, error) {
 	case <-hard.C:
 		out.WriteString("\npanic: test timed out after " + (r.timeout + time.Minute).String())
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL)
 	<-done
 	return out.String(), errors.New("stopped")
 }
