@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/userfile"
 )
 
 // Status is the state of a run or of one stage.
@@ -101,17 +103,23 @@ func saveState(dir string, st *RunState) error {
 	return atomicfile.WriteFile(filepath.Join(dir, "run.json"), append(data, '\n'), 0o644)
 }
 
+// maxStateBytes bounds the run.json LoadState reads: a state holds outputs
+// and resolved inputs, never bulk data.
+const maxStateBytes = 64 << 20
+
 // LoadState reads and checks a run directory's run.json. A file that does
 // not parse, has unknown fields or states, or is inconsistent is reported as
 // ErrCorruptState rather than trusted.
 func LoadState(dir string) (*RunState, error) {
 	path := filepath.Join(dir, "run.json")
-	data, err := os.ReadFile(path)
+	// A run.json that is a FIFO or a device would block or never end:
+	// only a bounded regular file is read.
+	data, err := userfile.ReadFile(context.Background(), path, maxStateBytes)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil, fmt.Errorf("%s: %w", dir, ErrRunNotFound)
 		}
-		return nil, fmt.Errorf("read run state: %w", err)
+		return nil, fmt.Errorf("read run state %s: %w", path, err)
 	}
 	corrupt := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %s", path, ErrCorruptState, fmt.Sprintf(format, args...))
