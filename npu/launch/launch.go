@@ -47,7 +47,9 @@ type Job struct {
 	Grace time.Duration
 	// PeerFailWait is how long the other ranks may take to notice a failed
 	// rank on their own (a collective naming the dead peer) before they are
-	// stopped; 0 stops them at once. Cancelling ctx always stops them at once.
+	// stopped; 0 stops them at once. Cancelling ctx always stops them at once,
+	// and so does a failure after which every rank still running is stopped
+	// (SIGSTOP, a debugger; Linux tells): a stopped rank notices nothing.
 	PeerFailWait time.Duration
 }
 
@@ -75,16 +77,24 @@ func RankEnv(r Rank, rankSize int, rankTable string) []string {
 }
 
 type proc struct {
-	rank Rank
-	cmd  *exec.Cmd
-	log  *os.File
-	err  error
+	rank   Rank
+	cmd    *exec.Cmd
+	log    *os.File
+	err    error
+	exited bool
 }
 
+// stoppedPoll is how often Run looks, after a failure, whether the ranks
+// still running are stopped.
+const stoppedPoll = 50 * time.Millisecond
+
 // Run starts every rank and waits for all of them. When a rank exits with
-// an error, or ctx is done, the remaining ranks get SIGTERM, then SIGKILL
-// after the grace period. The error names the first rank that failed and
-// quotes the end of its log.
+// an error, or ctx is done, the remaining ranks get SIGTERM (and SIGCONT,
+// so that a stopped one handles it), then SIGKILL after the grace period.
+// The error names the rank that caused the failure — a rank killed by a
+// signal Run did not send, else a rank found stopped while the others
+// failed, else the first rank that failed — and quotes the end of the log
+// of the first rank that failed.
 func Run(ctx context.Context, job Job) error {
 	if job.Grace <= 0 {
 		job.Grace = 5 * time.Second
@@ -105,6 +115,7 @@ func Run(ctx context.Context, job Job) error {
 	stopAll := func() {
 		for _, p := range procs {
 			signalGroup(p.cmd, syscall.SIGTERM)
+			continueGroup(p)
 		}
 	}
 	for _, r := range job.Ranks {
@@ -128,7 +139,7 @@ func Run(ctx context.Context, job Job) error {
 	for _, p := range procs {
 		go func(p *proc) { exits <- exit{p, p.cmd.Wait()} }(p)
 	}
-	var first *proc
+	var first, stopped *proc
 	var once sync.Once
 	stopping := false
 	kill := time.NewTimer(time.Hour)
@@ -143,13 +154,22 @@ func Run(ctx context.Context, job Job) error {
 	// After a failure, peers get PeerFailWait to fail by themselves.
 	peerWait := time.NewTimer(time.Hour)
 	peerWait.Stop()
+	// While peers may still fail by themselves, look whether the ranks
+	// still running are stopped.
+	var poll <-chan time.Time
+	var pollTicker *time.Ticker
+	defer func() {
+		if pollTicker != nil {
+			pollTicker.Stop()
+		}
+	}()
 	var failedOnce []*proc
 	done := ctx.Done()
 	for remaining := len(procs); remaining > 0; {
 		select {
 		case e := <-exits:
 			remaining--
-			e.p.err = e.err
+			e.p.err, e.p.exited = e.err, true
 			e.p.log.Close()
 			if e.err != nil && !stopping {
 				// A rank killed by a signal we did not send is the cause;
@@ -161,6 +181,8 @@ func Run(ctx context.Context, job Job) error {
 				if job.PeerFailWait > 0 {
 					if len(failedOnce) == 0 {
 						peerWait.Reset(job.PeerFailWait)
+						pollTicker = time.NewTicker(stoppedPoll)
+						poll = pollTicker.C
 					}
 				} else {
 					stop()
@@ -169,6 +191,17 @@ func Run(ctx context.Context, job Job) error {
 			}
 		case <-peerWait.C:
 			stop()
+		case <-poll:
+			if stopping {
+				poll = nil
+				break
+			}
+			// Nobody left to notice anything: do not wait for PeerFailWait.
+			if s := allStopped(procs); s != nil {
+				stopped = s
+				poll = nil
+				stop()
+			}
 		case <-done:
 			done = nil
 			stop()
@@ -185,12 +218,35 @@ func Run(ctx context.Context, job Job) error {
 		signalGroup(p.cmd, syscall.SIGKILL)
 	}
 	if first != nil {
-		return fmt.Errorf("%w: rank %d (device %d) %v%s", ErrRankFailed, first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
+		failed := fmt.Sprintf("rank %d (device %d) %v%s", first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
+		if stopped != nil && !killedBySignal(first.err) {
+			return fmt.Errorf("%w: rank %d (device %d) was stopped (SIGSTOP or a debugger) and never exited; the others failed, first %s",
+				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, failed)
+		}
+		return fmt.Errorf("%w: %s", ErrRankFailed, failed)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// allStopped returns the first of the ranks still running if every one of
+// them is stopped, else nil.
+func allStopped(procs []*proc) *proc {
+	var s *proc
+	for _, p := range procs {
+		if p.exited {
+			continue
+		}
+		if p.cmd.Process == nil || !procgroup.Stopped(p.cmd.Process.Pid) {
+			return nil
+		}
+		if s == nil {
+			s = p
+		}
+	}
+	return s
 }
 
 func start(job Job, r Rank) (*proc, error) {

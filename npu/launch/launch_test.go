@@ -22,6 +22,18 @@ func TestMain(m *testing.M) {
 	case "ok":
 		fmt.Printf("rank %s device %s size %s table %s\n", os.Getenv("RANK_ID"), os.Getenv("DEVICE_ID"), os.Getenv("RANK_SIZE"), os.Getenv("RANK_TABLE_FILE"))
 		os.Exit(0)
+	case "rank-2-stops":
+		// Rank 2 stops itself; the others fail a moment later, as ranks
+		// whose collective timed out on it would.
+		_ = os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+		if os.Getenv("RANK_ID") == "2" {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			time.Sleep(time.Minute)
+			os.Exit(0)
+		}
+		time.Sleep(300 * time.Millisecond)
+		fmt.Println("rank 2 did not answer")
+		os.Exit(1)
 	case "fail-rank-1":
 		if os.Getenv("RANK_ID") == "1" {
 			time.Sleep(200 * time.Millisecond)
@@ -131,6 +143,36 @@ func TestPeerFailWaitLetsPeersFailOnTheirOwn(t *testing.T) {
 		t.Errorf("returned after %s, want the peer wait (1.5s) and not much more", d)
 	}
 	for _, pid := range rankPids(t, j.Dir, 3) {
+		if alive(pid) {
+			t.Errorf("rank process %d still alive", pid)
+		}
+	}
+}
+
+// TestStoppedRankIsTheCause: rank 2 is stopped (SIGSTOP) and the others
+// fail. Nothing is left that could notice anything, so Run stops the job
+// at once instead of after PeerFailWait, SIGCONT lets the stopped rank
+// handle SIGTERM instead of waiting for SIGKILL after the grace period,
+// and the error names the stopped rank, not the first one that exited.
+func TestStoppedRankIsTheCause(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to tell a stopped process")
+	}
+	j := job(t, "rank-2-stops", 4)
+	j.PeerFailWait, j.Grace = time.Hour, time.Hour
+	done := make(chan error, 1)
+	go func() { done <- Run(context.Background(), j) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Run still waits a minute after the failures: for PeerFailWait or the grace period")
+	}
+	want := "rank 2 (device 2) was stopped (SIGSTOP or a debugger) and never exited; the others failed, first rank "
+	if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "rank 2 did not answer") {
+		t.Fatalf("err = %v, want it to start with %q and quote a failed rank's log", err, want)
+	}
+	for _, pid := range rankPids(t, j.Dir, 4) {
 		if alive(pid) {
 			t.Errorf("rank process %d still alive", pid)
 		}

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/data"
@@ -28,6 +30,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == train.WorkerCommand {
 		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
 			crashAtLine(prefix)
+		}
+		if spec := os.Getenv(stopAtEnv); spec != "" {
+			stopAtLine(spec)
 		}
 		if result, ok := os.LookupEnv(brokenResultEnv); ok {
 			leaveBrokenResult(result)
@@ -55,6 +60,12 @@ const crashAtEnv = "NPU_TRAIN_TEST_CRASH_AT"
 // LossMonitor lines go to, and kills the process on the first line that
 // starts with prefix.
 func crashAtLine(prefix string) {
+	onLine(prefix, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+}
+
+// onLine puts a pipe in front of stdout and calls do, once, on the first
+// line that starts with prefix.
+func onLine(prefix string, do func()) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -63,14 +74,36 @@ func crashAtLine(prefix string) {
 	stdout := os.Stdout
 	os.Stdout = w
 	go func() {
-		lines := bufio.NewScanner(r)
+		lines, done := bufio.NewScanner(r), false
 		for lines.Scan() {
 			fmt.Fprintln(stdout, lines.Text())
-			if strings.HasPrefix(lines.Text(), prefix) {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			if !done && strings.HasPrefix(lines.Text(), prefix) {
+				done = true
+				do()
 			}
 		}
 	}()
+}
+
+// stopAtEnv, "<rank>:<prefix>", makes that rank of a job started by a test
+// stop itself with SIGSTOP when it prints a line starting with prefix: a
+// rank that is alive but silent, as a hung host or a debugger leaves it.
+// Just before, it writes the time to stoppedAtFile in its device directory.
+const stopAtEnv = "NPU_TRAIN_TEST_STOP_AT"
+
+// stoppedAtFile holds the Unix time in nanoseconds at which a rank stopped
+// itself (stopAtEnv).
+const stoppedAtFile = "stopped-at"
+
+func stopAtLine(spec string) {
+	rank, prefix, ok := strings.Cut(spec, ":")
+	if !ok || os.Getenv("RANK_ID") != rank {
+		return
+	}
+	onLine(prefix, func() {
+		_ = os.WriteFile(stoppedAtFile, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	})
 }
 
 // brokenResultEnv makes a rank process started by a test exit 0 at once,

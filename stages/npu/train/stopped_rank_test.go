@@ -1,0 +1,79 @@
+package train_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/launch"
+)
+
+// TestStoppedRankIsNamedWithinTheTimeout stops rank 2 of a 4-device data
+// parallel job with SIGSTOP after its third step. The other ranks' gradient
+// AllReduce times out on it; the stage must fail naming rank 2 first (not
+// the rank that happened to exit first), within 1.2× collective_timeout of
+// the stop. Before, the headline named whichever peer exited first and the
+// stage waited collective_timeout+5s more for the stopped rank to exit,
+// then the 5s grace period before SIGKILL: 5.2× a 3s timeout.
+//
+// The bound is a property, not a speed: the peers fail once they have not
+// heard from rank 2 for the timeout, and nothing after that may wait for a
+// process that cannot run.
+func TestStoppedRankIsNamedWithinTheTimeout(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to tell a stopped process")
+	}
+	for _, transport := range []string{"shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			const devices, victim = 4, 2
+			timeout := 3 * time.Second
+			dataDir := synthData(t, 24)
+			with := withBlock(dataDir, map[string]any{
+				"mode": "data_parallel", "epochs": 100, "log_steps": 1,
+				"collective_timeout": timeout.String(), "collective_transport": transport,
+			})
+			jobDir := t.TempDir()
+			t.Setenv(stopAtEnv, strconv.Itoa(victim)+":epoch: 1 step: 3,")
+			r := runStage(t.Context(), jobDir, devices, 1, with)
+			end := time.Now()
+			os.Unsetenv(stopAtEnv)
+			raw, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, victim), stoppedAtFile))
+			if err != nil {
+				t.Fatalf("rank %d did not stop itself (%v); the stage returned %v", victim, err, r.err)
+			}
+			ns, err := strconv.ParseInt(string(raw), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.err == nil || !errors.Is(r.err, launch.ErrRankFailed) {
+				t.Fatalf("stage returned %v, want a failed rank", r.err)
+			}
+			want := "rank failed: rank 2 (device 2) was stopped"
+			if !strings.HasPrefix(r.err.Error(), want) {
+				t.Errorf("stage error %q, want it to start with %q", r.err, want)
+			}
+			for rank := 0; rank < devices; rank++ {
+				if rank == victim {
+					continue
+				}
+				log, err := os.ReadFile(launch.LogPath(jobDir, rank))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(log), "collective: allreduce: rank 2 (") || !strings.Contains(string(log), "did not answer within 3s") {
+					t.Errorf("train.log%d does not blame rank 2 for not answering:\n%s", rank, log)
+				}
+			}
+			took := end.Sub(time.Unix(0, ns))
+			if limit := timeout * 6 / 5; took > limit {
+				t.Errorf("the stage failed %v after the stop, want at most 1.2× the %v collective timeout (%v)", took.Round(time.Millisecond), timeout, limit)
+			} else {
+				t.Logf("the stage failed %v after the stop: %v", took.Round(time.Millisecond), r.err)
+			}
+		})
+	}
+}
