@@ -197,9 +197,16 @@ func Run(ctx context.Context, job Job) error {
 				break
 			}
 			// Nobody left to notice anything: do not wait for PeerFailWait.
+			// A rank stopped all this time has nothing to finish: it gets
+			// SIGKILL, not a grace period that a busy rank might need.
 			if s := allStopped(procs); s != nil {
 				stopped = s
 				poll = nil
+				for _, p := range procs {
+					if !p.exited {
+						signalGroup(p.cmd, syscall.SIGKILL)
+					}
+				}
 				stop()
 			}
 		case <-done:

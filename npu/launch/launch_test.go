@@ -150,10 +150,10 @@ func TestPeerFailWaitLetsPeersFailOnTheirOwn(t *testing.T) {
 }
 
 // TestStoppedRankIsTheCause: rank 2 is stopped (SIGSTOP) and the others
-// fail. Nothing is left that could notice anything, so Run stops the job
-// at once instead of after PeerFailWait, SIGCONT lets the stopped rank
-// handle SIGTERM instead of waiting for SIGKILL after the grace period,
-// and the error names the stopped rank, not the first one that exited.
+// fail. Nothing is left that could notice anything, so Run kills the
+// stopped rank at once instead of waiting for PeerFailWait and the grace
+// period, and the error names the stopped rank, not the first one that
+// exited.
 func TestStoppedRankIsTheCause(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to tell a stopped process")
@@ -201,5 +201,36 @@ func TestCancelStopsEveryRank(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("rank process %d still alive", pid)
 		}
+	}
+}
+
+// TestCancelEndsStoppedRank: a canceled job whose rank is stopped ends
+// without the grace period: SIGCONT after SIGTERM lets the rank handle it.
+func TestCancelEndsStoppedRank(t *testing.T) {
+	j := job(t, "sleep", 3)
+	j.Grace = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, j) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rankPids(t, j.Dir, 3)) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	pids := rankPids(t, j.Dir, 3)
+	if len(pids) < 3 {
+		t.Fatalf("%d of 3 ranks started", len(pids))
+	}
+	if err := syscall.Kill(pids[1], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Minute):
+		syscall.Kill(pids[1], syscall.SIGKILL)
+		t.Fatal("Run still waits for the stopped rank a minute after cancel")
 	}
 }
