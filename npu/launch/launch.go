@@ -48,8 +48,8 @@ type Job struct {
 	// PeerFailWait is how long the other ranks may take to notice a failed
 	// rank on their own (a collective naming the dead peer) before they are
 	// stopped; 0 stops them at once. Cancelling ctx always stops them at once,
-	// and so does a failure after which every rank still running is stopped
-	// (SIGSTOP, a debugger; Linux tells): a stopped rank notices nothing.
+	// and so does a rank found stopped (SIGSTOP, a debugger; Linux tells)
+	// after a failure: it notices nothing, and nothing can complete.
 	PeerFailWait time.Duration
 }
 
@@ -92,9 +92,9 @@ const stoppedPoll = 50 * time.Millisecond
 // an error, or ctx is done, the remaining ranks get SIGTERM (and SIGCONT,
 // so that a stopped one handles it), then SIGKILL after the grace period.
 // The error names the rank that caused the failure — a rank killed by a
-// signal Run did not send, else a rank found stopped while the others
-// failed, else the first rank that failed — and quotes the end of the log
-// of the first rank that failed.
+// signal Run did not send, else a rank found stopped after a failure, else
+// the first rank that failed — and quotes the end of the log of the first
+// rank that failed.
 func Run(ctx context.Context, job Job) error {
 	if job.Grace <= 0 {
 		job.Grace = 5 * time.Second
@@ -154,8 +154,24 @@ func Run(ctx context.Context, job Job) error {
 	// After a failure, peers get PeerFailWait to fail by themselves.
 	peerWait := time.NewTimer(time.Hour)
 	peerWait.Stop()
-	// While peers may still fail by themselves, look whether the ranks
-	// still running are stopped.
+	// A rank stopped after a failure notices nothing and keeps the others
+	// from completing anything: waiting PeerFailWait for it is pointless.
+	// It has nothing to finish either, so it gets SIGKILL, not a grace
+	// period. While peers may still fail by themselves, Run looks again
+	// every stoppedPoll.
+	killStopped := func() {
+		for _, p := range procs {
+			if !p.exited && p.cmd.Process != nil && procgroup.Stopped(p.cmd.Process.Pid) {
+				signalGroup(p.cmd, syscall.SIGKILL)
+				if stopped == nil {
+					stopped = p
+				}
+			}
+		}
+		if stopped != nil {
+			stop()
+		}
+	}
 	var poll <-chan time.Time
 	var pollTicker *time.Ticker
 	defer func() {
@@ -163,7 +179,7 @@ func Run(ctx context.Context, job Job) error {
 			pollTicker.Stop()
 		}
 	}()
-	var failedOnce []*proc
+	failed := false
 	done := ctx.Done()
 	for remaining := len(procs); remaining > 0; {
 		select {
@@ -178,36 +194,26 @@ func Run(ctx context.Context, job Job) error {
 				if first == nil || (killedBySignal(e.err) && !killedBySignal(first.err)) {
 					first = e.p
 				}
-				if job.PeerFailWait > 0 {
-					if len(failedOnce) == 0 {
-						peerWait.Reset(job.PeerFailWait)
-						pollTicker = time.NewTicker(stoppedPoll)
-						poll = pollTicker.C
-					}
-				} else {
+				killStopped()
+				switch {
+				case stopping:
+				case job.PeerFailWait <= 0:
 					stop()
+				case !failed:
+					peerWait.Reset(job.PeerFailWait)
+					pollTicker = time.NewTicker(stoppedPoll)
+					poll = pollTicker.C
 				}
-				failedOnce = append(failedOnce, e.p)
+				failed = true
 			}
 		case <-peerWait.C:
 			stop()
 		case <-poll:
+			if !stopping {
+				killStopped()
+			}
 			if stopping {
 				poll = nil
-				break
-			}
-			// Nobody left to notice anything: do not wait for PeerFailWait.
-			// A rank stopped all this time has nothing to finish: it gets
-			// SIGKILL, not a grace period that a busy rank might need.
-			if s := allStopped(procs); s != nil {
-				stopped = s
-				poll = nil
-				for _, p := range procs {
-					if !p.exited {
-						signalGroup(p.cmd, syscall.SIGKILL)
-					}
-				}
-				stop()
 			}
 		case <-done:
 			done = nil
@@ -225,35 +231,17 @@ func Run(ctx context.Context, job Job) error {
 		signalGroup(p.cmd, syscall.SIGKILL)
 	}
 	if first != nil {
-		failed := fmt.Sprintf("rank %d (device %d) %v%s", first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
+		firstErr := fmt.Sprintf("rank %d (device %d) %v%s", first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
 		if stopped != nil && !killedBySignal(first.err) {
-			return fmt.Errorf("%w: rank %d (device %d) was stopped (SIGSTOP or a debugger) and never exited; the others failed, first %s",
-				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, failed)
+			return fmt.Errorf("%w: rank %d (device %d) was stopped (SIGSTOP or a debugger) while the job failed; first failed %s",
+				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, firstErr)
 		}
-		return fmt.Errorf("%w: %s", ErrRankFailed, failed)
+		return fmt.Errorf("%w: %s", ErrRankFailed, firstErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return nil
-}
-
-// allStopped returns the first of the ranks still running if every one of
-// them is stopped, else nil.
-func allStopped(procs []*proc) *proc {
-	var s *proc
-	for _, p := range procs {
-		if p.exited {
-			continue
-		}
-		if p.cmd.Process == nil || !procgroup.Stopped(p.cmd.Process.Pid) {
-			return nil
-		}
-		if s == nil {
-			s = p
-		}
-	}
-	return s
 }
 
 func start(job Job, r Rank) (*proc, error) {

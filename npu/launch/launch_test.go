@@ -168,7 +168,7 @@ func TestStoppedRankIsTheCause(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Run still waits a minute after the failures: for PeerFailWait or the grace period")
 	}
-	want := "rank 2 (device 2) was stopped (SIGSTOP or a debugger) and never exited; the others failed, first rank "
+	want := "rank 2 (device 2) was stopped (SIGSTOP or a debugger) while the job failed; first failed rank "
 	if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "rank 2 did not answer") {
 		t.Fatalf("err = %v, want it to start with %q and quote a failed rank's log", err, want)
 	}

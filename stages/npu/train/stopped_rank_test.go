@@ -52,10 +52,14 @@ func TestStoppedRankIsNamedWithinTheTimeout(t *testing.T) {
 			if r.err == nil || !errors.Is(r.err, launch.ErrRankFailed) {
 				t.Fatalf("stage returned %v, want a failed rank", r.err)
 			}
+			// The headline names the stopped rank, then quotes the first
+			// rank that failed, whose collective blamed the stopped rank.
 			want := "rank failed: rank 2 (device 2) was stopped"
-			if !strings.HasPrefix(r.err.Error(), want) {
-				t.Errorf("stage error %q, want it to start with %q", r.err, want)
+			if msg := r.err.Error(); !strings.HasPrefix(msg, want) || !strings.Contains(msg, "collective: allreduce: rank 2 (") || !strings.Contains(msg, "did not answer within 3s") {
+				t.Errorf("stage error %q, want it to start with %q and quote a peer's collective blaming rank 2", msg, want)
 			}
+			// No rank blames another one: the others may also have been
+			// stopped by the launcher before their own collective failed.
 			for rank := 0; rank < devices; rank++ {
 				if rank == victim {
 					continue
@@ -64,8 +68,10 @@ func TestStoppedRankIsNamedWithinTheTimeout(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !strings.Contains(string(log), "collective: allreduce: rank 2 (") || !strings.Contains(string(log), "did not answer within 3s") {
-					t.Errorf("train.log%d does not blame rank 2 for not answering:\n%s", rank, log)
+				for _, line := range strings.Split(string(log), "\n") {
+					if strings.Contains(line, "did not answer") && !strings.Contains(line, "rank 2 (") {
+						t.Errorf("train.log%d blames another rank than 2: %s", rank, line)
+					}
 				}
 			}
 			took := end.Sub(time.Unix(0, ns))
