@@ -51,6 +51,12 @@ type Job struct {
 	// and so does a rank found stopped (SIGSTOP, a debugger; Linux tells)
 	// after a failure: it notices nothing, and nothing can complete.
 	PeerFailWait time.Duration
+	// Blame, if set, tells which rank a failed rank blames for its failure
+	// (a peer that did not answer, died or aborted), if it names one. When
+	// every rank still running is blamed by a failed one, those ranks hang:
+	// nothing is left to notice anything, so Run kills them at once instead
+	// of waiting for PeerFailWait and the grace period, and names them.
+	Blame func(failed Rank) (culprit int, ok bool)
 }
 
 // DeviceDir is the directory of a rank inside the job directory.
@@ -93,8 +99,9 @@ const stoppedPoll = 50 * time.Millisecond
 // so that a stopped one handles it), then SIGKILL after the grace period.
 // The error names the rank that caused the failure — a rank killed by a
 // signal Run did not send, else a rank found stopped after a failure, else
-// the first rank that failed — and quotes the end of the log of the first
-// rank that failed.
+// a rank that the failed ranks blame (Job.Blame) and that did not exit,
+// else the first rank that failed — and quotes the end of the log of the
+// first rank that failed.
 func Run(ctx context.Context, job Job) error {
 	if job.Grace <= 0 {
 		job.Grace = 5 * time.Second
@@ -139,7 +146,8 @@ func Run(ctx context.Context, job Job) error {
 	for _, p := range procs {
 		go func(p *proc) { exits <- exit{p, p.cmd.Wait()} }(p)
 	}
-	var first, stopped *proc
+	var first, stopped, hung *proc
+	blamed := map[int]bool{} // ranks that failed ranks blame
 	var once sync.Once
 	stopping := false
 	kill := time.NewTimer(time.Hour)
@@ -179,6 +187,26 @@ func Run(ctx context.Context, job Job) error {
 			pollTicker.Stop()
 		}
 	}()
+	// killHung ends the job when every rank still running is blamed by a
+	// failed rank.
+	killHung := func() {
+		var running []*proc
+		for _, p := range procs {
+			if !p.exited {
+				if !blamed[p.rank.RankID] {
+					return
+				}
+				running = append(running, p)
+			}
+		}
+		for _, p := range running {
+			signalGroup(p.cmd, syscall.SIGKILL)
+		}
+		if len(running) > 0 {
+			hung = running[0]
+			stop()
+		}
+	}
 	failed := false
 	done := ctx.Done()
 	for remaining := len(procs); remaining > 0; {
@@ -194,7 +222,15 @@ func Run(ctx context.Context, job Job) error {
 				if first == nil || (killedBySignal(e.err) && !killedBySignal(first.err)) {
 					first = e.p
 				}
+				if job.Blame != nil {
+					if c, ok := job.Blame(e.p.rank); ok {
+						blamed[c] = true
+					}
+				}
 				killStopped()
+				if !stopping {
+					killHung()
+				}
 				switch {
 				case stopping:
 				case job.PeerFailWait <= 0:
@@ -232,9 +268,14 @@ func Run(ctx context.Context, job Job) error {
 	}
 	if first != nil {
 		firstErr := fmt.Sprintf("rank %d (device %d) %v%s", first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
-		if stopped != nil && !killedBySignal(first.err) {
+		switch {
+		case killedBySignal(first.err):
+		case stopped != nil:
 			return fmt.Errorf("%w: rank %d (device %d) was stopped (SIGSTOP or a debugger) while the job failed; first failed %s",
 				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, firstErr)
+		case hung != nil:
+			return fmt.Errorf("%w: rank %d (device %d) hung: the other ranks failed blaming it and it did not exit; first failed %s",
+				ErrRankFailed, hung.rank.RankID, hung.rank.DeviceID, firstErr)
 		}
 		return fmt.Errorf("%w: %s", ErrRankFailed, firstErr)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,6 +34,9 @@ func TestMain(m *testing.M) {
 		}
 		if spec := os.Getenv(stopAtEnv); spec != "" {
 			stopAtLine(spec)
+		}
+		if spec := os.Getenv(hangAtEnv); spec != "" {
+			hangAtLine(spec)
 		}
 		if result, ok := os.LookupEnv(brokenResultEnv); ok {
 			leaveBrokenResult(result)
@@ -88,21 +92,46 @@ func onLine(prefix string, do func()) {
 // stopAtEnv, "<rank>:<prefix>", makes that rank of a job started by a test
 // stop itself with SIGSTOP when it prints a line starting with prefix: a
 // rank that is alive but silent, as a hung host or a debugger leaves it.
-// Just before, it writes the time to stoppedAtFile in its device directory.
+// Just before, it writes the time to faultAtFile in its device directory.
 const stopAtEnv = "NPU_TRAIN_TEST_STOP_AT"
 
-// stoppedAtFile holds the Unix time in nanoseconds at which a rank stopped
-// itself (stopAtEnv).
-const stoppedAtFile = "stopped-at"
+// hangAtEnv, "<rank>:<prefix>", makes that rank hang when it prints a line
+// starting with prefix: its stdout stops draining, so training blocks in
+// its next LossMonitor line (a log on a stuck disk), while the rest of the
+// process, heartbeats included, runs on. It writes faultAtFile first.
+const hangAtEnv = "NPU_TRAIN_TEST_HANG_AT"
+
+// faultAtFile holds the Unix time in nanoseconds at which a rank stopped
+// or hung itself (stopAtEnv, hangAtEnv).
+const faultAtFile = "fault-at"
 
 func stopAtLine(spec string) {
+	faultAtLine(spec, func(io.Writer) { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+}
+
+func hangAtLine(spec string) {
+	faultAtLine(spec, func(stdout io.Writer) {
+		// Fill the pipe nobody reads any more: the next write blocks.
+		filler := make([]byte, 4096)
+		for {
+			if _, err := stdout.Write(filler); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// faultAtLine runs fault, on the rank spec ("<rank>:<prefix>") names, when
+// it prints a line starting with prefix; fault gets the stdout the rank's
+// training writes to.
+func faultAtLine(spec string, fault func(stdout io.Writer)) {
 	rank, prefix, ok := strings.Cut(spec, ":")
 	if !ok || os.Getenv("RANK_ID") != rank {
 		return
 	}
 	onLine(prefix, func() {
-		_ = os.WriteFile(stoppedAtFile, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		_ = os.WriteFile(faultAtFile, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+		fault(os.Stdout)
 	})
 }
 

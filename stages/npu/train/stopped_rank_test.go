@@ -12,74 +12,81 @@ import (
 	"github.com/mspipe/mspipe/npu/launch"
 )
 
-// TestStoppedRankIsNamedWithinTheTimeout stops rank 2 of a 4-device data
-// parallel job with SIGSTOP after its third step. The other ranks' gradient
-// AllReduce times out on it; the stage must fail naming rank 2 first (not
-// the rank that happened to exit first), within 1.2× collective_timeout of
-// the stop. Before, the headline named whichever peer exited first and the
-// stage waited collective_timeout+5s more for the stopped rank to exit,
-// then the 5s grace period before SIGKILL: 5.2× a 3s timeout.
+// TestStoppedOrHungRankIsNamedWithinTheTimeout stops rank 2 of a 4-device
+// data parallel job with SIGSTOP after its third step, or makes it hang
+// there. The other ranks' gradient AllReduce times out on it; the stage
+// must fail naming rank 2 first (not the rank that happened to exit
+// first), within 1.2× collective_timeout of the fault. Before, the
+// headline named whichever peer exited first and the stage waited
+// collective_timeout+5s more for rank 2 to exit, then the 5s grace period
+// before SIGKILL: 5.2× a 3s timeout.
 //
-// The bound is a property, not a speed: the peers fail once they have not
-// heard from rank 2 for the timeout, and nothing after that may wait for a
-// process that cannot run.
-func TestStoppedRankIsNamedWithinTheTimeout(t *testing.T) {
+// The bound is a property, not a speed: the peers fail once rank 2 has
+// been silent (or absent from the collective) for the timeout, and nothing
+// after that may wait for a process that cannot run or will not return.
+func TestStoppedOrHungRankIsNamedWithinTheTimeout(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("needs /proc to tell a stopped process")
 	}
-	for _, transport := range []string{"shm", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			const devices, victim = 4, 2
-			timeout := 3 * time.Second
-			dataDir := synthData(t, 24)
-			with := withBlock(dataDir, map[string]any{
-				"mode": "data_parallel", "epochs": 100, "log_steps": 1,
-				"collective_timeout": timeout.String(), "collective_transport": transport,
-			})
-			jobDir := t.TempDir()
-			t.Setenv(stopAtEnv, strconv.Itoa(victim)+":epoch: 1 step: 3,")
-			r := runStage(t.Context(), jobDir, devices, 1, with)
-			end := time.Now()
-			os.Unsetenv(stopAtEnv)
-			raw, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, victim), stoppedAtFile))
-			if err != nil {
-				t.Fatalf("rank %d did not stop itself (%v); the stage returned %v", victim, err, r.err)
-			}
-			ns, err := strconv.ParseInt(string(raw), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.err == nil || !errors.Is(r.err, launch.ErrRankFailed) {
-				t.Fatalf("stage returned %v, want a failed rank", r.err)
-			}
-			// The headline names the stopped rank, then quotes the first
-			// rank that failed, whose collective blamed the stopped rank.
-			want := "rank failed: rank 2 (device 2) was stopped"
-			if msg := r.err.Error(); !strings.HasPrefix(msg, want) || !strings.Contains(msg, "collective: allreduce: rank 2 (") || !strings.Contains(msg, "did not answer within 3s") {
-				t.Errorf("stage error %q, want it to start with %q and quote a peer's collective blaming rank 2", msg, want)
-			}
-			// No rank blames another one: the others may also have been
-			// stopped by the launcher before their own collective failed.
-			for rank := 0; rank < devices; rank++ {
-				if rank == victim {
-					continue
+	for _, tc := range []struct {
+		fault, env, headline string
+	}{
+		{"stopped", stopAtEnv, "rank failed: rank 2 (device 2) was stopped (SIGSTOP or a debugger)"},
+		{"hung", hangAtEnv, "rank failed: rank 2 (device 2) hung"},
+	} {
+		for _, transport := range []string{"shm", "tcp"} {
+			t.Run(tc.fault+"/"+transport, func(t *testing.T) {
+				const devices, victim = 4, 2
+				timeout := 3 * time.Second
+				dataDir := synthData(t, 24)
+				with := withBlock(dataDir, map[string]any{
+					"mode": "data_parallel", "epochs": 100, "log_steps": 1,
+					"collective_timeout": timeout.String(), "collective_transport": transport,
+				})
+				jobDir := t.TempDir()
+				t.Setenv(tc.env, strconv.Itoa(victim)+":epoch: 1 step: 3,")
+				r := runStage(t.Context(), jobDir, devices, 1, with)
+				end := time.Now()
+				os.Unsetenv(tc.env)
+				raw, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, victim), faultAtFile))
+				if err != nil {
+					t.Fatalf("rank %d was not %s (%v); the stage returned %v", victim, tc.fault, err, r.err)
 				}
-				log, err := os.ReadFile(launch.LogPath(jobDir, rank))
+				ns, err := strconv.ParseInt(string(raw), 10, 64)
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, line := range strings.Split(string(log), "\n") {
-					if strings.Contains(line, "did not answer") && !strings.Contains(line, "rank 2 (") {
-						t.Errorf("train.log%d blames another rank than 2: %s", rank, line)
+				if r.err == nil || !errors.Is(r.err, launch.ErrRankFailed) {
+					t.Fatalf("stage returned %v, want a failed rank", r.err)
+				}
+				// The headline names rank 2, then quotes the first rank that
+				// failed, whose collective blamed rank 2.
+				if msg := r.err.Error(); !strings.HasPrefix(msg, tc.headline) || !strings.Contains(msg, "collective: allreduce: rank 2 (") || !strings.Contains(msg, "did not answer within 3s") {
+					t.Errorf("stage error %q, want it to start with %q and quote a peer's collective blaming rank 2", msg, tc.headline)
+				}
+				// No rank blames another one (a rank may also have been
+				// stopped by the launcher before its own collective failed).
+				for rank := 0; rank < devices; rank++ {
+					if rank == victim {
+						continue
+					}
+					log, err := os.ReadFile(launch.LogPath(jobDir, rank))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, line := range strings.Split(string(log), "\n") {
+						if strings.Contains(line, "did not answer") && !strings.Contains(line, "rank 2 (") {
+							t.Errorf("train.log%d blames another rank than 2: %s", rank, line)
+						}
 					}
 				}
-			}
-			took := end.Sub(time.Unix(0, ns))
-			if limit := timeout * 6 / 5; took > limit {
-				t.Errorf("the stage failed %v after the stop, want at most 1.2× the %v collective timeout (%v)", took.Round(time.Millisecond), timeout, limit)
-			} else {
-				t.Logf("the stage failed %v after the stop: %v", took.Round(time.Millisecond), r.err)
-			}
-		})
+				took := end.Sub(time.Unix(0, ns))
+				if limit := timeout * 6 / 5; took > limit {
+					t.Errorf("the stage failed %v after rank 2 %s, want at most 1.2× the %v collective timeout (%v)", took.Round(time.Millisecond), tc.fault, timeout, limit)
+				} else {
+					t.Logf("the stage failed %v after rank 2 %s: %.200s", took.Round(time.Millisecond), tc.fault, r.err)
+				}
+			})
+		}
 	}
 }
