@@ -107,7 +107,10 @@ type blame struct {
 }
 
 // leaveBlame writes blameFile when err is a collective failure attributed
-// to a peer; it is best effort, as the rank is failing anyway.
+// to a peer; it is best effort, as the rank is failing anyway. The file is
+// read only after this process has exited, and a stale one is removed
+// before the job starts, so it needs no atomic write: an fsync here would
+// delay the end of a failing job.
 func leaveBlame(err error) {
 	var pe *collective.PeerError
 	if !errors.As(err, &pe) {
@@ -115,7 +118,7 @@ func leaveBlame(err error) {
 	}
 	data, jerr := json.Marshal(blame{Rank: pe.Rank, Error: err.Error()})
 	if jerr == nil {
-		_ = atomicfile.WriteFile(blameFile, data, 0o644)
+		_ = os.WriteFile(blameFile, data, 0o644)
 	}
 }
 
