@@ -12,6 +12,13 @@ import (
 // too deep or expanding to too many nodes through aliases.
 var ErrTooComplex = errors.New("spec too complex")
 
+// ErrUnchecked is what a Catalog's Stage wraps when a stage exists but what
+// it declares is not known, typically a plugin binary the catalog may not
+// start. Validate then reports the error's text as a warning at the stage's
+// uses, does not check its with, and lets expressions read any output of it
+// (as any), since the outputs' names and types are unknown.
+var ErrUnchecked = errors.New("with: not checked")
+
 // Codes of the diagnostics after which a file is not read as a spec at all,
 // so semantic checks are not worth running; see Decoded.
 const (
@@ -54,6 +61,10 @@ type problems diag.List
 
 func (l *problems) add(pos Pos, format string, args ...any) {
 	*l = append(*l, pos.diagnostic(diag.Error, "", fmt.Sprintf(format, args...)))
+}
+
+func (l *problems) warn(pos Pos, format string, args ...any) {
+	*l = append(*l, pos.diagnostic(diag.Warning, "", fmt.Sprintf(format, args...)))
 }
 
 func (l *problems) addCode(pos Pos, code, format string, args ...any) {

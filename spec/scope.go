@@ -102,8 +102,9 @@ var rootNames = []string{"params", "cluster", "stages", "env", "run"}
 // buildEnvType derives the environment type from the params and the
 // outputs each stage declares.
 //
-// A stage in open (its plugin could not be described) gets outputs of type
-// map[string]any, so reading them reports nothing beyond the uses error.
+// A stage in open (its plugin could not be described, or was not started:
+// ErrUnchecked) gets outputs of type map[string]any, so reading them reports
+// nothing beyond the uses error or warning.
 func buildEnvType(p *Pipeline, outputs map[string][]OutputDecl, open map[string]bool) *envType {
 	et := &envType{outputs: map[string]fieldSet{}}
 	var pn []string

@@ -17,7 +17,8 @@ import (
 // Catalog tells the validator which stages exist and what they declare.
 type Catalog interface {
 	// Stage returns what the stage named by a `uses` value declares. The
-	// error explains why it cannot be used (unknown name, missing binary).
+	// error explains why it cannot be used (unknown name, missing binary);
+	// one wrapping ErrUnchecked says only that its declaration is unknown.
 	Stage(uses string) (*StageInfo, error)
 	// Names lists the stage names the catalog knows, for suggestions.
 	Names() []string
@@ -85,6 +86,11 @@ func (v *validator) stages() {
 			continue
 		}
 		info, err := v.cat.Stage(s.Uses)
+		if errors.Is(err, ErrUnchecked) {
+			v.errs.warn(s.UsesPos, "stages.%s.uses: %v", s.ID, err)
+			v.open[s.ID] = true
+			continue
+		}
 		if err != nil {
 			msg := err.Error()
 			if !strings.Contains(s.Uses, "/") || !strings.HasPrefix(s.Uses, ".") {

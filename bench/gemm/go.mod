@@ -7,6 +7,6 @@ require (
 	gonum.org/v1/gonum v0.17.0
 )
 
-require golang.org/x/sys v0.48.0 // indirect
+require golang.org/x/sys v0.49.0 // indirect
 
 replace github.com/mspipe/mspipe => ../..

@@ -40,9 +40,22 @@ var declaredStages = [][]byte{
 }
 
 // newStageEnv returns the catalog of every stage a spec in specDir can
-// use: the built-ins, the declared ones and plugin binaries. The exec
-// stage's command runs through a shell.
+// use: the built-ins, the declared ones and plugin binaries, which it starts
+// to read what they declare. The exec stage's command runs through a shell.
 func newStageEnv(specDir string) (*host.Catalog, error) {
+	return newCatalog(specDir, host.ExecAll)
+}
+
+// uncheckedNotes say, by policy, how to have a plugin binary checked that
+// validate did not start.
+var uncheckedNotes = map[host.ExecPolicy]string{
+	host.ExecPinned: "pin it with sha256: in the stage; validate --exec-plugins starts unpinned binaries",
+	host.ExecNever:  "--exec-plugins=never",
+}
+
+// newCatalog is newStageEnv with the plugin binaries policy lets
+// validation start.
+func newCatalog(specDir string, policy host.ExecPolicy) (*host.Catalog, error) {
 	reg, err := builtinStages()
 	if err != nil {
 		return nil, err
@@ -51,5 +64,7 @@ func newStageEnv(specDir string) (*host.Catalog, error) {
 		Resolver:      &host.Resolver{Builtins: reg, SpecDir: specDir, SearchPath: host.DefaultSearchPath()},
 		Declarations:  declaredStages,
 		ShellCommands: []string{execstage.Name},
+		Exec:          policy,
+		UncheckedNote: uncheckedNotes[policy],
 	})
 }

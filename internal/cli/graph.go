@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mspipe/mspipe/pipeline"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/spf13/cobra"
 )
 
@@ -22,7 +23,8 @@ renders with Graphviz (dot -Tsvg).`,
 			if format != "mermaid" && format != "dot" {
 				return usageErr(fmt.Errorf("--format: unknown format %q (mermaid or dot)", format))
 			}
-			ls, err := loadSpec(cmd.ErrOrStderr(), args[0], nil)
+			// Drawing needs no plugin: start only pinned ones, as validate does.
+			ls, err := loadSpecFor(cmd.ErrOrStderr(), args[0], nil, host.ExecPinned)
 			if err != nil {
 				return err
 			}

@@ -25,14 +25,22 @@ type loadedSpec struct {
 	params map[string]any
 }
 
-// loadSpec reads, validates and parameterizes a spec for run, plan and
-// graph. Problems are printed to w; the error is then failed() (exit 1).
+// loadSpec reads, validates and parameterizes a spec for run and plan.
+// Problems are printed to w; the error is then failed() (exit 1). Running
+// and planning start the plugins anyway (plan asks each for its version,
+// part of the cache key), so validation may start them all.
 func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error) {
+	return loadSpecFor(w, path, rawParams, host.ExecAll)
+}
+
+// loadSpecFor is loadSpec for a command that starts only the plugin
+// binaries policy allows, such as graph.
+func loadSpecFor(w io.Writer, path string, rawParams []string, policy host.ExecPolicy) (*loadedSpec, error) {
 	data, err := userfile.ReadFile(context.Background(), path, spec.MaxFileSize)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
 	}
-	res := validateFile(path)
+	res := validateFile(path, policy)
 	if res.Err != nil {
 		return nil, usageErr(res.Err)
 	}
@@ -47,7 +55,7 @@ func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error)
 	if err != nil {
 		return nil, usageErr(err)
 	}
-	env, err := newStageEnv(p.BaseDir)
+	env, err := newCatalog(p.BaseDir, policy)
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,10 @@ func newPlanCmd() *cobra.Command {
 		Short: "Show what a run would do, without running anything",
 		Long: `Show what mspipe run would do: the order of the stages, their inputs where
 they are already known, which stages would come from the cache and which
-would be skipped. Nothing is executed; inputs that depend on outputs of
-stages that would run are shown as known only at run time.`,
+would be skipped. No stage runs; inputs that depend on outputs of stages
+that would run are shown as known only at run time. Plugin binaries are
+started, as run starts them, to read their declaration and version (part
+of the cache key), so plan is not for specs you do not trust: use validate.`,
 		Example: `  mspipe plan examples/two-stage-training.yaml -p epochs=4`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -10,12 +10,13 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/internal/diag"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/spf13/cobra"
 )
 
 func newValidateCmd() *cobra.Command {
-	var format string
+	var format, execPlugins string
 	cmd := &cobra.Command{
 		Use:   "validate PATH...",
 		Short: "Check pipeline specs without running anything",
@@ -23,6 +24,16 @@ func newValidateCmd() *cobra.Command {
 cycles), expressions (unknown names, types, reading a stage's outputs without
 needing it), each stage's inputs against the schema its plugin declares, and
 rank table files named by a cluster.
+
+Built-in stages are part of mspipe and always checked. A plugin binary
+(uses: ./path, or a name found in ./plugins, $MSPIPE_PLUGIN_PATH or the user
+config dir) has to be started to learn its with schema and outputs, so
+validate starts it only when the stage pins it with sha256: (checked before
+it starts; a mismatch is an error) or with --exec-plugins. Otherwise the stage's with is not checked,
+its outputs may be read under any name, and a warning at its uses says so.
+--exec-plugins=never starts no binary even when pinned: a pin is written by
+whoever writes the spec, so it protects against a changed binary, not
+against an untrusted spec that brings its own.
 
 PATH may be a file, a directory (every *.yaml and *.yml below it) or a glob.
 Every problem is reported, not only the first, as file:line:col.
@@ -46,14 +57,20 @@ Exit status: 0 all specs valid (warnings allowed), 1 a spec is invalid,
 			if err != nil {
 				return usageErr(err)
 			}
+			policy, ok := execPolicies[execPlugins]
+			if !ok {
+				return usageErr(fmt.Errorf("--exec-plugins %q: want pinned, all or never", execPlugins))
+			}
 			results := make([]diag.Result, 0, len(files))
 			for _, f := range files {
-				results = append(results, validateFile(f))
+				results = append(results, validateFile(f, policy))
 			}
 			return reportResults(cmd, diag.Reporter{Format: f, One: "file", Many: "files"}, results)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or github (GitHub Actions annotations)")
+	cmd.Flags().StringVar(&execPlugins, "exec-plugins", "pinned", "which plugin binaries to start to check their stages: pinned (by sha256), all (also the bare flag) or never")
+	cmd.Flags().Lookup("exec-plugins").NoOptDefVal = "all"
 	return cmd
 }
 
@@ -75,14 +92,18 @@ func reportResults(cmd *cobra.Command, r diag.Reporter, results []diag.Result) e
 	return nil
 }
 
-// validateFile decodes and checks one spec.
-func validateFile(path string) diag.Result {
+// execPolicies are the values of validate's --exec-plugins.
+var execPolicies = map[string]host.ExecPolicy{"pinned": host.ExecPinned, "all": host.ExecAll, "never": host.ExecNever}
+
+// validateFile decodes and checks one spec, starting the plugin binaries
+// policy allows to read what they declare.
+func validateFile(path string, policy host.ExecPolicy) diag.Result {
 	p, problems, err := spec.Load(path)
 	if err != nil {
 		return diag.Result{File: path, Err: err}
 	}
 	if spec.Decoded(problems) {
-		env, err := newStageEnv(p.BaseDir)
+		env, err := newCatalog(p.BaseDir, policy)
 		if err != nil {
 			return diag.Result{File: path, Err: err}
 		}

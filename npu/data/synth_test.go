@@ -94,7 +94,11 @@ func TestSynthLabelsBalanced(t *testing.T) {
 // TestSynthNeedsMoreThanOnePixel measures how well the best single pixel
 // predicts the class (a per-pixel histogram classifier trained on one file,
 // scored on another), and checks that whole images do carry the class: the
-// mean image of each class is closer to that class's images than chance.
+// mean image of each class is closer to that class's images than chance,
+// yet far from enough to solve the task, which takes a network. Measured on
+// generator version 1: best pixel 0.194, nearest class mean 0.248 (chance
+// 0.10; 500 test images, so one standard error is about 0.015). The bounds
+// sit two standard errors off the measurements.
 func TestSynthNeedsMoreThanOnePixel(t *testing.T) {
 	ctx := context.Background()
 	cfg := SynthConfig{Seed: 9, TrainPerBatch: 1500, TestRecords: 500}
@@ -130,8 +134,8 @@ func TestSynthNeedsMoreThanOnePixel(t *testing.T) {
 		}
 	}
 	t.Logf("best single-pixel accuracy %.3f at byte %d", best, bestPos)
-	if best > 0.25 {
-		t.Errorf("one pixel predicts the class with accuracy %.3f; want at most 0.25", best)
+	if best > 0.22 {
+		t.Errorf("one pixel predicts the class with accuracy %.3f; want at most 0.22", best)
 	}
 
 	var means [NumClasses][ImageBytes]float64
@@ -167,8 +171,11 @@ func TestSynthNeedsMoreThanOnePixel(t *testing.T) {
 	}
 	acc := float64(correct) / float64(test.Len())
 	t.Logf("nearest class-mean accuracy %.3f", acc)
-	if acc < 0.15 {
-		t.Errorf("nearest class-mean accuracy %.3f: the images carry no class signal", acc)
+	if acc < 0.22 {
+		t.Errorf("nearest class-mean accuracy %.3f, want at least 0.22: the images carry too little class signal", acc)
+	}
+	if acc > 0.35 {
+		t.Errorf("nearest class-mean accuracy %.3f, want at most 0.35: a template match solves the task", acc)
 	}
 }
 

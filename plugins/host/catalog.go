@@ -53,6 +53,8 @@ type Catalog struct {
 	resolver      *Resolver
 	declared      map[string]plugins.Descriptor
 	shellCommands []string
+	exec          ExecPolicy
+	uncheckedNote string
 
 	mu        sync.Mutex
 	described map[string]describedStage // by uses
@@ -84,7 +86,31 @@ type CatalogConfig struct {
 	// shell (spec.StageInfo.ShellCommand), such as exec. A plugin binary of
 	// the same name does not get that rule.
 	ShellCommands []string
+	// Exec says which plugin binaries Stage may start to ask what they
+	// declare. The zero value, ExecAll, is what running a spec needs.
+	Exec ExecPolicy
+	// UncheckedNote ends the message of a stage Stage reports as
+	// unchecked, such as how to let mspipe start it.
+	UncheckedNote string
 }
+
+// ExecPolicy says which plugin binaries [Catalog.Stage] may start to read
+// their declaration, so that checking a spec need not run code that came
+// with it. Built-in stages are served by mspipe itself and are always
+// described. Launch, Identity and List start binaries whatever the policy:
+// they exist to run them.
+type ExecPolicy uint8
+
+const (
+	// ExecAll starts every plugin binary.
+	ExecAll ExecPolicy = iota
+	// ExecPinned starts only binaries the spec pins by sha256 (a pin that
+	// does not match refuses to start them, see [Launch]); Stage reports
+	// any other binary as unchecked (spec.ErrUnchecked).
+	ExecPinned
+	// ExecNever starts no plugin binary; Stage reports each as unchecked.
+	ExecNever
+)
 
 // NewCatalog returns the catalog cfg describes.
 func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
@@ -101,6 +127,8 @@ func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
 		resolver:      r,
 		declared:      map[string]plugins.Descriptor{},
 		shellCommands: cfg.ShellCommands,
+		exec:          cfg.Exec,
+		uncheckedNote: cfg.UncheckedNote,
 		described:     map[string]describedStage{},
 		pins:          map[string]string{},
 	}
@@ -180,8 +208,12 @@ func (c *Catalog) describeLocked(ctx context.Context, uses string) describedStag
 	return describedStage{desc: desc, resolved: res, err: err}
 }
 
-// Stage implements spec.Catalog.
+// Stage implements spec.Catalog. A plugin binary the catalog's ExecPolicy
+// does not let it start is reported with spec.ErrUnchecked.
 func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
+	if err := c.mayStart(uses); err != nil {
+		return nil, err
+	}
 	d := c.describe(context.Background(), uses)
 	switch {
 	case d.err == nil:
@@ -207,6 +239,40 @@ func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
 		info.Name = uses
 	}
 	return info, nil
+}
+
+// mayStart returns an error wrapping spec.ErrUnchecked when uses names a
+// plugin binary the ExecPolicy does not let Stage start. Resolution only
+// looks at files; it never runs them. A uses that does not resolve is left
+// to describe, which reports why.
+func (c *Catalog) mayStart(uses string) error {
+	if c.exec == ExecAll {
+		return nil
+	}
+	if _, ok := c.declared[uses]; ok {
+		return nil
+	}
+	res, err := c.resolver.Resolve(uses)
+	if err != nil || res.Builtin {
+		return nil
+	}
+	c.mu.Lock()
+	pinned := c.pins[uses] != ""
+	c.mu.Unlock()
+	var why string
+	switch {
+	case c.exec == ExecPinned && pinned:
+		return nil
+	case c.exec == ExecPinned:
+		why = "it has no sha256 pin"
+	default:
+		why = "plugin binaries are not started"
+	}
+	msg := fmt.Sprintf("plugin binary %s was not started to read its declaration: %s", res.Path, why)
+	if c.uncheckedNote != "" {
+		msg += " (" + c.uncheckedNote + ")"
+	}
+	return fmt.Errorf("%w: %s", spec.ErrUnchecked, msg)
 }
 
 // trimUses drops the `uses "x": ` prefix resolution errors carry: the spec

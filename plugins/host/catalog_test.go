@@ -186,3 +186,67 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+func TestCatalogExecPolicy(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, testPlugin, filepath.Join(dir, "mspipe-stage-test-plugin"))
+	data, err := os.ReadFile(testPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodPin := fmt.Sprintf("%x", sha256.Sum256(data))
+	marker := filepath.Join(t.TempDir(), "started")
+	t.Setenv("TESTPLUGIN_MARKER", marker)
+
+	for _, tc := range []struct {
+		name      string
+		exec      ExecPolicy
+		uses, pin string
+		started   bool
+		want      string // in the error; "" means none
+		unchecked bool
+	}{
+		{name: "pinned policy, unpinned name", exec: ExecPinned, uses: "test/plugin",
+			want: "with: not checked: plugin binary " + filepath.Join(dir, "mspipe-stage-test-plugin") + " was not started to read its declaration: it has no sha256 pin (pin it)", unchecked: true},
+		{name: "pinned policy, unpinned path", exec: ExecPinned, uses: "./tool",
+			want: "was not started to read its declaration: it has no sha256 pin", unchecked: true},
+		{name: "pinned policy, correct pin", exec: ExecPinned, uses: "test/plugin", pin: goodPin, started: true},
+		{name: "pinned policy, wrong pin", exec: ExecPinned, uses: "./tool", pin: strings.Repeat("0", 64), want: "checksum mismatch"},
+		{name: "never, correct pin", exec: ExecNever, uses: "./tool", pin: goodPin,
+			want: "was not started to read its declaration: plugin binaries are not started (pin it)", unchecked: true},
+		{name: "all, unpinned", exec: ExecAll, uses: "./tool", started: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(marker)
+			c, _ := testCatalog(t, SearchDir{Dir: dir, Origin: OriginPluginPath})
+			c.exec, c.uncheckedNote = tc.exec, "pin it"
+			copyFile(t, testPlugin, filepath.Join(c.resolver.SpecDir, "tool"))
+			c.UsePins(&spec.Pipeline{Stages: []*spec.Stage{{ID: "t", Uses: tc.uses, SHA256: tc.pin}}})
+			info, err := c.Stage(tc.uses)
+			switch {
+			case tc.want == "" && (err != nil || info.Name != "test/plugin"):
+				t.Errorf("Stage = %+v, %v; want the plugin's declaration", info, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Stage err = %v, want it to contain %q", err, tc.want)
+			case errors.Is(err, spec.ErrUnchecked) != tc.unchecked:
+				t.Errorf("errors.Is(%v, spec.ErrUnchecked) = %v, want %v", err, !tc.unchecked, tc.unchecked)
+			}
+			if _, err := os.Stat(marker); (err == nil) != tc.started {
+				t.Errorf("plugin started = %v, want %v", err == nil, tc.started)
+			}
+		})
+	}
+
+	// Built-in and declared stages, and uses that resolve to nothing, are
+	// answered as before: there is nothing to start.
+	c, _ := testCatalog(t)
+	c.exec = ExecNever
+	for _, uses := range []string{"exec", "ckpt/merge"} {
+		if info, err := c.Stage(uses); err != nil || info.Name != uses {
+			t.Errorf("Stage(%s) under ExecNever = %+v, %v", uses, info, err)
+		}
+	}
+	if _, err := c.Stage("./bin/missing"); err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("missing binary under ExecNever: err = %v, want not found", err)
+	}
+}

@@ -37,6 +37,10 @@
 //   - The host's client certificate is made once per process, each
 //     plugin's server certificate at its launch; a plugin trusts only the
 //     host's, the host only that plugin's.
+//   - [Catalog.Stage] starts a plugin binary to read its declaration only
+//     as the catalog's [ExecPolicy] allows (validation of a spec that may
+//     bring its own binaries); otherwise it answers spec.ErrUnchecked.
+//     A sha256 pin is checked before the binary starts.
 //   - A plugin that crashes, hangs or answers badly is an error naming the
 //     plugin (and, for a crash, its exit status and panic message), never a
 //     panic of the host.

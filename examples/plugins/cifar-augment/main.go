@@ -27,8 +27,11 @@ type With struct {
 	Brightness int    `json:"brightness,omitempty" jsonschema:"default=16,minimum=0,maximum=128" description:"added to every pixel of the mirrored copy (clamped to 255)"`
 }
 
-func main() {
-	sdk.Serve(sdk.Stage[With]{
+func main() { sdk.Serve(stage()) }
+
+// stage is the plugin's stage: main serves it, the test runs it in process.
+func stage() sdk.Stage[With] {
+	return sdk.Stage[With]{
 		Name:        "cifar-augment",
 		Version:     "1.0.0",
 		Description: "Double a CIFAR-10 training set with mirrored, brightened copies",
@@ -37,7 +40,7 @@ func main() {
 			{Name: "train_count", Type: plugins.TypeInt, Description: "training images after augmentation"},
 		},
 		Execute: augment,
-	})
+	}
 }
 
 func augment(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {

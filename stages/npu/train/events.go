@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 
 	"github.com/mspipe/mspipe/npu/trainer"
@@ -22,7 +23,12 @@ import (
 // Each line is written with one write of at most maxEventWrite bytes, which
 // POSIX makes atomic for pipes: lines of different ranks never interleave.
 const (
-	eventFD       = 3
+	eventFD = 3
+	// EnvEventFD names the event stream's descriptor in a rank's
+	// environment. It is set only on the rank processes the stage starts:
+	// a descriptor number read from a file could name any open file of a
+	// process that runs the worker another way.
+	EnvEventFD    = "MSPIPE_EVENT_FD"
 	maxEventWrite = 4096 // PIPE_BUF on Linux
 	// maxEventLine bounds a line the stage reads; longer ones are skipped.
 	maxEventLine = 64 << 10
@@ -200,10 +206,15 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
 }
 
 // openEventStream returns the rank's end of the event stream, or nil when
-// the worker config names none (a rank started by hand).
-func openEventStream(cfg WorkerConfig, rank int) *eventWriter {
-	if cfg.EventFD <= 0 {
-		return nil
+// the environment names none (a rank started by hand).
+func openEventStream(rank int) (*eventWriter, error) {
+	v := os.Getenv(EnvEventFD)
+	if v == "" {
+		return nil, nil
 	}
-	return newEventWriter(os.NewFile(uintptr(cfg.EventFD), "events"), rank)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: not an inherited file descriptor", EnvEventFD, v)
+	}
+	return newEventWriter(os.NewFile(uintptr(fd), "events"), rank), nil
 }

@@ -151,3 +151,21 @@ func FuzzRelayEvents(f *testing.F) {
 		}
 	})
 }
+
+// The event stream's descriptor comes only from the environment the stage
+// gives its ranks: a worker started any other way writes no events, and a
+// bad value is refused rather than taken as some open file. (It once came
+// from worker.json, and a worker run in a test process wrote to, and
+// closed, whatever that process had open as fd 3.)
+func TestEventStreamOnlyFromTheEnvironment(t *testing.T) {
+	t.Setenv(EnvEventFD, "")
+	if w, err := openEventStream(0); w != nil || err != nil {
+		t.Errorf("no %s: got %v, %v; want no stream", EnvEventFD, w, err)
+	}
+	for _, bad := range []string{"x", "-1", "0", "2"} {
+		t.Setenv(EnvEventFD, bad)
+		if _, err := openEventStream(0); err == nil || !strings.Contains(err.Error(), "not an inherited file descriptor") {
+			t.Errorf("%s=%s: err %v", EnvEventFD, bad, err)
+		}
+	}
+}

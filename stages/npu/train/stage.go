@@ -160,8 +160,6 @@ type WorkerConfig struct {
 	// authenticate each other; it is not in the environment, because
 	// env{i}.log records the environment.
 	SecretFile string `json:"secret_file,omitempty"`
-	// EventFD is the rank's file descriptor of the event stream (0: none).
-	EventFD int `json:"event_fd,omitempty"`
 }
 
 // WorkerResult is what a rank process leaves in result.json.
@@ -194,7 +192,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			return nil, err
 		}
 	}
-	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads, EventFD: eventFD}
+	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads}
 	if w.Mode.Collective() {
 		t, problems, err := ranktable.Load(rankTable)
 		if err != nil {
@@ -253,6 +251,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		Path: self, Args: []string{WorkerCommand, cfgPath},
 		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
 		ExtraFiles: []*os.File{sink},
+		// Only the processes started here hold the pipe, so only they are
+		// told its number (worker.json may be reused by hand).
+		Env: []string{fmt.Sprintf("%s=%d", EnvEventFD, eventFD)},
 	}
 	if w.Mode.Collective() {
 		// Let the other ranks see a dead peer in their collectives (and say

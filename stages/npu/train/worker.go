@@ -46,7 +46,10 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	if _, err := envInt("DEVICE_ID"); err != nil {
 		return err
 	}
-	events := openEventStream(cfg, rank)
+	events, err := openEventStream(rank)
+	if err != nil {
+		return err
+	}
 	// train.log{rank} is for people; rank 0's lines also go to the stage,
 	// which shows them on the console.
 	var say io.Writer = os.Stdout
