@@ -47,8 +47,16 @@ type Job struct {
 	Grace time.Duration
 	// PeerFailWait is how long the other ranks may take to notice a failed
 	// rank on their own (a collective naming the dead peer) before they are
-	// stopped; 0 stops them at once. Cancelling ctx always stops them at once.
+	// stopped; 0 stops them at once. Cancelling ctx always stops them at once,
+	// and so does a rank found stopped (SIGSTOP, a debugger; Linux tells)
+	// after a failure: it notices nothing, and nothing can complete.
 	PeerFailWait time.Duration
+	// Blame, if set, tells which rank a failed rank blames for its failure
+	// (a peer that did not answer, died or aborted), if it names one. When
+	// every rank still running is blamed by a failed one, those ranks hang:
+	// nothing is left to notice anything, so Run kills them at once instead
+	// of waiting for PeerFailWait and the grace period, and names them.
+	Blame func(failed Rank) (culprit int, ok bool)
 }
 
 // DeviceDir is the directory of a rank inside the job directory.
@@ -75,16 +83,25 @@ func RankEnv(r Rank, rankSize int, rankTable string) []string {
 }
 
 type proc struct {
-	rank Rank
-	cmd  *exec.Cmd
-	log  *os.File
-	err  error
+	rank   Rank
+	cmd    *exec.Cmd
+	log    *os.File
+	err    error
+	exited bool
 }
 
+// stoppedPoll is how often Run looks, after a failure, whether the ranks
+// still running are stopped.
+const stoppedPoll = 50 * time.Millisecond
+
 // Run starts every rank and waits for all of them. When a rank exits with
-// an error, or ctx is done, the remaining ranks get SIGTERM, then SIGKILL
-// after the grace period. The error names the first rank that failed and
-// quotes the end of its log.
+// an error, or ctx is done, the remaining ranks get SIGTERM (and SIGCONT,
+// so that a stopped one handles it), then SIGKILL after the grace period.
+// The error names the rank that caused the failure — a rank killed by a
+// signal Run did not send, else a rank found stopped after a failure, else
+// a rank that the failed ranks blame (Job.Blame) and that did not exit,
+// else the first rank that failed — and quotes the end of the log of the
+// first rank that failed.
 func Run(ctx context.Context, job Job) error {
 	if job.Grace <= 0 {
 		job.Grace = 5 * time.Second
@@ -105,6 +122,7 @@ func Run(ctx context.Context, job Job) error {
 	stopAll := func() {
 		for _, p := range procs {
 			signalGroup(p.cmd, syscall.SIGTERM)
+			continueGroup(p)
 		}
 	}
 	for _, r := range job.Ranks {
@@ -128,7 +146,8 @@ func Run(ctx context.Context, job Job) error {
 	for _, p := range procs {
 		go func(p *proc) { exits <- exit{p, p.cmd.Wait()} }(p)
 	}
-	var first *proc
+	var first, stopped, hung *proc
+	blamed := map[int]bool{} // ranks that failed ranks blame
 	var once sync.Once
 	stopping := false
 	kill := time.NewTimer(time.Hour)
@@ -143,13 +162,58 @@ func Run(ctx context.Context, job Job) error {
 	// After a failure, peers get PeerFailWait to fail by themselves.
 	peerWait := time.NewTimer(time.Hour)
 	peerWait.Stop()
-	var failedOnce []*proc
+	// A rank stopped after a failure notices nothing and keeps the others
+	// from completing anything: waiting PeerFailWait for it is pointless.
+	// It has nothing to finish either, so it gets SIGKILL, not a grace
+	// period. While peers may still fail by themselves, Run looks again
+	// every stoppedPoll.
+	killStopped := func() {
+		for _, p := range procs {
+			if !p.exited && p.cmd.Process != nil && procgroup.Stopped(p.cmd.Process.Pid) {
+				signalGroup(p.cmd, syscall.SIGKILL)
+				if stopped == nil {
+					stopped = p
+				}
+			}
+		}
+		if stopped != nil {
+			stop()
+		}
+	}
+	var poll <-chan time.Time
+	var pollTicker *time.Ticker
+	defer func() {
+		if pollTicker != nil {
+			pollTicker.Stop()
+		}
+	}()
+	// killHung ends the job when every rank still running is blamed by a
+	// failed rank.
+	killHung := func() {
+		var running []*proc
+		for _, p := range procs {
+			if !p.exited {
+				if !blamed[p.rank.RankID] {
+					return
+				}
+				running = append(running, p)
+			}
+		}
+		for _, p := range running {
+			signalGroup(p.cmd, syscall.SIGKILL)
+		}
+		if len(running) > 0 {
+			hung = running[0]
+			stop()
+		}
+	}
+	failed := false
 	done := ctx.Done()
 	for remaining := len(procs); remaining > 0; {
 		select {
 		case e := <-exits:
 			remaining--
-			e.p.err = e.err
+			e.p.err, e.p.exited = e.err, true
 			e.p.log.Close()
 			if e.err != nil && !stopping {
 				// A rank killed by a signal we did not send is the cause;
@@ -158,17 +222,35 @@ func Run(ctx context.Context, job Job) error {
 				if first == nil || (killedBySignal(e.err) && !killedBySignal(first.err)) {
 					first = e.p
 				}
-				if job.PeerFailWait > 0 {
-					if len(failedOnce) == 0 {
-						peerWait.Reset(job.PeerFailWait)
+				if job.Blame != nil {
+					if c, ok := job.Blame(e.p.rank); ok {
+						blamed[c] = true
 					}
-				} else {
-					stop()
 				}
-				failedOnce = append(failedOnce, e.p)
+				killStopped()
+				if !stopping {
+					killHung()
+				}
+				switch {
+				case stopping:
+				case job.PeerFailWait <= 0:
+					stop()
+				case !failed:
+					peerWait.Reset(job.PeerFailWait)
+					pollTicker = time.NewTicker(stoppedPoll)
+					poll = pollTicker.C
+				}
+				failed = true
 			}
 		case <-peerWait.C:
 			stop()
+		case <-poll:
+			if !stopping {
+				killStopped()
+			}
+			if stopping {
+				poll = nil
+			}
 		case <-done:
 			done = nil
 			stop()
@@ -185,7 +267,17 @@ func Run(ctx context.Context, job Job) error {
 		signalGroup(p.cmd, syscall.SIGKILL)
 	}
 	if first != nil {
-		return fmt.Errorf("%w: rank %d (device %d) %v%s", ErrRankFailed, first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
+		firstErr := fmt.Sprintf("rank %d (device %d) %v%s", first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
+		switch {
+		case killedBySignal(first.err):
+		case stopped != nil:
+			return fmt.Errorf("%w: rank %d (device %d) was stopped (SIGSTOP or a debugger) while the job failed; first failed %s",
+				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, firstErr)
+		case hung != nil:
+			return fmt.Errorf("%w: rank %d (device %d) hung: the other ranks failed blaming it and it did not exit; first failed %s",
+				ErrRankFailed, hung.rank.RankID, hung.rank.DeviceID, firstErr)
+		}
+		return fmt.Errorf("%w: %s", ErrRankFailed, firstErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -22,6 +22,18 @@ func TestMain(m *testing.M) {
 	case "ok":
 		fmt.Printf("rank %s device %s size %s table %s\n", os.Getenv("RANK_ID"), os.Getenv("DEVICE_ID"), os.Getenv("RANK_SIZE"), os.Getenv("RANK_TABLE_FILE"))
 		os.Exit(0)
+	case "rank-2-stops":
+		// Rank 2 stops itself; the others fail a moment later, as ranks
+		// whose collective timed out on it would.
+		_ = os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+		if os.Getenv("RANK_ID") == "2" {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			time.Sleep(time.Minute)
+			os.Exit(0)
+		}
+		time.Sleep(300 * time.Millisecond)
+		fmt.Println("rank 2 did not answer")
+		os.Exit(1)
 	case "fail-rank-1":
 		if os.Getenv("RANK_ID") == "1" {
 			time.Sleep(200 * time.Millisecond)
@@ -137,6 +149,36 @@ func TestPeerFailWaitLetsPeersFailOnTheirOwn(t *testing.T) {
 	}
 }
 
+// TestStoppedRankIsTheCause: rank 2 is stopped (SIGSTOP) and the others
+// fail. Nothing is left that could notice anything, so Run kills the
+// stopped rank at once instead of waiting for PeerFailWait and the grace
+// period, and the error names the stopped rank, not the first one that
+// exited.
+func TestStoppedRankIsTheCause(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc to tell a stopped process")
+	}
+	j := job(t, "rank-2-stops", 4)
+	j.PeerFailWait, j.Grace = time.Hour, time.Hour
+	done := make(chan error, 1)
+	go func() { done <- Run(context.Background(), j) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Run still waits a minute after the failures: for PeerFailWait or the grace period")
+	}
+	want := "rank 2 (device 2) was stopped (SIGSTOP or a debugger) while the job failed; first failed rank "
+	if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "rank 2 did not answer") {
+		t.Fatalf("err = %v, want it to start with %q and quote a failed rank's log", err, want)
+	}
+	for _, pid := range rankPids(t, j.Dir, 4) {
+		if alive(pid) {
+			t.Errorf("rank process %d still alive", pid)
+		}
+	}
+}
+
 func TestCancelStopsEveryRank(t *testing.T) {
 	j := job(t, "sleep", 3)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -159,5 +201,36 @@ func TestCancelStopsEveryRank(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("rank process %d still alive", pid)
 		}
+	}
+}
+
+// TestCancelEndsStoppedRank: a canceled job whose rank is stopped ends
+// without the grace period: SIGCONT after SIGTERM lets the rank handle it.
+func TestCancelEndsStoppedRank(t *testing.T) {
+	j := job(t, "sleep", 3)
+	j.Grace = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, j) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rankPids(t, j.Dir, 3)) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	pids := rankPids(t, j.Dir, 3)
+	if len(pids) < 3 {
+		t.Fatalf("%d of 3 ranks started", len(pids))
+	}
+	if err := syscall.Kill(pids[1], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Minute):
+		syscall.Kill(pids[1], syscall.SIGKILL)
+		t.Fatal("Run still waits for the stopped rank a minute after cancel")
 	}
 }

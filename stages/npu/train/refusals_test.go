@@ -189,7 +189,8 @@ func TestRunWorkerInProcess(t *testing.T) {
 		t.Errorf("data_parallel without a rank table: %v", err)
 	}
 
-	if err := train.RunWorker(context.Background(), cfgPath); err != nil {
+	inProcess := editWorkerConfig(t, cfgPath, filepath.Join(here, "worker.json"), func(map[string]any) {})
+	if err := train.RunWorker(context.Background(), inProcess); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(filepath.Join(here, "result.json"))
@@ -220,7 +221,9 @@ func TestRunWorkerInProcess(t *testing.T) {
 }
 
 // editWorkerConfig copies the worker config at from to to with its `with`
-// block changed by edit, and returns to.
+// block changed by edit, and returns to. The copy names no event stream:
+// file descriptor 3 of this process is not the stage's pipe but whatever
+// file it happens to be, which the worker would write to and close.
 func editWorkerConfig(t *testing.T, from, to string, edit func(with map[string]any)) string {
 	t.Helper()
 	raw, err := os.ReadFile(from)
@@ -236,6 +239,7 @@ func editWorkerConfig(t *testing.T, from, to string, edit func(with map[string]a
 		t.Fatalf("%s has no with block", from)
 	}
 	edit(with)
+	delete(cfg, "event_fd")
 	if raw, err = json.Marshal(cfg); err != nil {
 		t.Fatal(err)
 	}

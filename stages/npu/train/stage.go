@@ -238,6 +238,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
 	for i := range ranks {
 		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
+		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), blameFile))
 	}
 	events, sink, err := os.Pipe()
 	if err != nil {
@@ -258,6 +259,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		// Let the other ranks see a dead peer in their collectives (and say
 		// so in their logs) before stopping them.
 		job.PeerFailWait = collectiveTimeout(w) + 5*time.Second
+		// A rank that every other one blames (it hangs) is stopped at once.
+		job.Blame = func(r launch.Rank) (int, bool) { return readBlame(jobDir, r) }
 	}
 	runErr := launch.Run(ctx, job)
 	// The ranks are gone: once the stage's write end is closed too, the

@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/data"
@@ -28,6 +31,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == train.WorkerCommand {
 		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
 			crashAtLine(prefix)
+		}
+		if spec := os.Getenv(stopAtEnv); spec != "" {
+			stopAtLine(spec)
+		}
+		if spec := os.Getenv(hangAtEnv); spec != "" {
+			hangAtLine(spec)
 		}
 		if result, ok := os.LookupEnv(brokenResultEnv); ok {
 			leaveBrokenResult(result)
@@ -55,6 +64,12 @@ const crashAtEnv = "NPU_TRAIN_TEST_CRASH_AT"
 // LossMonitor lines go to, and kills the process on the first line that
 // starts with prefix.
 func crashAtLine(prefix string) {
+	onLine(prefix, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+}
+
+// onLine puts a pipe in front of stdout and calls do, once, on the first
+// line that starts with prefix.
+func onLine(prefix string, do func()) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -63,14 +78,61 @@ func crashAtLine(prefix string) {
 	stdout := os.Stdout
 	os.Stdout = w
 	go func() {
-		lines := bufio.NewScanner(r)
+		lines, done := bufio.NewScanner(r), false
 		for lines.Scan() {
 			fmt.Fprintln(stdout, lines.Text())
-			if strings.HasPrefix(lines.Text(), prefix) {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			if !done && strings.HasPrefix(lines.Text(), prefix) {
+				done = true
+				do()
 			}
 		}
 	}()
+}
+
+// stopAtEnv, "<rank>:<prefix>", makes that rank of a job started by a test
+// stop itself with SIGSTOP when it prints a line starting with prefix: a
+// rank that is alive but silent, as a hung host or a debugger leaves it.
+// Just before, it writes the time to faultAtFile in its device directory.
+const stopAtEnv = "NPU_TRAIN_TEST_STOP_AT"
+
+// hangAtEnv, "<rank>:<prefix>", makes that rank hang when it prints a line
+// starting with prefix: its stdout stops draining, so training blocks in
+// its next LossMonitor line (a log on a stuck disk), while the rest of the
+// process, heartbeats included, runs on. It writes faultAtFile first.
+const hangAtEnv = "NPU_TRAIN_TEST_HANG_AT"
+
+// faultAtFile holds the Unix time in nanoseconds at which a rank stopped
+// or hung itself (stopAtEnv, hangAtEnv).
+const faultAtFile = "fault-at"
+
+func stopAtLine(spec string) {
+	faultAtLine(spec, func(io.Writer) { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) })
+}
+
+func hangAtLine(spec string) {
+	faultAtLine(spec, func(stdout io.Writer) {
+		// Fill the pipe nobody reads any more: the next write blocks.
+		filler := make([]byte, 4096)
+		for {
+			if _, err := stdout.Write(filler); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// faultAtLine runs fault, on the rank spec ("<rank>:<prefix>") names, when
+// it prints a line starting with prefix; fault gets the stdout the rank's
+// training writes to.
+func faultAtLine(spec string, fault func(stdout io.Writer)) {
+	rank, prefix, ok := strings.Cut(spec, ":")
+	if !ok || os.Getenv("RANK_ID") != rank {
+		return
+	}
+	onLine(prefix, func() {
+		_ = os.WriteFile(faultAtFile, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+		fault(os.Stdout)
+	})
 }
 
 // brokenResultEnv makes a rank process started by a test exit 0 at once,

@@ -14,6 +14,8 @@ import (
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/trainer"
 )
@@ -70,6 +72,7 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	}
 	res, err := trainer.Train(ctx, tc)
 	if err != nil {
+		leaveBlame(err)
 		return err
 	}
 	if res.ResumedFrom != "" {
@@ -93,6 +96,46 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 		return err
 	}
 	return atomicfile.WriteFile("result.json", data, 0o644)
+}
+
+// blameFile is the file a rank whose collective failed because of a peer
+// leaves in its device directory, naming that peer, so that the launcher
+// can tell a hung rank from the ranks that gave up waiting for it.
+const blameFile = "blame.json"
+
+// blame is the content of blameFile.
+type blame struct {
+	Rank  int    `json:"rank"` // the peer at fault
+	Error string `json:"error"`
+}
+
+// leaveBlame writes blameFile when err is a collective failure attributed
+// to a peer; it is best effort, as the rank is failing anyway. The file is
+// read only after this process has exited, and a stale one is removed
+// before the job starts, so it needs no atomic write: an fsync here would
+// delay the end of a failing job.
+func leaveBlame(err error) {
+	var pe *collective.PeerError
+	if !errors.As(err, &pe) {
+		return
+	}
+	data, jerr := json.Marshal(blame{Rank: pe.Rank, Error: err.Error()})
+	if jerr == nil {
+		_ = os.WriteFile(blameFile, data, 0o644)
+	}
+}
+
+// readBlame returns the peer that rank's blameFile in jobDir names.
+func readBlame(jobDir string, rank launch.Rank) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, rank.RankID), blameFile))
+	if err != nil {
+		return 0, false
+	}
+	var b blame
+	if json.Unmarshal(data, &b) != nil || b.Rank < 0 {
+		return 0, false
+	}
+	return b.Rank, true
 }
 
 // trainerConfig maps the stage's options to the trainer's for one rank of

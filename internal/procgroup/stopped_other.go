@@ -1,0 +1,7 @@
+//go:build !linux
+
+package procgroup
+
+// Stopped reports false: only Linux tells (through /proc) whether a
+// process is stopped.
+func Stopped(int) bool { return false }
