@@ -221,9 +221,9 @@ func TestRunWorkerInProcess(t *testing.T) {
 }
 
 // editWorkerConfig copies the worker config at from to to with its `with`
-// block changed by edit, and returns to. The copy names no event stream:
-// file descriptor 3 of this process is not the stage's pipe but whatever
-// file it happens to be, which the worker would write to and close.
+// block changed by edit, and returns to. (The event stream's descriptor is
+// not in the config: only the stage's rank processes get it, in their
+// environment.)
 func editWorkerConfig(t *testing.T, from, to string, edit func(with map[string]any)) string {
 	t.Helper()
 	raw, err := os.ReadFile(from)
@@ -239,7 +239,6 @@ func editWorkerConfig(t *testing.T, from, to string, edit func(with map[string]a
 		t.Fatalf("%s has no with block", from)
 	}
 	edit(with)
-	delete(cfg, "event_fd")
 	if raw, err = json.Marshal(cfg); err != nil {
 		t.Fatal(err)
 	}
