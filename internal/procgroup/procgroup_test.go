@@ -157,14 +157,7 @@ func TestStopEndsTheGroup(t *testing.T) {
 				t.Fatal("Stop returned before the leader exited")
 			}
 			g.waitAllExited(t)
-			// A process that closed its pipe is still exiting for a moment
-			// (it closes its files before it becomes a zombie): Stop sent
-			// SIGKILL, so the group must be gone soon, not at this instant.
-			deadline := time.Now().Add(10 * time.Second)
-			for Alive(pgid) && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if Alive(pgid) {
+			if !goneSoon(pgid) {
 				t.Error("Alive is still true 10s after Stop")
 			}
 		})
@@ -193,8 +186,8 @@ func TestGoneGroup(t *testing.T) {
 	}
 	<-g.exited
 	g.waitAllExited(t)
-	if Alive(pgid) {
-		t.Error("Alive is true for a killed group")
+	if !goneSoon(pgid) {
+		t.Error("Alive is still true 10s after the group was killed")
 	}
 	if err := Signal(pgid, syscall.SIGTERM); err != nil {
 		t.Errorf("Signal to a gone group = %v, want nil", err)
@@ -223,4 +216,19 @@ func TestPrepareKeepsAttributes(t *testing.T) {
 	if !cmd.SysProcAttr.Setpgid || !cmd.SysProcAttr.Noctty {
 		t.Errorf("SysProcAttr = %+v, want Setpgid and the Noctty it had", cmd.SysProcAttr)
 	}
+}
+
+// goneSoon waits (at most 10s) until no process of the group can run. A
+// killed process that closed its pipe is still exiting for a moment (it
+// closes its files before it becomes a zombie), so "gone" is checked as
+// "gone soon", not at one instant.
+func goneSoon(pgid int) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for Alive(pgid) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
