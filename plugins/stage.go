@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -89,6 +90,15 @@ func (p Problem) String() string {
 		return p.Message
 	}
 	return p.Path + ": " + p.Message
+}
+
+// JoinProblems renders problems as one line, "; " between them ("" for none).
+func JoinProblems(problems []Problem) string {
+	msgs := make([]string, len(problems))
+	for i, p := range problems {
+		msgs[i] = p.String()
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // RunRequest is everything a stage needs to run once.

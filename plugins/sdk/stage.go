@@ -74,11 +74,7 @@ func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plu
 		return nil, err
 	}
 	if len(problems) > 0 {
-		msgs := make([]string, len(problems))
-		for i, p := range problems {
-			msgs[i] = p.String()
-		}
-		return nil, fmt.Errorf("invalid with: %s", strings.Join(msgs, "; "))
+		return nil, fmt.Errorf("invalid with: %s", plugins.JoinProblems(problems))
 	}
 	return s.Execute(ctx, NewContext(req, emit), with)
 }

@@ -86,11 +86,7 @@ func TestValidate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.with, err)
 		}
-		var msgs []string
-		for _, p := range problems {
-			msgs = append(msgs, p.String())
-		}
-		if got := strings.Join(msgs, "; "); got != tc.want {
+		if got := plugins.JoinProblems(problems); got != tc.want {
 			t.Errorf("%v: problems %q, want %q", tc.with, got, tc.want)
 		}
 	}
