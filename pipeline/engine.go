@@ -119,7 +119,7 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 	}
 	for _, sid := range g.Order {
 		s := p.StageByID(sid)
-		st.Stages[sid] = &StageState{Status: StatusPending, Uses: s.Uses, Log: filepath.Join("stages", sid, "stage.log")}
+		st.Stages[sid] = &StageState{Status: StatusPending, Uses: s.Uses, Log: stageLogName(sid)}
 	}
 	final, err := e.execute(ctx, p, g, dir, st)
 	if final == nil {
@@ -201,7 +201,9 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	}
 	for _, sid := range again {
 		ss := st.Stages[sid]
-		*ss = StageState{Status: StatusPending, Uses: ss.Uses, Log: ss.Log, Attempts: ss.Attempts}
+		// The log is where this engine writes it, whatever run.json said:
+		// a path from the file is data, and may point anywhere.
+		*ss = StageState{Status: StatusPending, Uses: ss.Uses, Log: stageLogName(sid), Attempts: ss.Attempts}
 	}
 	if !st.Terminal() {
 		// run.json still says running, yet its owner released the lock
@@ -347,3 +349,6 @@ func (e *Engine) execute(ctx context.Context, p *spec.Pipeline, g *Graph, dir st
 	}
 	return st, nil
 }
+
+// stageLogName is a stage's log, relative to the run directory.
+func stageLogName(sid string) string { return filepath.Join("stages", sid, "stage.log") }

@@ -442,3 +442,40 @@ stages:
 		t.Errorf("intact stage rerun:\n%s", log.String())
 	}
 }
+
+// A stage that runs again on resume logs to its own stage.log and records
+// that path, whatever an edited run.json named as its log.
+func TestResumeKeepsLogsInTheRunDirectory(t *testing.T) {
+	w := newWorkspace(t)
+	fail := true
+	l := &scriptLauncher{run: func(context.Context, call, func(plugins.Event)) (map[string]any, error) {
+		if fail {
+			return nil, errors.New("boom")
+		}
+		return map[string]any{"n": 1}, nil
+	}}
+	first, err := w.run(w.engine(l), "version: 1\nname: p\nstages:\n  a: {uses: work}\n")
+	if !errors.Is(err, ErrStageFailed) {
+		t.Fatalf("first run: %v", err)
+	}
+	dir, err := w.store.RunDir(first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Stages["a"].Log = "/etc/passwd"
+	if err := saveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	fail = false
+	_, final, err := w.engine(l).Resume(context.Background(), first.ID)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if got := final.Stages["a"].Log; got != filepath.Join("stages", "a", "stage.log") {
+		t.Errorf("log after resume = %q, want stages/a/stage.log", got)
+	}
+}
