@@ -17,52 +17,101 @@ import (
 func newCkptCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ckpt",
-		Short: "Work with MindSpore checkpoint (.ckpt) files",
+		Short: "Work with MindSpore checkpoint (.ckpt) files and per-rank checkpoint sets",
 	}
-	cmd.AddCommand(newCkptInspectCmd())
+	cmd.AddCommand(newCkptInspectCmd(), newCkptConvertCmd())
 	return cmd
 }
 
 func newCkptInspectCmd() *cobra.Command {
-	var format string
+	var format, strategy, prefix string
 	cmd := &cobra.Command{
-		Use:   "inspect FILE",
-		Short: "List a checkpoint's tensors with shapes, content hashes and statistics",
+		Use:   "inspect FILE | SET_DIR | RANK_FILE...",
+		Short: "List the tensors of a checkpoint or of a per-rank checkpoint set",
 		Long: `List the tensors of a MindSpore checkpoint in file order: name, dtype, shape,
 data bytes, the start of the SHA-256 content hash (equal hashes mean equal
 dtype, shape and values), and min/max/mean of float tensors (NaN if any
 element is NaN, as numpy reports it). Tensors MindSpore split into several
-protobuf values are shown merged; a crc_num trailer is verified.
+protobuf values are shown merged; a crc_num trailer is verified. A file
+ending in .safetensors is read as safetensors.
+
+Given a directory holding device{i}/ckpt_{i}/ per rank (what npu/train
+writes; the newest checkpoint of --prefix in each is used), or several
+files (rank 0 first), it shows the set: every rank's file, then one row per
+tensor with the shape each rank holds, the bytes of all ranks together, and
+how the tensor is spread: "replicated" (every rank holds the same values),
+"per-rank values" (same shape, different values: BatchNorm statistics of a
+data-parallel run), or "sliced". With --strategy FILE (a MindSpore strategy
+file, protobuf or JSON) the layout column shows each tensor's device matrix
+and tensor map from it, and the whole shape they imply.
 
 Exit status: 0 a valid checkpoint, 1 a damaged or invalid checkpoint (the
 message names the file, the tensor and the byte offset), 2 usage error or a
 file that cannot be read.`,
 		Example: `  mspipe ckpt inspect ckpt_0/CKP-2_156.ckpt
-  mspipe ckpt inspect CKP-Integrated_1-4_32.ckpt --format json`,
-		Args: cobra.ExactArgs(1),
+  mspipe ckpt inspect CKP-Integrated_1-4_32.ckpt --format json
+  mspipe ckpt inspect runs/<run-id>/stages/train               # every rank's newest checkpoint
+  mspipe ckpt inspect runs/<run-id>/stages/train --strategy strategy.ckpt
+  mspipe ckpt inspect rank0.ckpt rank1.ckpt rank2.ckpt rank3.ckpt`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return usageErr(fmt.Errorf("--format: unknown format %q (text or json)", format))
 			}
-			file, err := ckpt.ReadFile(args[0])
-			var bad *ckpt.Error
-			switch {
-			case errors.As(err, &bad):
-				return &exitError{Code: ExitFailed, Err: err}
-			case err != nil:
+			set, err := isSetArgs(args, strategy)
+			if err != nil {
 				return usageErr(err)
+			}
+			if set {
+				return inspectSet(cmd, args, prefix, strategy, format)
+			}
+			file, err := readCheckpointFile(args[0])
+			if err != nil {
+				return checkpointErr(err)
 			}
 			report := inspectReport(args[0], file)
 			if format == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(report)
+				return writeJSON(cmd.OutOrStdout(), report)
 			}
 			return writeInspectText(cmd.OutOrStdout(), report)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
+	cmd.Flags().StringVar(&strategy, "strategy", "", "strategy file giving the layout of the set's tensors")
+	cmd.Flags().StringVar(&prefix, "prefix", ckpt.DefaultPrefix, "checkpoint file prefix in a set directory")
 	return cmd
+}
+
+// checkpointErr gives a damaged checkpoint exit status 1 and an unreadable
+// one exit status 2.
+func checkpointErr(err error) error {
+	var bad *ckpt.Error
+	if errors.As(err, &bad) {
+		return &exitError{Code: ExitFailed, Err: err}
+	}
+	return usageErr(err)
+}
+
+// readCheckpointFile reads a .ckpt, or a .safetensors file by its name.
+func readCheckpointFile(path string) (*ckpt.File, error) {
+	if isSafetensors(path) {
+		st, err := ckpt.ReadSafetensors(path)
+		if err != nil {
+			return nil, err
+		}
+		return &ckpt.File{Tensors: st.Tensors, Values: len(st.Tensors)}, nil
+	}
+	return ckpt.ReadFile(path)
+}
+
+func isSafetensors(path string) bool {
+	return strings.HasSuffix(strings.ToLower(path), ckpt.SafetensorsExt)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 type ckptReport struct {
