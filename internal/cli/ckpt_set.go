@@ -45,10 +45,11 @@ func setFiles(args []string, prefix string) (root string, files []string, err er
 }
 
 type setReport struct {
-	Set     string          `json:"set,omitempty"` // the directory, when one was given
-	Ranks   []setRank       `json:"ranks"`
-	Bytes   int64           `json:"bytes"` // tensor data bytes of all ranks
-	Tensors []setTensorInfo `json:"tensors"`
+	Set      string          `json:"set,omitempty"`      // the directory, when one was given
+	Strategy string          `json:"strategy,omitempty"` // the strategy file laid over the set
+	Ranks    []setRank       `json:"ranks"`
+	Bytes    int64           `json:"bytes"` // tensor data bytes of all ranks
+	Tensors  []setTensorInfo `json:"tensors"`
 }
 
 type setRank struct {
@@ -86,13 +87,14 @@ func inspectSet(cmd *cobra.Command, args []string, prefix, strategy, format stri
 	if err != nil {
 		return usageErr(err)
 	}
-	var layouts layoutSource
+	var layouts *strategyLayouts
 	if strategy != "" {
-		if layouts, err = readLayouts(strategy); err != nil {
+		layouts = new(strategyLayouts)
+		if *layouts, err = readLayouts(strategy); err != nil {
 			return checkpointErr(err)
 		}
 	}
-	r := setReport{Set: root}
+	r := setReport{Set: root, Strategy: strategy}
 	byName := map[string]int{}
 	for rank, path := range files {
 		f, err := readCheckpointFile(path)
@@ -166,7 +168,7 @@ func writeSetText(w io.Writer, r setReport) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	withLayout := len(r.Tensors) > 0 && r.Tensors[0].Layout != nil
+	withLayout := r.Strategy != ""
 	if withLayout {
 		fmt.Fprintln(tw, "NAME\tDTYPE\tRANK SHAPES\tBYTES\tSPREAD\tSHAPE\tLAYOUT")
 	} else {
@@ -175,8 +177,12 @@ func writeSetText(w io.Writer, r setReport) error {
 	for _, t := range r.Tensors {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s", t.Name, t.DType, rankShapes(t.Shapes), t.Bytes, t.Spread)
 		if withLayout {
-			whole, layout := "-", "-"
+			whole, layout := "-", "none (replicated)"
+			if t.Shapes[0] != nil {
+				whole = pyShape(t.Shapes[0])
+			}
 			if l := t.Layout; l != nil {
+				whole = "-"
 				layout = fmt.Sprintf("dev_matrix %v tensor_map %v", l.DeviceMatrix, l.TensorMap)
 				if len(l.ParamSplitShape) > 0 {
 					layout += fmt.Sprintf(" split %v", l.ParamSplitShape)

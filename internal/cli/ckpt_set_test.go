@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
@@ -116,5 +117,44 @@ func TestCkptInspectSetShapesAndGaps(t *testing.T) {
 	}
 	if code, _, stderr := runCkpt(t, "inspect", files[0], root); code != ExitUsage || !strings.Contains(stderr, "is a directory") {
 		t.Fatalf("file and dir: exit %d %q", code, stderr)
+	}
+}
+
+func TestCkptInspectSetWithStrategy(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root)
+	strategy := filepath.Join(t.TempDir(), "strategy.ckpt")
+	sf := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{
+		"weight": {DeviceMatrix: []int{4, 1}, TensorMap: []int{1, 0}},
+	}}
+	if err := parallel.WriteStrategyFile(strategy, sf, parallel.FormatProto); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCkpt(t, "inspect", root, "--strategy", strategy)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	table := stdout[strings.Index(stdout, "NAME"):]
+	want := "NAME            DTYPE    RANK SHAPES  BYTES  SPREAD           SHAPE   LAYOUT\n" +
+		"weight          Float32  (2, 8) x4    256    per-rank values  (8, 8)  dev_matrix [4 1] tensor_map [1 0]\n" +
+		"moments.weight  Float32  (2, 8) x4    256    replicated       (8, 8)  dev_matrix [4 1] tensor_map [1 0]\n" +
+		"bn.moving_mean  Float32  (2,) x4      32     per-rank values  (2,)    none (replicated)\n" +
+		"learning_rate   Float32  () x4        16     replicated       ()      none (replicated)\n"
+	if table != want {
+		t.Fatalf("table:\n%s\nwant:\n%s", table, want)
+	}
+
+	// A layout for another device count, in the JSON form, is shown with
+	// why it does not fit.
+	sf.Layouts["weight"] = parallel.TensorLayout{DeviceMatrix: []int{2, 1}, TensorMap: []int{1, 0}}
+	if err := parallel.WriteStrategyFile(strategy, sf, parallel.FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	_, stdout, _ = runCkpt(t, "inspect", root, "--strategy", strategy)
+	if !strings.Contains(stdout, "weight          Float32  (2, 8) x4    256    per-rank values  (4, 8)  dev_matrix [2 1] tensor_map [1 0] (the layout has 2 devices, the set 4 ranks)\n") {
+		t.Fatalf("misfit not shown:\n%s", stdout)
+	}
+	if code, _, stderr := runCkpt(t, "inspect", root, "--strategy", filepath.Join(root, "nope.ckpt")); code != ExitUsage || !strings.Contains(stderr, "nope.ckpt") {
+		t.Fatalf("missing strategy: exit %d %q", code, stderr)
 	}
 }

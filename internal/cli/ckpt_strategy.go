@@ -1,18 +1,111 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mspipe/mspipe/npu/parallel"
 )
 
-// errNoStrategyFiles: this build cannot read strategy files yet.
-var errNoStrategyFiles = errors.New("strategy files: not implemented yet in this build")
+// strategyLayouts gives the layout of a set's tensors from a strategy
+// file. An optimizer moment without a layout of its own
+// (moments.fc.weight) takes its parameter's, as MindSpore's merge does.
+type strategyLayouts struct{ file *parallel.StrategyFile }
 
-// layoutSource gives the layout of tensors by name from a strategy file.
-type layoutSource interface {
-	layout(name string, rankShapes [][]int64) *layoutInfo
+func readLayouts(path string) (strategyLayouts, error) {
+	f, err := parallel.ReadStrategyFile(path)
+	if err != nil {
+		return strategyLayouts{}, err
+	}
+	return strategyLayouts{f}, nil
 }
 
-func readLayouts(path string) (layoutSource, error) {
-	return nil, fmt.Errorf("--strategy %s: %w", path, errNoStrategyFiles)
+// lookup returns the layout of a tensor by name.
+func (s strategyLayouts) lookup(name string) (parallel.TensorLayout, bool) {
+	if l, ok := s.file.Layouts[name]; ok {
+		return l, true
+	}
+	if param, ok := strings.CutPrefix(name, "moments."); ok {
+		l, ok := s.file.Layouts[param]
+		return l, ok
+	}
+	return parallel.TensorLayout{}, false
+}
+
+// layout describes a tensor's layout and checks that the ranks' slices are
+// the boxes it gives; nil for a tensor the file has no layout for
+// (replicated).
+func (s strategyLayouts) layout(name string, rankShapes [][]int64) *layoutInfo {
+	l, ok := s.lookup(name)
+	if !ok {
+		return nil
+	}
+	info := &layoutInfo{DeviceMatrix: l.DeviceMatrix, TensorMap: l.TensorMap, ParamSplitShape: l.ParamSplitShape}
+	whole, err := wholeShape(l, rankShapes)
+	if err != nil {
+		info.Err = err.Error()
+		return info
+	}
+	info.Shape = make([]int64, len(whole))
+	for i, d := range whole {
+		info.Shape[i] = int64(d)
+	}
+	boxes, err := l.Boxes(whole)
+	switch {
+	case err != nil:
+		info.Err = err.Error()
+	case len(boxes) != len(rankShapes):
+		info.Err = fmt.Sprintf("the layout has %d devices, the set %d ranks", len(boxes), len(rankShapes))
+	default:
+		for r, b := range boxes {
+			if !slices.Equal(toInt64s(b.Shape), rankShapes[r]) {
+				info.Err = fmt.Sprintf("rank %d holds %s, the layout gives it %s", r, pyShape(rankShapes[r]), pyShape(toInt64s(b.Shape)))
+				break
+			}
+		}
+	}
+	return info
+}
+
+// wholeShape returns the shape of the whole tensor: the one the layout
+// records, or rank 0's slice times the splits of each dimension (the sum
+// of the slices for an uneven split of dimension 0).
+func wholeShape(l parallel.TensorLayout, rankShapes [][]int64) ([]int, error) {
+	if l.Shape != nil {
+		return l.Shape, nil
+	}
+	if len(rankShapes) == 0 || rankShapes[0] == nil {
+		return nil, fmt.Errorf("rank 0 does not hold the tensor")
+	}
+	slice := rankShapes[0]
+	if len(slice) != len(l.TensorMap) {
+		return nil, fmt.Errorf("tensor map %v has %d entries for a tensor of %d dimensions", l.TensorMap, len(l.TensorMap), len(slice))
+	}
+	whole := make([]int, len(slice))
+	for k, d := range slice {
+		n := 1
+		if m := l.TensorMap[k]; m >= 0 && m < len(l.DeviceMatrix) {
+			n = l.DeviceMatrix[len(l.DeviceMatrix)-1-m]
+		}
+		whole[k] = int(d) * n
+	}
+	switch {
+	case len(l.ParamSplitShape) > 0:
+		whole[0] = 0
+		for _, s := range l.ParamSplitShape {
+			whole[0] += s
+		}
+	case l.OptWeightShardStep > 0 && l.OptWeightShardSize > 0 && len(whole) > 0:
+		whole[0] *= l.OptWeightShardSize
+	}
+	return whole, nil
+}
+
+func toInt64s(v []int) []int64 {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return out
 }
