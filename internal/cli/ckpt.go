@@ -19,7 +19,7 @@ func newCkptCmd() *cobra.Command {
 		Use:   "ckpt",
 		Short: "Work with MindSpore checkpoint (.ckpt) files and per-rank checkpoint sets",
 	}
-	cmd.AddCommand(newCkptInspectCmd(), newCkptConvertCmd())
+	cmd.AddCommand(newCkptInspectCmd(), newCkptMergeCmd(), newCkptReshardCmd(), newCkptVerifyCmd(), newCkptConvertCmd())
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // strategyLayouts gives the layout of a set's tensors from a strategy
@@ -42,7 +43,11 @@ func (s strategyLayouts) layout(name string, rankShapes [][]int64) *layoutInfo {
 		return nil
 	}
 	info := &layoutInfo{DeviceMatrix: l.DeviceMatrix, TensorMap: l.TensorMap, ParamSplitShape: l.ParamSplitShape}
-	whole, err := wholeShape(l, rankShapes)
+	if rankShapes[0] == nil {
+		info.Err = "rank 0 does not hold the tensor"
+		return info
+	}
+	whole, err := ckptset.WholeShape(l, rankShapes[0])
 	if err != nil {
 		info.Err = err.Error()
 		return info
@@ -66,40 +71,6 @@ func (s strategyLayouts) layout(name string, rankShapes [][]int64) *layoutInfo {
 		}
 	}
 	return info
-}
-
-// wholeShape returns the shape of the whole tensor: the one the layout
-// records, or rank 0's slice times the splits of each dimension (the sum
-// of the slices for an uneven split of dimension 0).
-func wholeShape(l parallel.TensorLayout, rankShapes [][]int64) ([]int, error) {
-	if l.Shape != nil {
-		return l.Shape, nil
-	}
-	if len(rankShapes) == 0 || rankShapes[0] == nil {
-		return nil, fmt.Errorf("rank 0 does not hold the tensor")
-	}
-	slice := rankShapes[0]
-	if len(slice) != len(l.TensorMap) {
-		return nil, fmt.Errorf("tensor map %v has %d entries for a tensor of %d dimensions", l.TensorMap, len(l.TensorMap), len(slice))
-	}
-	whole := make([]int, len(slice))
-	for k, d := range slice {
-		n := 1
-		if m := l.TensorMap[k]; m >= 0 && m < len(l.DeviceMatrix) {
-			n = l.DeviceMatrix[len(l.DeviceMatrix)-1-m]
-		}
-		whole[k] = int(d) * n
-	}
-	switch {
-	case len(l.ParamSplitShape) > 0:
-		whole[0] = 0
-		for _, s := range l.ParamSplitShape {
-			whole[0] += s
-		}
-	case l.OptWeightShardStep > 0 && l.OptWeightShardSize > 0 && len(whole) > 0:
-		whole[0] *= l.OptWeightShardSize
-	}
-	return whole, nil
 }
 
 func toInt64s(v []int) []int64 {

@@ -1,0 +1,364 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
+	"github.com/spf13/cobra"
+)
+
+// engineFlags are the flags merge, reshard and verify share.
+type engineFlags struct {
+	strategy  string
+	prefix    string
+	maxMemory string
+	workers   int
+	bnStats   string
+	format    string
+}
+
+func (f *engineFlags) add(cmd *cobra.Command, source bool) {
+	if source {
+		cmd.Flags().StringVar(&f.strategy, "strategy", "", "strategy file of the source set (default: strategy.ckpt or strategy.json in the set directory; none: every tensor replicated)")
+		cmd.Flags().StringVar(&f.prefix, "prefix", ckpt.DefaultPrefix, "checkpoint file prefix in a set directory")
+		cmd.Flags().StringVar(&f.bnStats, "bn-stats", reshard.RuleRank0, "value of a tensor every rank holds whole but with different values (data-parallel BatchNorm statistics): rank0 or mean")
+	}
+	cmd.Flags().StringVar(&f.maxMemory, "max-memory", "512MiB", "hard cap on the tensor data held in memory at once (e.g. 64MiB, 2GiB)")
+	cmd.Flags().IntVar(&f.workers, "workers", 0, "parallel reads and writes (0: one per CPU)")
+	cmd.Flags().StringVar(&f.format, "format", "text", "output format: text or json")
+}
+
+func (f *engineFlags) options() (reshard.Options, error) {
+	if f.format != "text" && f.format != "json" {
+		return reshard.Options{}, fmt.Errorf("--format: unknown format %q (text or json)", f.format)
+	}
+	mem, err := parseSize(f.maxMemory)
+	if err != nil {
+		return reshard.Options{}, fmt.Errorf("--max-memory: %w", err)
+	}
+	if f.workers < 0 {
+		return reshard.Options{}, fmt.Errorf("--workers %d: want 0 or more", f.workers)
+	}
+	if f.bnStats != "" && f.bnStats != reshard.RuleRank0 && f.bnStats != reshard.RuleMean {
+		return reshard.Options{}, fmt.Errorf("--bn-stats %q: want rank0 or mean", f.bnStats)
+	}
+	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true}, nil
+}
+
+// parseSize reads a byte count: a whole number with an optional unit B,
+// KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
+func parseSize(s string) (int64, error) {
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.TrimSpace(s[len(num):])
+	mult := map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+		"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || mult == 0 || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q: want a positive size such as 512MiB or 2GiB", s)
+	}
+	return n * mult, nil
+}
+
+// engineErr gives a problem with the checkpoints exit status 1 and a file
+// that cannot be found or read exit status 2.
+func engineErr(err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, userfile.ErrNotRegular) || errors.Is(err, ckptset.ErrNotASet) {
+		return usageErr(err)
+	}
+	return &exitError{Code: ExitFailed, Err: err}
+}
+
+func newCkptMergeCmd() *cobra.Command {
+	var f engineFlags
+	var out string
+	var plan bool
+	cmd := &cobra.Command{
+		Use:   "merge SET_DIR | RANK_FILE... -o OUT.ckpt",
+		Short: "Integrate the per-rank slices of a checkpoint set into one whole checkpoint",
+		Long: `Integrate a checkpoint set, one .ckpt per rank (what a parallel run saves with
+integrated_save=False), into one checkpoint holding every tensor whole: what
+MindSpore's build_searched_strategy and merge_sliced_parameter do, without
+loading the set into memory. Optimizer state (moments.X) follows X's layout.
+
+The set is a directory holding device{i}/ckpt_{i}/ per rank (the newest
+checkpoint of --prefix in each), a reshard output directory (its manifest
+gives the layout), or the rank files in rank order. The layout of the
+slices comes from --strategy, else from strategy.ckpt or strategy.json in
+the set directory; without one every tensor is taken as replicated (a
+data-parallel set), and --bn-stats says what to do with tensors whose copies
+differ.
+
+OUT is written atomically with MindSpore's crc_num trailer, with
+manifest.json beside it (a content hash per tensor, re-checked after
+writing; see mspipe ckpt verify). --plan prints what would be read and
+written without writing anything.
+
+Exit status: 0 merged, 1 the set, its strategy or the memory cap do not fit
+(the message names the file and the tensor), 2 usage error or a file that
+cannot be read.`,
+		Example: `  mspipe ckpt merge runs/<run-id>/stages/train -o merged/CKP-Integrated_1-2_156.ckpt
+  mspipe ckpt merge rank0.ckpt rank1.ckpt rank2.ckpt rank3.ckpt --strategy strategy.ckpt -o full.ckpt
+  mspipe ckpt merge runs/<run-id>/stages/train --plan --max-memory 64MiB`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt, err := f.options()
+			if err != nil {
+				return usageErr(err)
+			}
+			if out == "" {
+				return usageErr(fmt.Errorf("-o OUT.ckpt: say where the merged checkpoint goes"))
+			}
+			set, in, err := ckptset.Load(args, f.prefix, f.strategy)
+			if err != nil {
+				return engineErr(err)
+			}
+			target := reshard.Target{Ranks: 1, Files: []string{filepath.Base(out)}}
+			if plan {
+				p, err := reshard.Plan(cmd.Context(), set.Source, target, opt)
+				if err != nil {
+					return engineErr(err)
+				}
+				return writePlan(cmd.OutOrStdout(), f.format, in, p)
+			}
+			m, err := reshard.Merge(cmd.Context(), set.Source, filepath.Dir(out), filepath.Base(out), opt)
+			if err != nil {
+				return engineErr(err)
+			}
+			return writeRunResult(cmd.OutOrStdout(), f.format, in, filepath.Dir(out), m)
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "the merged checkpoint to write (manifest.json goes beside it)")
+	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
+	return cmd
+}
+
+func newCkptReshardCmd() *cobra.Command {
+	var f engineFlags
+	var out, targetStrategy string
+	var devices int
+	var plan bool
+	cmd := &cobra.Command{
+		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M | --target-strategy FILE)",
+		Short: "Reshard a checkpoint set from N ranks to M ranks, straight from slices to slices",
+		Long: `Reshard a checkpoint set for another number of devices or another strategy:
+N per-rank slices (or one integrated checkpoint) to M per-rank slices, by
+intersecting the source and target boxes of every tensor, reading only the
+byte ranges needed, in bands that keep the data in memory under
+--max-memory. This is what MindSpore's load_distributed_checkpoint with
+predict_strategy does inside a live job, done offline.
+
+The source is read as mspipe ckpt merge reads it (see its help). The target
+is either --target-strategy FILE (a MindSpore strategy file for the new
+cluster) or --devices M, which follows one rule: a tensor the source splits
+is split into M equal slices along its first split dimension when that
+dimension is divisible by M, and is held whole by every rank otherwise;
+replicated tensors stay replicated; optimizer state follows its parameter.
+
+OUT_DIR gets device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt per target rank
+(the layout npu/train's init: reads), strategy.ckpt (the target layout, as
+load_distributed_checkpoint expects it) and manifest.json, written last,
+once every output file has been re-read and its tensors' content hashes
+equal the source's. On any error no manifest is left, so nothing partial
+looks complete; the source files are only read.
+
+--plan prints, without writing anything, the bytes to read and write, the
+peak memory against the cap, and every tensor's moves (which source rank
+sends which box to which target rank).
+
+Exit status: 0 resharded, 1 the set, its strategy or the memory cap do not
+fit (the message names the file and the tensor), 2 usage error or a file
+that cannot be read.`,
+		Example: `  # 8 ranks to 4, the source layout from the set's strategy.ckpt
+  mspipe ckpt reshard runs/<run-id>/stages/train --devices 4 -o resharded
+  # look before writing: bytes, peak memory, per-tensor moves
+  mspipe ckpt reshard runs/<run-id>/stages/train --devices 4 --plan --max-memory 256MiB
+  # to the layout of another strategy file, averaging BatchNorm statistics
+  mspipe ckpt reshard set64/ --target-strategy strategy56.ckpt --bn-stats mean -o set56
+  # an integrated checkpoint split for 2 devices
+  mspipe ckpt reshard CKP-Integrated_1-4_32.ckpt --strategy train_strategy.ckpt --devices 2 -o out`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt, err := f.options()
+			if err != nil {
+				return usageErr(err)
+			}
+			switch {
+			case (devices > 0) == (targetStrategy != ""):
+				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
+			case devices < 0:
+				return usageErr(fmt.Errorf("--devices %d: want at least 1", devices))
+			case out == "" && !plan:
+				return usageErr(fmt.Errorf("-o OUT_DIR: say where the resharded set goes"))
+			}
+			set, in, err := ckptset.Load(args, f.prefix, f.strategy)
+			if err != nil {
+				return engineErr(err)
+			}
+			var target reshard.Target
+			if targetStrategy != "" {
+				sf, err := parallel.ReadStrategyFile(targetStrategy)
+				if err != nil {
+					return engineErr(err)
+				}
+				if target, err = set.Target(sf); err != nil {
+					return engineErr(fmt.Errorf("%s: %w", targetStrategy, err))
+				}
+			} else {
+				target = reshard.TargetForDevices(set.Source, devices)
+			}
+			target.Files = ckptset.TargetFiles(target.Ranks, f.prefix, in.Files[0])
+			layout, err := set.StrategyOf(target)
+			if err != nil {
+				return engineErr(err)
+			}
+			if plan {
+				p, err := reshard.Plan(cmd.Context(), set.Source, target, opt)
+				if err != nil {
+					return engineErr(err)
+				}
+				return writePlan(cmd.OutOrStdout(), f.format, in, p)
+			}
+			m, err := ckptset.Reshard(cmd.Context(), set, target, layout, out, opt)
+			if err != nil {
+				return engineErr(err)
+			}
+			return writeRunResult(cmd.OutOrStdout(), f.format, in, out, m)
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set")
+	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
+	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
+	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
+	return cmd
+}
+
+func newCkptVerifyCmd() *cobra.Command {
+	var f engineFlags
+	cmd := &cobra.Command{
+		Use:   "verify DIR",
+		Short: "Check a merge or reshard output against its manifest",
+		Long: `Re-read a set written by mspipe ckpt merge or reshard (or the ckpt/integrate
+and ckpt/reshard stages) and check it against its manifest.json: every file's
+size and crc_num trailer, every rank's tensors and the shapes of their
+slices, identical copies wherever ranks share a slice, and the SHA-256 of
+every whole tensor reassembled from the slices, which equals the source's.
+
+Exit status: 0 verified, 1 a difference (the message names the file and the
+tensor), 2 usage error or a missing manifest.`,
+		Example: `  mspipe ckpt verify resharded/
+  mspipe ckpt verify runs/<run-id>/stages/reshard/checkpoints --max-memory 64MiB`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt, err := f.options()
+			if err != nil {
+				return usageErr(err)
+			}
+			m, err := reshard.Verify(cmd.Context(), args[0], opt)
+			if err != nil {
+				return engineErr(err)
+			}
+			if f.format == "json" {
+				return writeJSON(cmd.OutOrStdout(), m)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: verified %d files, %d tensors (%s of tensor data) against %s\n",
+				args[0], len(m.Files), len(m.Tensors), userfile.Size(tensorBytes(m)), reshard.ManifestName)
+			return nil
+		},
+	}
+	f.add(cmd, false)
+	return cmd
+}
+
+func tensorBytes(m *reshard.Manifest) int64 {
+	var n int64
+	for _, t := range m.Tensors {
+		n += t.Bytes
+	}
+	return n
+}
+
+func sourceLine(in ckptset.Input) string {
+	from := fmt.Sprintf("%d rank files", len(in.Files))
+	if in.Root != "" {
+		from = fmt.Sprintf("%s (%d ranks)", in.Root, len(in.Files))
+	}
+	switch {
+	case in.Manifest:
+		return from + ", layout from its " + reshard.ManifestName
+	case in.Strategy != "":
+		return from + ", layout from " + in.Strategy
+	}
+	return from + ", no strategy file: every tensor replicated"
+}
+
+func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m *reshard.Manifest) error {
+	if format == "json" {
+		return writeJSON(w, m)
+	}
+	fmt.Fprintf(w, "source: %s\n", sourceLine(in))
+	for _, f := range m.Files {
+		fmt.Fprintf(w, "rank %d: %s (%d bytes, crc32 %s)\n", f.Rank, filepath.Join(out, filepath.FromSlash(f.Path)), f.Bytes, f.CRC32)
+	}
+	fmt.Fprintf(w, "%d tensors (%s) verified against their source hashes; manifest: %s\n",
+		len(m.Tensors), userfile.Size(tensorBytes(m)), filepath.Join(out, reshard.ManifestName))
+	if s := m.Stats; s != nil {
+		fmt.Fprintf(w, "read %s, wrote %s, peak memory %s\n", userfile.Size(s.ReadBytes), userfile.Size(s.WriteBytes), userfile.Size(s.PeakMemory))
+	}
+	return nil
+}
+
+func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResult) error {
+	if format == "json" {
+		return writeJSON(w, p)
+	}
+	fmt.Fprintf(w, "plan: %d ranks -> %d ranks\nsource: %s\n", p.SourceRanks, p.TargetRanks, sourceLine(in))
+	fmt.Fprintf(w, "read %d bytes (%s), write %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
+		p.ReadBytes, userfile.Size(p.ReadBytes), p.WriteBytes, userfile.Size(p.WriteBytes),
+		p.PeakMemory, userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
+	for r, f := range p.Files {
+		fmt.Fprintf(w, "rank %d: %s (%d bytes)\n", r, f, p.FileBytes[r])
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENSOR\tDTYPE\tSHAPE\tBYTES\tRULE\tBANDS\tREAD\tWRITE\tMOVES")
+	for _, t := range p.Tensors {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", t.Name, t.DType, pyShape(toInt64s(t.Shape)), t.Bytes, t.Rule, t.Bands, t.ReadBytes, t.WriteBytes, moves(t.Moves))
+	}
+	return tw.Flush()
+}
+
+// moves prints a tensor's moves as "0->0 [0:2], 1->0 [2:4]": source rank,
+// target rank and the rows of dimension 0 (the whole box when it has
+// more split dimensions).
+func moves(ms []reshard.Move) string {
+	if len(ms) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%d->%d %s", m.From, m.To, boxString(m.Box))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// boxString prints a box as numpy slices: [0:2, 0:8]; [] for a scalar.
+func boxString(b parallel.Box) string {
+	parts := make([]string, len(b.Shape))
+	for k := range b.Shape {
+		parts[k] = fmt.Sprintf("%d:%d", b.Offset[k], b.Offset[k]+b.Shape[k])
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}

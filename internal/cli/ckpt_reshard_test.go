@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
+)
+
+// seedsStrategy writes the strategy of the seeds' 4-device example: weight
+// [8, 8] split along dimension 0 over 4 devices.
+func seedsStrategy(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "strategy.ckpt")
+	sf := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{
+		"weight":         {DeviceMatrix: []int{4, 1}, TensorMap: []int{1, 0}},
+		"bn.moving_mean": {DeviceMatrix: []int{4, 1}, TensorMap: []int{-1}},
+	}}
+	if err := parallel.WriteStrategyFile(path, sf, parallel.FormatProto); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func floats(t *testing.T, tensors []ckpt.Tensor, name string) ([]int64, []float32) {
+	t.Helper()
+	for _, x := range tensors {
+		if x.Name == name {
+			v, err := x.Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x.Dims, v
+		}
+	}
+	t.Fatalf("no tensor %q", name)
+	return nil, nil
+}
+
+// TestCkptMergeSeedsExample merges the seeds' 4 slices of [2, 8] into the
+// [8, 8] weight whose element i is i (writeSeedsSet numbers them so).
+func TestCkptMergeSeedsExample(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root)
+	seedsStrategy(t, root) // found by its name in the set directory
+	out := filepath.Join(t.TempDir(), "merged", "CKP-Integrated_1-4_32.ckpt")
+	code, stdout, stderr := runCkpt(t, "merge", root, "-o", out)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"source: " + root + " (4 ranks), layout from " + filepath.Join(root, "strategy.ckpt") + "\n",
+		"rank 0: " + out + " (",
+		"4 tensors (",
+		"verified against their source hashes; manifest: " + filepath.Join(filepath.Dir(out), "manifest.json") + "\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	got, err := ckpt.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dims, w := floats(t, got.Tensors, "weight")
+	if !slicesEqual(dims, []int64{8, 8}) || !got.CRC {
+		t.Fatalf("weight dims %v, crc %v", dims, got.CRC)
+	}
+	for i, v := range w {
+		if v != float32(i) {
+			t.Fatalf("weight[%d] = %v, want %d", i, v, i)
+		}
+	}
+	if dims, m := floats(t, got.Tensors, "moments.weight"); !slicesEqual(dims, []int64{8, 8}) || len(m) != 64 {
+		t.Fatalf("moments.weight follows weight: dims %v", dims)
+	}
+	// bn.moving_mean is replicated with per-rank values: rank 0's by default.
+	if _, bn := floats(t, got.Tensors, "bn.moving_mean"); bn[0] != 0 || bn[1] != 1 {
+		t.Fatalf("bn.moving_mean = %v, want rank 0's [0 1]", bn)
+	}
+	if code, stdout, stderr := runCkpt(t, "verify", filepath.Dir(out)); code != ExitOK || !strings.Contains(stdout, "verified 1 files, 4 tensors") {
+		t.Fatalf("verify: exit %d %q %q", code, stdout, stderr)
+	}
+
+	// --bn-stats mean averages the four ranks' statistics: (0+1+2+3)/4.
+	mean := filepath.Join(t.TempDir(), "mean.ckpt")
+	strategy := filepath.Join(root, "strategy.ckpt")
+	noBN := filepath.Join(t.TempDir(), "strategy.json")
+	sf, _ := parallel.ReadStrategyFile(strategy)
+	delete(sf.Layouts, "bn.moving_mean")
+	parallel.WriteStrategyFile(noBN, sf, parallel.FormatJSON)
+	if code, _, stderr := runCkpt(t, "merge", root, "--strategy", noBN, "--bn-stats", "mean", "-o", mean); code != ExitOK {
+		t.Fatalf("mean: exit %d: %s", code, stderr)
+	}
+	m, _ := ckpt.Read(mean)
+	if _, bn := floats(t, m, "bn.moving_mean"); math.Abs(float64(bn[0])-1.5) > 0 || bn[1] != 1 {
+		t.Fatalf("bn.moving_mean with --bn-stats mean = %v, want [1.5 1]", bn)
+	}
+}
+
+func slicesEqual(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCkptReshardSeedsExample splits the seeds' set for 2 devices: [4, 8]
+// each, with the target strategy file and the layout npu/train's init:
+// reads; resharding that back to 4 gives the original slices bit for bit.
+func TestCkptReshardSeedsExample(t *testing.T) {
+	root := t.TempDir()
+	files := writeSeedsSet(t, root)
+	seedsStrategy(t, root)
+	out := filepath.Join(t.TempDir(), "two")
+
+	code, stdout, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--plan")
+	if code != ExitOK {
+		t.Fatalf("plan: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"plan: 4 ranks -> 2 ranks\n",
+		"rank 0: device0/ckpt_0/CKP-1_4.ckpt (",
+		"weight ", "0->0 [0:2, 0:8], 1->0 [2:4, 0:8], 2->1 [4:6, 0:8], 3->1 [6:8, 0:8]",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("plan lacks %q:\n%s", want, stdout)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("--plan wrote %s", out)
+	}
+
+	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "-o", out); code != ExitOK {
+		t.Fatalf("reshard: exit %d: %s", code, stderr)
+	}
+	for r := range 2 {
+		got, err := ckpt.Read(ckptset.FilePath(out, r, "CKP-1_4.ckpt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dims, w := floats(t, got, "weight")
+		if !slicesEqual(dims, []int64{4, 8}) || w[0] != float32(32*r) || w[31] != float32(32*r+31) {
+			t.Fatalf("rank %d weight %v: %v", r, dims, w)
+		}
+	}
+	sf, err := parallel.ReadStrategyFile(filepath.Join(out, "strategy.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := sf.Layouts["weight"]; sf.Devices() != 2 || !slicesEqualInt(l.TensorMap, []int{0, -1}) {
+		t.Fatalf("target strategy %+v", sf.Layouts)
+	}
+	if found, err := ckptset.Find(out, ""); err != nil || len(found) != 2 {
+		t.Fatalf("the output is not a set npu/train can read: %v %v", found, err)
+	}
+
+	// Back to 4 ranks with the original strategy as the target: the same
+	// tensors as the source, rank by rank.
+	back := filepath.Join(t.TempDir(), "four")
+	code, _, stderr = runCkpt(t, "reshard", out, "--target-strategy", filepath.Join(root, "strategy.ckpt"), "-o", back, "--format", "json")
+	if code != ExitOK {
+		t.Fatalf("reshard back: exit %d: %s", code, stderr)
+	}
+	for r, f := range files {
+		want, _ := ckpt.Read(f)
+		got, err := ckpt.Read(ckptset.FilePath(back, r, "CKP-1_4.ckpt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// bn.moving_mean is rank 0's everywhere now: compare the rest.
+		if err := ckpt.Compare(without(want, "bn.moving_mean"), without(got, "bn.moving_mean")); err != nil {
+			t.Fatalf("rank %d after 4 -> 2 -> 4: %v", r, err)
+		}
+	}
+}
+
+func without(ts []ckpt.Tensor, name string) []ckpt.Tensor {
+	var out []ckpt.Tensor
+	for _, t := range ts {
+		if t.Name != name {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func slicesEqualInt(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCkptReshardErrors(t *testing.T) {
+	root := t.TempDir()
+	files := writeSeedsSet(t, root)
+	strategy := seedsStrategy(t, t.TempDir())
+	out := filepath.Join(t.TempDir(), "out")
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"reshard", root, "-o", out}, ExitUsage, "give the target as --devices M or --target-strategy FILE"},
+		{[]string{"reshard", root, "--devices", "2", "--target-strategy", strategy, "-o", out}, ExitUsage, "(one of them)"},
+		{[]string{"reshard", root, "--devices", "2"}, ExitUsage, "-o OUT_DIR"},
+		{[]string{"reshard", root, "--devices", "2", "-o", out, "--max-memory", "lots"}, ExitUsage, `--max-memory: "lots"`},
+		{[]string{"reshard", root, "--devices", "2", "-o", out, "--bn-stats", "median"}, ExitUsage, `--bn-stats "median"`},
+		{[]string{"merge", root}, ExitUsage, "-o OUT.ckpt"},
+		{[]string{"merge", filepath.Join(root, "nope"), "-o", out + ".ckpt"}, ExitUsage, "no such file"},
+		// The strategy says 4 devices, three files are given.
+		{[]string{"merge", files[0], files[1], files[2], "--strategy", strategy, "-o", out + ".ckpt"}, ExitFailed, "strategy file is for 4 devices, the set has 3 ranks"},
+		// A cap too small for one row of the weight.
+		{[]string{"merge", root, "--strategy", strategy, "--max-memory", "8B", "-o", out + ".ckpt"}, ExitFailed, "memory"},
+		{[]string{"verify", t.TempDir()}, ExitUsage, "manifest.json"},
+	}
+	for _, tc := range cases {
+		code, _, stderr := runCkpt(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(out), "manifest.json")); !os.IsNotExist(err) {
+		t.Fatal("a failed merge left a manifest")
+	}
+
+	// A damaged rank file is named, and verify catches a changed output.
+	good := filepath.Join(t.TempDir(), "good")
+	if code, _, stderr := runCkpt(t, "reshard", root, "--strategy", strategy, "--devices", "2", "-o", good); code != ExitOK {
+		t.Fatalf("reshard: %s", stderr)
+	}
+	outFile := ckptset.FilePath(good, 1, "CKP-1_4.ckpt")
+	data, _ := os.ReadFile(outFile)
+	data[len(data)/2] ^= 0xff
+	os.WriteFile(outFile, data, 0o644)
+	if code, _, stderr := runCkpt(t, "verify", good); code != ExitFailed || !strings.Contains(stderr, outFile) {
+		t.Fatalf("verify of a damaged set: exit %d %q", code, stderr)
+	}
+	os.WriteFile(files[2], data[:len(data)/3], 0o644)
+	if code, _, stderr := runCkpt(t, "merge", root, "--strategy", strategy, "-o", out+".ckpt"); code != ExitFailed || !strings.Contains(stderr, files[2]) {
+		t.Fatalf("truncated rank: exit %d %q", code, stderr)
+	}
+	var m map[string]any
+	if code, stdout, _ := runCkpt(t, "verify", "--format", "json", good); code == ExitOK {
+		json.Unmarshal([]byte(stdout), &m)
+		t.Fatalf("verify passed a damaged set: %v", m)
+	}
+}

@@ -1,0 +1,256 @@
+package ckptset
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/reshard"
+)
+
+// Set is a checkpoint set ready for the reshard engine: its rank files, the
+// whole shape of every tensor, and the engine's Source.
+type Set struct {
+	Source reshard.Source
+	Names  []string         // tensors in rank 0's file order
+	Shapes map[string][]int // whole shape of every tensor
+	DTypes map[string]string
+}
+
+// Open indexes rank 0's file (no tensor data is read) and lays the
+// strategy file sf over the set: every tensor with a layout gets a
+// placement whose whole shape is the one the layout records, or rank 0's
+// slice times the layout's splits. sf nil means every tensor is replicated
+// (a data-parallel set). The engine checks each rank's slices against the
+// boxes when it runs.
+func Open(files []string, sf *parallel.StrategyFile) (*Set, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("checkpoint set: no rank files")
+	}
+	idx, err := indexFile(files[0])
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{
+		Source: reshard.Source{Files: slices.Clone(files), Placements: map[string]reshard.Placement{}},
+		Shapes: map[string][]int{},
+		DTypes: map[string]string{},
+	}
+	for _, t := range idx.Tensors {
+		s.Names = append(s.Names, t.Name)
+		s.Shapes[t.Name] = toInts(t.Dims)
+		s.DTypes[t.Name] = t.DType
+	}
+	if sf == nil {
+		return s, nil
+	}
+	if d := sf.Devices(); d != len(files) {
+		return nil, fmt.Errorf("strategy file is for %d devices, the set has %d ranks", d, len(files))
+	}
+	for _, name := range sortedKeys(sf.Layouts) {
+		l := sf.Layouts[name]
+		t, ok := idx.Lookup(name)
+		if !ok {
+			continue // a parameter the checkpoint does not save
+		}
+		whole, err := WholeShape(l, t.Dims)
+		if err != nil {
+			return nil, fmt.Errorf("strategy layout of %q: %w", name, err)
+		}
+		boxes, err := l.Boxes(whole)
+		if err != nil {
+			return nil, fmt.Errorf("strategy layout of %q for shape %v: %w", name, whole, err)
+		}
+		s.Source.Placements[name] = reshard.Placement{Shape: whole, Boxes: boxes}
+		s.Shapes[name] = whole
+	}
+	// Optimizer state without a layout of its own follows its parameter
+	// in the engine; its whole shape does too.
+	for _, name := range s.Names {
+		if _, placed := s.Source.Placements[name]; placed {
+			continue
+		}
+		if p, ok := followedPlacement(s.Source.Placements, name); ok {
+			s.Shapes[name] = slices.Clone(p.Shape)
+		}
+	}
+	return s, nil
+}
+
+// optimizerPrefixes name optimizer state that follows its parameter's
+// placement, as the engine's rule has it.
+var optimizerPrefixes = []string{"moments.", "adam_m.", "adam_v.", "accum."}
+
+// followedPlacement is the placement an optimizer moment follows.
+func followedPlacement(placements map[string]reshard.Placement, name string) (reshard.Placement, bool) {
+	for _, prefix := range optimizerPrefixes {
+		if param, ok := strings.CutPrefix(name, prefix); ok {
+			p, ok := placements[param]
+			return p, ok
+		}
+	}
+	return reshard.Placement{}, false
+}
+
+func indexFile(path string) (*ckpt.Index, error) {
+	f, info, err := userfile.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	defer f.Close()
+	return ckpt.IndexReader(path, f, info.Size())
+}
+
+// WholeShape returns the shape of the whole tensor a layout splits into
+// slices of which rank 0 holds slice: the shape the layout records when it
+// has one, else the slice times the splits of each dimension (the sum of
+// param_split_shape for an uneven split of dimension 0; times
+// opt_weight_shard_size for an optimizer-sharded one).
+func WholeShape(l parallel.TensorLayout, slice []int64) ([]int, error) {
+	if l.Shape != nil {
+		return slices.Clone(l.Shape), nil
+	}
+	if len(slice) != len(l.TensorMap) {
+		return nil, fmt.Errorf("tensor map %v has %d entries, rank 0 holds a tensor of %d dimensions %v", l.TensorMap, len(l.TensorMap), len(slice), slice)
+	}
+	whole := make([]int, len(slice))
+	for k, d := range slice {
+		n := 1
+		if m := l.TensorMap[k]; m >= 0 && m < len(l.DeviceMatrix) {
+			n = l.DeviceMatrix[len(l.DeviceMatrix)-1-m]
+		}
+		whole[k] = int(d) * n
+	}
+	switch {
+	case len(l.ParamSplitShape) > 0:
+		whole[0] = 0
+		for _, s := range l.ParamSplitShape {
+			whole[0] += s
+		}
+	case l.OptWeightShardStep > 0 && l.OptWeightShardSize > 0 && len(whole) > 0:
+		whole[0] *= l.OptWeightShardSize
+	}
+	return whole, nil
+}
+
+// Target returns the target set for a target strategy file: every tensor
+// it has a layout for is split as the layout says (its whole shape from
+// the source), every other one replicated on the layout's devices.
+func (s *Set) Target(sf *parallel.StrategyFile) (reshard.Target, error) {
+	t := reshard.Target{Ranks: sf.Devices(), Placements: map[string]reshard.Placement{}}
+	if t.Ranks < 1 {
+		return t, fmt.Errorf("target strategy file has no layouts, so no device count")
+	}
+	for _, name := range sortedKeys(sf.Layouts) {
+		shape, ok := s.Shapes[name]
+		if !ok {
+			continue
+		}
+		boxes, err := sf.Layouts[name].Boxes(shape)
+		if err != nil {
+			return t, fmt.Errorf("target layout of %q for shape %v: %w", name, shape, err)
+		}
+		t.Placements[name] = reshard.Placement{Shape: slices.Clone(shape), Boxes: boxes}
+	}
+	return t, nil
+}
+
+// StrategyOf returns the strategy file describing target for the set's
+// tensors, as MindSpore writes one: a layout for every parameter, a split
+// one's giving exactly its boxes, a replicated one's mapping no dimension
+// (tensor map all -1); optimizer state and scalars have none. A split must
+// be of one dimension into the target's ranks in rank order, even
+// (dev_matrix [M], the dimension mapped to it) or uneven along dimension 0
+// (param_split_shape and indices_offset): what TargetForDevices makes and
+// what a strategy file read in can express.
+func (s *Set) StrategyOf(target reshard.Target) (*parallel.StrategyFile, error) {
+	sf := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{}}
+	for _, name := range s.Names {
+		p, placed := target.Placements[name]
+		if !placed || p.Boxes == nil {
+			if _, follows := followedPlacement(s.Source.Placements, name); follows || isOptimizerState(name) || len(s.Shapes[name]) == 0 {
+				continue
+			}
+			p = reshard.Placement{Shape: s.Shapes[name]}
+		}
+		l, err := layoutOf(p, target.Ranks)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		sf.Layouts[name] = l
+	}
+	return sf, nil
+}
+
+func isOptimizerState(name string) bool {
+	for _, prefix := range optimizerPrefixes {
+		if strings.HasPrefix(name, prefix) && len(name) > len(prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// layoutOf finds the one-dimension layout whose boxes are p's.
+func layoutOf(p reshard.Placement, ranks int) (parallel.TensorLayout, error) {
+	dim := -1
+	for k, n := range p.Shape {
+		for _, b := range p.Boxes {
+			if k < len(b.Shape) && b.Shape[k] != n {
+				dim = k
+			}
+		}
+		if dim >= 0 {
+			break
+		}
+	}
+	tmap := make([]int, len(p.Shape))
+	for k := range tmap {
+		tmap[k] = -1
+	}
+	if dim < 0 {
+		return parallel.TensorLayout{DeviceMatrix: []int{ranks}, TensorMap: tmap}, nil
+	}
+	tmap[dim] = 0
+	l := parallel.TensorLayout{DeviceMatrix: []int{ranks}, TensorMap: tmap}
+	if boxes, err := l.Boxes(p.Shape); err == nil && sameBoxes(boxes, p.Boxes) {
+		return l, nil
+	}
+	if dim == 0 {
+		for _, b := range p.Boxes {
+			l.ParamSplitShape = append(l.ParamSplitShape, b.Shape[0])
+			l.IndicesOffset = append(l.IndicesOffset, b.Offset[0])
+		}
+		if boxes, err := l.Boxes(p.Shape); err == nil && sameBoxes(boxes, p.Boxes) {
+			return l, nil
+		}
+	}
+	return parallel.TensorLayout{}, fmt.Errorf("its boxes are not one split of one dimension over %d ranks; no strategy layout expresses them", ranks)
+}
+
+func sameBoxes(a, b []parallel.Box) bool {
+	return slices.EqualFunc(a, b, func(x, y parallel.Box) bool {
+		return slices.Equal(x.Offset, y.Offset) && slices.Equal(x.Shape, y.Shape)
+	})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func toInts(v []int64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
