@@ -69,7 +69,9 @@
 // it from the source while streaming, writes the files (temp file, fsync,
 // rename), re-reads them as Verify does (CRC trailers, identical replicas,
 // hashes of the reassembled tensors) and writes the manifest only when
-// everything matched. On any error the files it wrote are removed and a
-// manifest from an earlier run in the directory is gone, so nothing partial
-// looks complete; source files are only read.
+// everything matched. Bad input is found before anything is written and
+// leaves the output directory as it was; once writing starts, an earlier
+// manifest there is removed first, and on any error the files written are
+// removed, so nothing partial looks complete. Source files are only read,
+// and an output path that is a source file is refused.
 package reshard
