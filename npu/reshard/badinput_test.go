@@ -48,11 +48,11 @@ func TestBadInput(t *testing.T) {
 	ctx := context.Background()
 	two := Target{Ranks: 2, Placements: map[string]Placement{"weight": {Shape: []int{8, 8}, Boxes: rowBoxes([]int{8, 8}, 2)}}}
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, src *Source)
-		opt   Options
-		is    error
-		wants []string // substrings of the error
+		opt    Options
+		is     error
+		wants  []string // substrings of the error
 	}{
 		{"missing rank file", func(t *testing.T, src *Source) { os.Remove(src.Files[2]) }, Options{}, os.ErrNotExist,
 			[]string{"rank 2", "node2"}},
