@@ -1,0 +1,278 @@
+package reshard
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// Run reshards src into target's ranks, writing one checkpoint per rank in
+// outDir and then the manifest (see the package documentation for what is
+// proved before the manifest is written). On error nothing in outDir looks
+// complete and the sources are untouched.
+func Run(ctx context.Context, src Source, target Target, outDir string, opt Options) (*Manifest, error) {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s, err := openSources(ctx, src.Files, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	jobs, plan, err := resolve(s, src, target, opt)
+	if err != nil {
+		return nil, err
+	}
+	paths, err := prepareOutputs(outDir, plan.Files, s)
+	if err != nil {
+		return nil, err
+	}
+
+	m := &meter{limit: opt.MaxMemory}
+	wbuf := writeBufferSize(opt.MaxMemory, len(paths))
+	outs := make([]*outFile, 0, len(paths))
+	var renamed []string
+	ok := false
+	defer func() {
+		if ok {
+			return
+		}
+		for _, o := range outs {
+			o.discard()
+		}
+		for _, p := range renamed {
+			os.Remove(p)
+		}
+	}()
+	for _, p := range paths {
+		if err := m.grow(int64(wbuf), "write buffer of "+p); err != nil {
+			return nil, err
+		}
+		o, err := createOut(p, wbuf)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, o)
+	}
+
+	files := make([]io.ReaderAt, len(s.files))
+	for r, f := range s.files {
+		files[r] = f
+	}
+	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule}
+	band := &buffer{m: m}
+	scratch := &buffer{m: m}
+	sums := &floatBuffer{m: m}
+	for _, j := range jobs {
+		sum, err := streamTensor(ctx, j, files, outs, band, scratch, sums, opt)
+		if err != nil {
+			return nil, err
+		}
+		mt := ManifestTensor{Name: j.name, DType: j.dtype, Shape: j.shape, Bytes: volume(j.shape) * int64(j.elem), SHA256: sum, Rule: j.rule}
+		if _, placed := lookupPlacement(target.Placements, j.name); placed {
+			for _, d := range j.dstShapesBoxes() {
+				mt.Boxes = append(mt.Boxes, manifestBox{Offset: d.Offset, Shape: d.Shape})
+			}
+		}
+		manifest.Tensors = append(manifest.Tensors, mt)
+	}
+	band.release()
+	scratch.release()
+	sums.release()
+
+	for r, o := range outs {
+		crc, err := o.finish()
+		if err != nil {
+			return nil, err
+		}
+		m.shrink(int64(wbuf))
+		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crc)})
+	}
+	for _, o := range outs {
+		if err := os.Rename(o.f.Name(), o.path); err != nil {
+			return nil, fmt.Errorf("write %s: %w", o.path, err)
+		}
+		renamed = append(renamed, o.path)
+	}
+	outs = nil
+	for _, dir := range uniqueDirs(paths) {
+		syncDir(dir)
+	}
+
+	vpeak, err := verifySet(ctx, outDir, manifest, opt)
+	if err != nil {
+		return nil, fmt.Errorf("check what was written: %w", err)
+	}
+	manifest.Stats = &RunStats{ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: max(m.peak, vpeak), VerifyPeakMemory: vpeak, WritePeakMemory: m.peak}
+	if err := writeManifest(outDir, manifest); err != nil {
+		return nil, err
+	}
+	ok = true
+	return manifest, nil
+}
+
+// Merge integrates src into one checkpoint holding every tensor whole,
+// written as outDir/name with the manifest next to it: what MindSpore's
+// merge_sliced_parameter and save_checkpoint make of a sliced set.
+func Merge(ctx context.Context, src Source, outDir, name string, opt Options) (*Manifest, error) {
+	return Run(ctx, src, Target{Ranks: 1, Files: []string{name}}, outDir, opt)
+}
+
+// dstShapesBoxes returns the target boxes in logical form (a scalar's box
+// has no dimensions).
+func (j *job) dstShapesBoxes() []manifestBox {
+	out := make([]manifestBox, len(j.dst))
+	for r, d := range j.dst {
+		if len(j.shape) == 0 {
+			out[r] = manifestBox{Offset: []int{}, Shape: []int{}}
+			continue
+		}
+		out[r] = manifestBox{Offset: d.Offset, Shape: d.Shape}
+	}
+	return out
+}
+
+// streamTensor writes one tensor to every output file, band by band, and
+// returns its content hash.
+func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outFile, band, scratch *buffer, sums *floatBuffer, opt Options) (string, error) {
+	h := newTensorHash(j.dtype, j.shape)
+	for r, o := range outs {
+		if err := o.begin(j.name, j.dstShapes[r], j.dtype, volume(j.dst[r].Shape)*int64(j.elem), opt.SliceBytes); err != nil {
+			return "", err
+		}
+	}
+	g := geom(j.shape)
+	if volume(g) > 0 {
+		for lo := 0; lo < g[0]; lo += j.bandRows {
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
+			hi := min(g[0], lo+j.bandRows)
+			box := bandBox(g, lo, hi)
+			size := int64(hi-lo) * j.rowBytes
+			buf, err := band.get(size, fmt.Sprintf("tensor %q band", j.name))
+			if err != nil {
+				return "", err
+			}
+			if j.rule == RuleMean {
+				sc, err := scratch.get(size, fmt.Sprintf("tensor %q mean input", j.name))
+				if err != nil {
+					return "", err
+				}
+				n := volume(box.Shape)
+				sb, err := sums.get(n, fmt.Sprintf("tensor %q mean sums", j.name))
+				if err != nil {
+					return "", err
+				}
+				if err := meanBand(files, j.reads, j.dtype, lo, hi, j.rowBytes, buf, sc, sb); err != nil {
+					return "", fmt.Errorf("read for the mean: %w", err)
+				}
+			} else if err := fillBand(ctx, files, j.reads, box, buf, j.elem, opt.Workers); err != nil {
+				return "", fmt.Errorf("read: %w", err)
+			}
+			if err := writeBand(ctx, j, box, buf, outs, h, opt.Workers); err != nil {
+				return "", err
+			}
+		}
+	}
+	for _, o := range outs {
+		if err := o.end(); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeBand hashes the band while appending each target rank's part of it
+// to that rank's file.
+func writeBand(ctx context.Context, j *job, box parallel.Box, buf []byte, outs []*outFile, h io.Writer, workers int) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.Write(buf)
+	}()
+	e := int64(j.elem)
+	err := forEach(ctx, len(outs), workers, func(r int) error {
+		common, ok := j.dst[r].Intersect(box)
+		if !ok {
+			return nil
+		}
+		return forEachRun(common, box, j.dst[r], func(bandOff, _, n int64) error {
+			return outs[r].write(buf[bandOff*e : (bandOff+n)*e])
+		})
+	})
+	wg.Wait()
+	return err
+}
+
+// prepareOutputs creates outDir, resolves the output paths inside it,
+// refuses any that is a source file, and removes an earlier manifest so
+// that the directory does not look complete while files are replaced.
+func prepareOutputs(outDir string, names []string, s *sources) ([]string, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create output directory: %w", err)
+	}
+	var paths []string
+	seen := make(map[string]int)
+	for r, name := range append(append([]string(nil), names...), ManifestName) {
+		p, err := userfile.Within(outDir, name)
+		if err != nil {
+			return nil, fmt.Errorf("output file %q: %w", name, err)
+		}
+		if q, dup := seen[filepath.Clean(p)]; dup {
+			return nil, fmt.Errorf("output file %q is given for ranks %d and %d", name, q, r)
+		}
+		seen[filepath.Clean(p)] = r
+		if info, err := os.Stat(p); err == nil {
+			for q, f := range s.files {
+				if fi, err := f.Stat(); err == nil && os.SameFile(fi, info) {
+					return nil, fmt.Errorf("output file %s is source rank %d's file %s: refusing to overwrite an input", p, q, s.paths[q])
+				}
+			}
+		}
+		if r < len(names) {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return nil, fmt.Errorf("create output directory: %w", err)
+			}
+			paths = append(paths, p)
+		}
+	}
+	manifest := filepath.Join(outDir, ManifestName)
+	if err := os.Remove(manifest); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove the earlier manifest: %w", err)
+	}
+	syncDir(outDir)
+	return paths, nil
+}
+
+func uniqueDirs(paths []string) []string {
+	var dirs []string
+	seen := make(map[string]bool)
+	for _, p := range paths {
+		if d := filepath.Dir(p); !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// syncDir makes renames in dir durable; file systems that refuse fsync on
+// a directory are not worth failing for.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
