@@ -23,6 +23,8 @@ func builtinStages() (*host.Registry, error) {
 		nputrain.Info(),
 		npueval.Info(),
 		npulaunch.Info(),
+		ckptintegrate.Info(),
+		ckptreshard.Info(),
 	} {
 		if err := reg.Register(info); err != nil {
 			return nil, err
@@ -33,11 +35,8 @@ func builtinStages() (*host.Registry, error) {
 
 // declaredStages are built-in stages whose declaration ships with this
 // build although their implementation has not landed yet: specs using them
-// validate, and running them fails with host.ErrNotImplemented.
-var declaredStages = [][]byte{
-	ckptintegrate.Descriptor,
-	ckptreshard.Descriptor,
-}
+// validate, and running them fails with host.ErrNotImplemented. None today.
+var declaredStages [][]byte
 
 // newStageEnv returns the catalog of every stage a spec in specDir can
 // use: the built-ins, the declared ones and plugin binaries, which it starts

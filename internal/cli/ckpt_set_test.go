@@ -27,11 +27,8 @@ func writeSeedsSet(t *testing.T, root string) []string {
 		m, _ := ckpt.NewFloat32("moments.weight", []int64{2, 8}, make([]float32, 16))
 		bn, _ := ckpt.NewFloat32("bn.moving_mean", []int64{2}, []float32{float32(r), 1})
 		lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
-		path := ckptset.FilePath(root, r, "CKP-1_4.ckpt")
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := ckpt.Write(path, []ckpt.Tensor{w, m, bn, lr}, ckpt.WriteOptions{CRC: true}); err != nil {
+		path, err := ckptset.WriteRank(root, r, "CKP-1_4.ckpt", []ckpt.Tensor{w, m, bn, lr})
+		if err != nil {
 			t.Fatal(err)
 		}
 		files = append(files, path)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 )
@@ -72,5 +73,31 @@ func TestFileName(t *testing.T) {
 		if got := FileName(tc.prefix, tc.source); got != tc.want {
 			t.Errorf("FileName(%q, %q) = %q, want %q", tc.prefix, tc.source, got, tc.want)
 		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100": 100, "8B": 8, "1 KB": 1000, "3TB": 3e12} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1MiB", "lots", "5XB", "1.5GiB", "99999999999999TiB"} {
+		if got, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", bad, got)
+		}
+	}
+}
+
+func TestWatchWritesCountsFiles(t *testing.T) {
+	dir := t.TempDir()
+	var last int64
+	stop := WatchWrites(t.Context(), dir, time.Hour, func(n int64) { last = n })
+	os.MkdirAll(filepath.Join(dir, "device0"), 0o755)
+	os.WriteFile(filepath.Join(dir, "device0", ".x.tmp-1"), make([]byte, 100), 0o644)
+	os.WriteFile(filepath.Join(dir, "a"), make([]byte, 23), 0o644)
+	stop()
+	if last != 123 {
+		t.Fatalf("reported %d bytes, want 123", last)
 	}
 }

@@ -1,10 +1,153 @@
-// Package integrate provides the ckpt/integrate built-in stage. Only its declaration exists so far: running it reports that the stage is not implemented in this build (the checkpoint integrate/reshard issue adds it).
+// Package integrate provides the ckpt/integrate built-in stage: it merges
+// the per-rank checkpoint slices of a training stage (device{i}/ckpt_{i}/,
+// the newest checkpoint of each rank) into one checkpoint holding every
+// tensor whole, using the training's strategy file, as MindSpore's
+// merge_sliced_parameter does, streaming under a memory cap (npu/reshard).
+//
+// Without a strategy file (with.strategy, or strategy.ckpt / strategy.json
+// in the from directory) every tensor is taken as replicated, which is what
+// a data-parallel run saves; bn_stats says which value a tensor whose
+// copies differ gets (BatchNorm moving statistics are per device).
+//
+// The stage writes checkpoint/{prefix}-{epoch}_{step}.ckpt (rank 0's epoch
+// and step) and checkpoint/manifest.json in its work directory; the
+// manifest, written last, holds the content hash of every tensor, checked
+// against the source before it is written. Progress is the bytes written.
 package integrate
 
-import _ "embed"
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
-// Descriptor is the stage's declaration (name, JSON Schema of with, typed
-// outputs) that mspipe validate checks specs against.
-//
-//go:embed stage.json
-var Descriptor []byte
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk"
+	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
+)
+
+// Name is the stage's `uses` name.
+const Name = "ckpt/integrate"
+
+// version is part of every cache key: bump it when the output changes.
+const version = "1.0.0"
+
+// With is the stage's `with` block.
+type With struct {
+	From      string `json:"from" jsonschema:"minLength=1" description:"directory with device{i}/ckpt_{i}/ per rank (stages.train.outputs.checkpoints)"`
+	Strategy  string `json:"strategy,omitempty" description:"strategy file of the training (default: strategy.ckpt or strategy.json in from; none: every tensor replicated)"`
+	Format    string `json:"format,omitempty" jsonschema:"enum=ckpt|safetensors" description:"ckpt, or safetensors: the verified .ckpt is converted (in memory) and kept beside it"`
+	Prefix    string `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the training"`
+	BNStats   string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every rank holds whole with different values (data-parallel BatchNorm statistics): rank 0's, or the mean"`
+	MaxMemory string `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
+	Workers   int    `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+}
+
+func defaults() With {
+	return With{Format: "ckpt", Prefix: ckpt.DefaultPrefix, BNStats: reshard.RuleRank0, MaxMemory: "512MiB"}
+}
+
+// Info registers the stage as a built-in.
+func Info() plugins.Info { return plugins.Info{Name: Name, New: New} }
+
+// New returns the stage.
+func New() plugins.Stage {
+	return sdk.Stage[With]{
+		Name:        Name,
+		Version:     version,
+		Description: "Integrate (merge) the per-rank checkpoint slices of a parallel run into one complete checkpoint, using the run's strategy file",
+		Defaults:    defaults(),
+		Outputs: []plugins.OutputSpec{
+			{Name: "checkpoint", Type: plugins.TypePath, Description: "the integrated checkpoint file"},
+			{Name: "manifest", Type: plugins.TypePath, Description: "manifest.json: content hash of every tensor"},
+			{Name: "tensors", Type: plugins.TypeInt, Description: "tensors in the checkpoint"},
+			{Name: "bytes", Type: plugins.TypeInt, Description: "tensor data bytes"},
+		},
+		Check:   check,
+		Execute: execute,
+	}
+}
+
+func check(w With) []plugins.Problem {
+	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+		return []plugins.Problem{{Path: "/max_memory", Message: err.Error()}}
+	}
+	return nil
+}
+
+func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
+	mem, err := ckptset.ParseSize(w.MaxMemory)
+	if err != nil {
+		return nil, fmt.Errorf("max_memory: %w", err)
+	}
+	st, err := os.Stat(w.From)
+	if err != nil {
+		return nil, fmt.Errorf("from: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("from: %s is a file; give the training's checkpoints directory (device{i}/ckpt_{i}/ per rank)", w.From)
+	}
+	set, in, err := ckptset.Load([]string{w.From}, w.Prefix, w.Strategy)
+	if err != nil {
+		return nil, err
+	}
+	layout := "no strategy file: every tensor replicated, bn_stats " + w.BNStats
+	switch {
+	case in.Manifest:
+		layout = "layout from its " + reshard.ManifestName
+	case in.Strategy != "":
+		layout = "layout from " + in.Strategy
+	}
+	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s)", len(in.Files), w.From, layout))
+	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
+	outDir := filepath.Join(sc.WorkDir(), "checkpoint")
+	name := ckptset.FileName(w.Prefix, in.Files[0])
+	target := reshard.Target{Ranks: 1, Files: []string{name}}
+	plan, err := reshard.Plan(ctx, set.Source, target, opt)
+	if err != nil {
+		return nil, err
+	}
+	total := plan.WriteBytes
+	stop := ckptset.WatchWrites(ctx, outDir, 500*time.Millisecond, func(n int64) {
+		sc.Progress(min(n, total), total, "bytes", "writing "+name)
+	})
+	m, err := reshard.Merge(ctx, set.Source, outDir, name, opt)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(outDir, name)
+	if w.Format == "safetensors" {
+		tensors, err := ckpt.Read(out)
+		if err != nil {
+			return nil, err
+		}
+		st := filepath.Join(outDir, strings.TrimSuffix(name, ".ckpt")+ckpt.SafetensorsExt)
+		if err := ckpt.WriteSafetensors(st, tensors, nil); err != nil {
+			return nil, err
+		}
+		out = st
+	}
+	var bytes int64
+	for _, t := range m.Tensors {
+		bytes += t.Bytes
+	}
+	sc.Info(fmt.Sprintf("wrote %s: %d tensors, %d data bytes, every content hash equal to the source's", out, len(m.Tensors), bytes))
+	if s := m.Stats; s != nil {
+		sc.Metric("read_bytes", float64(s.ReadBytes), 0)
+		sc.Metric("peak_memory", float64(s.PeakMemory), 0)
+	}
+	if err := sc.Artifact("checkpoint", out); err != nil {
+		return nil, err
+	}
+	return map[string]any{
+		"checkpoint": out,
+		"manifest":   filepath.Join(outDir, reshard.ManifestName),
+		"tensors":    len(m.Tensors),
+		"bytes":      bytes,
+	}, nil
+}

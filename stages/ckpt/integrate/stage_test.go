@@ -1,129 +1,221 @@
 package integrate_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/mspipe/mspipe/internal/cli"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/integrate"
 )
 
-// refusal is what running the stage reports while only its declaration
-// ships (README, Status).
-const refusal = "stage ckpt/integrate: declared but not implemented in this build (it ships as a declaration so specs validate; see the README's status table)"
-
-func mspipe(t *testing.T, args ...string) (code int, stdout, stderr string) {
+// writeSet writes the seeds' 4-device example as a training stage leaves
+// it: weight [8, 8] (element i is i) and its moments as [2, 8] slices, per
+// device BatchNorm means, the learning rate; strategy.ckpt beside it when
+// withStrategy.
+func writeSet(t *testing.T, withStrategy bool) string {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code = cli.Main(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
+	root := t.TempDir()
+	for r := range 4 {
+		vals, mom := make([]float32, 16), make([]float32, 16)
+		for i := range vals {
+			vals[i], mom[i] = float32(r*16+i), -float32(r*16+i)-0.5
+		}
+		w, _ := ckpt.NewFloat32("weight", []int64{2, 8}, vals)
+		m, _ := ckpt.NewFloat32("moments.weight", []int64{2, 8}, mom)
+		bn, _ := ckpt.NewFloat32("bn.moving_mean", []int64{2}, []float32{float32(r), 1})
+		lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
+		if _, err := ckptset.WriteRank(root, r, "CKP-2_8.ckpt", []ckpt.Tensor{w, m, bn, lr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if withStrategy {
+		sf := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{"weight": {DeviceMatrix: []int{4, 1}, TensorMap: []int{1, 0}}}}
+		if err := parallel.WriteStrategyFile(filepath.Join(root, "strategy.ckpt"), sf, parallel.FormatProto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }
 
-func TestDeclaration(t *testing.T) {
-	var d struct {
-		Name    string          `json:"name"`
-		With    json.RawMessage `json:"with"`
-		Outputs []struct{ Name, Type string }
+func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
+	t.Helper()
+	var events []plugins.Event
+	out, err := integrate.New().Run(context.Background(), plugins.RunRequest{
+		RunID: "r1", StageID: "integrate", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
+	}, func(e plugins.Event) { events = append(events, e) })
+	return out, events, err
+}
+
+func values(t *testing.T, tensors []ckpt.Tensor, name string) []float32 {
+	t.Helper()
+	for _, x := range tensors {
+		if x.Name == name {
+			v, err := x.Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
 	}
-	if err := json.Unmarshal(integrate.Descriptor, &d); err != nil {
+	t.Fatalf("no tensor %q", name)
+	return nil
+}
+
+func TestDescribe(t *testing.T) {
+	d, err := integrate.New().Describe(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	var outs []string
 	for _, o := range d.Outputs {
 		outs = append(outs, o.Name+":"+o.Type)
 	}
-	if d.Name != "ckpt/integrate" || strings.Join(outs, " ") != "checkpoint:path tensors:int bytes:int" {
+	if d.Name != "ckpt/integrate" || strings.Join(outs, " ") != "checkpoint:path manifest:path tensors:int bytes:int" {
 		t.Errorf("declaration %s with outputs %v", d.Name, outs)
+	}
+	var schema struct {
+		Required   []string                  `json:"required"`
+		Properties map[string]map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal(d.WithSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(schema.Required, []string{"from"}) || schema.Properties["bn_stats"]["default"] != "rank0" || schema.Properties["format"]["default"] != "ckpt" {
+		t.Errorf("schema %s", d.WithSchema)
 	}
 }
 
-// TestRefusedWhereItWouldRun: a spec using the stage validates (its inputs
-// checked against the declared schema), and plan, run and plugins each say
-// it is not implemented; the run fails with the refusal in run.json.
-func TestRefusedWhereItWouldRun(t *testing.T) {
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "integrate.yaml")
-	if err := os.WriteFile(spec, []byte(`version: 1
-name: declared
-stages:
-  integrate:
-    uses: ckpt/integrate
-    with: {from: /tmp/train/checkpoints, format: safetensors}
-`), 0o644); err != nil {
-		t.Fatal(err)
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		with map[string]any
+		want string
+	}{
+		{map[string]any{"from": "/x", "format": "safetensors", "bn_stats": "mean", "max_memory": "64MiB"}, ""},
+		{map[string]any{"from": "/x", "devices": 2}, `unknown field "devices"`},
+		{map[string]any{"from": "/x", "max_memory": "lots"}, `"lots": want a positive size`},
+	} {
+		problems, err := integrate.New().Validate(context.Background(), tc.with)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plugins.JoinProblems(problems); !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("%v: problems %q, want %q", tc.with, got, tc.want)
+		}
 	}
-	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte(`version: 1
-name: declared
-stages:
-  integrate:
-    uses: ckpt/integrate
-    with: {format: npz, devices: 2}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+}
 
-	if code, _, stderr := mspipe(t, "validate", spec); code != 0 {
-		t.Errorf("validate: exit %d\n%s", code, stderr)
-	}
-	code, stdout, stderr := mspipe(t, "validate", bad)
-	wantBad := []string{
-		bad + ":6:11: error: stages.integrate.with: missing property 'from'",
-		bad + ":6:20: error: stages.integrate.with.format: value must be one of 'ckpt', 'safetensors'",
-		bad + `:6:25: error: stages.integrate.with: unknown input "devices" for ckpt/integrate`,
-		"1 file checked: 1 invalid, 3 errors",
-	}
-	if got := strings.Split(strings.TrimSpace(stdout+stderr), "\n"); code != 1 || !hasLines(got, wantBad) {
-		t.Errorf("validate bad.yaml: exit %d\n%s%s\nwant exit 1 and\n%s", code, stdout, stderr, strings.Join(wantBad, "\n"))
-	}
-
-	code, stdout, stderr = mspipe(t, "plan", "--runs-dir", filepath.Join(dir, "runs"), spec)
-	if want := "1. integrate (ckpt/integrate): unknown — " + refusal; code != 0 || !strings.Contains(stdout, want+"\n") {
-		t.Errorf("plan: exit %d\n%s%s\nwant the line %q", code, stdout, stderr, want)
-	}
-
-	runs := filepath.Join(dir, "runs")
-	code, stdout, stderr = mspipe(t, "run", "--runs-dir", runs, spec)
-	if code != 1 || !strings.Contains(stderr, "[integrate] failed after ") || !strings.Contains(stderr, "s: "+refusal+"\n") {
-		t.Errorf("run: exit %d\n%s%s\nwant exit 1 and %q", code, stdout, stderr, refusal)
-	}
-	b, err := os.ReadFile(filepath.Join(runs, strings.TrimSpace(stdout), "run.json"))
+// TestIntegrateSeedsExample merges the seeds' slices with the strategy file
+// found beside them: the [8, 8] weight and its moments, whole and in order.
+func TestIntegrateSeedsExample(t *testing.T) {
+	root := writeSet(t, true)
+	out, events, err := run(t, map[string]any{"from": root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var state struct {
-		Status string
-		Error  string
-		Stages map[string]struct{ Status, Reason string }
+	path := out["checkpoint"].(string)
+	if filepath.Base(path) != "CKP-2_8.ckpt" || out["tensors"] != 4 || out["bytes"] != int64(256+256+8+4) {
+		t.Fatalf("outputs %v", out)
 	}
-	if err := json.Unmarshal(b, &state); err != nil {
+	f, err := ckpt.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	st := state.Stages["integrate"]
-	if state.Status != "failed" || state.Error != "stage integrate failed: "+refusal || st.Status != "failed" || st.Reason != refusal {
-		t.Errorf("run.json: %s", b)
+	if !f.CRC || f.Tensors[0].Name != "weight" || !reflect.DeepEqual(f.Tensors[0].Dims, []int64{8, 8}) {
+		t.Fatalf("merged file: crc %v, first tensor %s %v", f.CRC, f.Tensors[0].Name, f.Tensors[0].Dims)
 	}
-
-	code, stdout, _ = mspipe(t, "plugins")
-	if want := "ckpt/integrate - built-in, not implemented yet Integrate (merge)"; code != 0 || !strings.Contains(strings.Join(strings.Fields(stdout), " "), want) {
-		t.Errorf("plugins: exit %d\n%s\nwant a row %q", code, stdout, want)
+	w, m := values(t, f.Tensors, "weight"), values(t, f.Tensors, "moments.weight")
+	for i := range 64 {
+		if w[i] != float32(i) || m[i] != -float32(i)-0.5 {
+			t.Fatalf("element %d: weight %v moments %v", i, w[i], m[i])
+		}
+	}
+	if bn := values(t, f.Tensors, "bn.moving_mean"); bn[0] != 0 {
+		t.Fatalf("bn.moving_mean %v, want rank 0's", bn)
+	}
+	if _, err := reshard.Verify(context.Background(), filepath.Dir(path), reshard.Options{}); err != nil || out["manifest"] != filepath.Join(filepath.Dir(path), "manifest.json") {
+		t.Fatalf("manifest %v: %v", out["manifest"], err)
+	}
+	var logs []string
+	var last *plugins.ProgressEvent
+	artifact := false
+	for _, e := range events {
+		if e.Log != nil {
+			logs = append(logs, e.Log.Message)
+		}
+		if e.Progress != nil {
+			last = e.Progress
+		}
+		artifact = artifact || (e.Artifact != nil && e.Artifact.Name == "checkpoint")
+	}
+	if len(logs) == 0 || !strings.Contains(logs[0], "integrating 4 ranks of "+root+" (layout from "+filepath.Join(root, "strategy.ckpt")+")") {
+		t.Fatalf("logs %q", logs)
+	}
+	st, _ := os.Stat(path)
+	if last == nil || last.Done != last.Total || last.Total != st.Size() || last.Unit != "bytes" || !artifact {
+		t.Fatalf("last progress %+v (file %d bytes), artifact %v", last, st.Size(), artifact)
 	}
 }
 
-func hasLines(got, want []string) bool {
-	for _, w := range want {
-		found := false
-		for _, g := range got {
-			found = found || g == w
-		}
-		if !found {
-			return false
+// TestIntegrateDataParallel: without a strategy file every tensor is
+// replicated; bn_stats mean averages the devices' BatchNorm statistics and
+// safetensors output is converted from the verified .ckpt.
+func TestIntegrateDataParallel(t *testing.T) {
+	root := writeSet(t, false)
+	// A data-parallel set holds the same weights on every rank: make it so.
+	files, _ := ckptset.Find(root, "")
+	same, _ := ckpt.Read(files[0])
+	for _, f := range files {
+		ts, _ := ckpt.Read(f)
+		ts[0], ts[1] = same[0], same[1]
+		if err := ckpt.Write(f, ts, ckpt.WriteOptions{CRC: true}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	return true
+	out, _, err := run(t, map[string]any{"from": root, "bn_stats": "mean", "format": "safetensors"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := out["checkpoint"].(string)
+	if !strings.HasSuffix(path, "CKP-2_8.safetensors") {
+		t.Fatalf("checkpoint %s", path)
+	}
+	st, err := ckpt.ReadSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bn := values(t, st.Tensors, "bn.moving_mean"); bn[0] != 1.5 || bn[1] != 1 {
+		t.Fatalf("bn.moving_mean %v, want the mean [1.5 1]", bn)
+	}
+	if err := ckpt.Compare(same[:2], st.Tensors[:2]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIntegrateBadInput(t *testing.T) {
+	root := writeSet(t, true)
+	files, _ := ckptset.Find(root, "")
+	if _, _, err := run(t, map[string]any{"from": files[0]}); err == nil || !strings.Contains(err.Error(), "is a file; give the training's checkpoints directory") {
+		t.Errorf("from a file: %v", err)
+	}
+	if _, _, err := run(t, map[string]any{"from": filepath.Join(root, "nope")}); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing from: %v", err)
+	}
+	data, _ := os.ReadFile(files[1])
+	os.WriteFile(files[1], data[:len(data)-30], 0o644)
+	if _, _, err := run(t, map[string]any{"from": root}); err == nil || !strings.Contains(err.Error(), files[1]) {
+		t.Errorf("truncated rank 1: %v", err)
+	}
+	os.RemoveAll(filepath.Join(root, "device2"))
+	if _, _, err := run(t, map[string]any{"from": root}); err == nil || !strings.Contains(err.Error(), "rank 2 is missing") {
+		t.Errorf("missing rank: %v", err)
+	}
 }

@@ -3,109 +3,229 @@ package reshard_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/internal/cli"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
+	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/reshard"
 )
 
-// refusal is what running the stage reports while only its declaration
-// ships (README, Status).
-const refusal = "stage ckpt/reshard: declared but not implemented in this build (it ships as a declaration so specs validate; see the README's status table)"
-
-func mspipe(t *testing.T, args ...string) (code int, output string) {
-	t.Helper()
-	var out bytes.Buffer
-	code = cli.Main(context.Background(), args, &out, &out)
-	return code, out.String()
+// TestMain lets mspipe run re-execute this test binary as its built-in
+// stage plugins (mspipe __stage NAME), as it re-executes itself.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == host.ServeCommand {
+		os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
 }
 
-func writeSpec(t *testing.T, name, with string) string {
+func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	spec := "version: 1\nname: declared\nstages:\n  reshard:\n    uses: ckpt/reshard\n    with: " + with + "\n"
-	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+	var events []plugins.Event
+	out, err := reshard.New().Run(context.Background(), plugins.RunRequest{
+		RunID: "r1", StageID: "reshard", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
+	}, func(e plugins.Event) { events = append(events, e) })
+	return out, events, err
+}
+
+// integrated writes a whole checkpoint as ckpt/integrate leaves it: the
+// seeds' [8, 8] weight (element i is i), its moments, a scalar.
+func integrated(t *testing.T) (string, []ckpt.Tensor) {
+	t.Helper()
+	w, m := make([]float32, 64), make([]float32, 64)
+	for i := range w {
+		w[i], m[i] = float32(i), float32(i)/2
+	}
+	wt, _ := ckpt.NewFloat32("weight", []int64{8, 8}, w)
+	mt, _ := ckpt.NewFloat32("moments.weight", []int64{8, 8}, m)
+	lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
+	tensors := []ckpt.Tensor{wt, mt, lr}
+	path := filepath.Join(t.TempDir(), "CKP-2_8.ckpt")
+	if err := ckpt.Write(path, tensors, ckpt.WriteOptions{CRC: true}); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return path, tensors
 }
 
-func TestDeclaration(t *testing.T) {
-	var d struct {
-		Name    string `json:"name"`
-		Outputs []struct{ Name, Type string }
-	}
-	if err := json.Unmarshal(reshard.Descriptor, &d); err != nil {
+func TestDescribeAndValidate(t *testing.T) {
+	d, err := reshard.New().Describe(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	var outs []string
 	for _, o := range d.Outputs {
 		outs = append(outs, o.Name+":"+o.Type)
 	}
-	if d.Name != "ckpt/reshard" || strings.Join(outs, " ") != "checkpoints:path devices:int" {
+	if d.Name != "ckpt/reshard" || strings.Join(outs, " ") != "checkpoints:path strategy:path manifest:path devices:int" {
 		t.Errorf("declaration %s with outputs %v", d.Name, outs)
 	}
-}
-
-// TestInputsCheckedAgainstTheDeclaration: validate accepts a spec using the
-// stage and reports every input the declared schema rejects.
-func TestInputsCheckedAgainstTheDeclaration(t *testing.T) {
-	good := writeSpec(t, "good.yaml", `{from: /ckpt, devices: 4, strategy: {fc.matmul: [[1, 1], [1, 2]]}, format: ckpt}`)
-	if code, out := mspipe(t, "validate", good); code != 0 {
-		t.Errorf("validate: exit %d\n%s", code, out)
-	}
-	bad := writeSpec(t, "bad.yaml", `{devices: 0, strategy: {fc.matmul: [[0, 1]]}}`)
-	code, out := mspipe(t, "validate", bad)
-	want := strings.Join([]string{
-		bad + ":6:11: error: stages.reshard.with: missing property 'from'",
-		bad + ":6:21: error: stages.reshard.with.devices: minimum: got 0, want 1",
-		bad + ":6:48: error: stages.reshard.with.strategy.fc.matmul[0][0]: minimum: got 0, want 1",
-		"1 file checked: 1 invalid, 3 errors",
-	}, "\n")
-	if code != 1 || strings.TrimSpace(out) != want {
-		t.Errorf("validate bad.yaml: exit %d\n%s\nwant exit 1 and\n%s", code, out, want)
+	for _, tc := range []struct {
+		with map[string]any
+		want string
+	}{
+		{map[string]any{"from": "/x", "devices": 4, "bn_stats": "mean", "max_memory": "1GiB"}, ""},
+		{map[string]any{"from": "/x", "devices": 4, "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, "/strategy: a target strategy per operator is not implemented in this build"},
+		{map[string]any{"from": "/x", "devices": 4, "format": "ckpt"}, `unknown field "format"`},
+	} {
+		problems, err := reshard.New().Validate(context.Background(), tc.with)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plugins.JoinProblems(problems); !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("%v: problems %q, want %q", tc.with, got, tc.want)
+		}
 	}
 }
 
-// TestRefusedWhenRun: plan and run report the refusal; the run fails with
-// it in run.json; plugins lists the stage as not implemented.
-func TestRefusedWhenRun(t *testing.T) {
-	spec := writeSpec(t, "reshard.yaml", `{from: /ckpt, devices: 2}`)
-	runs := filepath.Join(t.TempDir(), "runs")
-	code, out := mspipe(t, "plan", "--runs-dir", runs, spec)
-	if want := "1. reshard (ckpt/reshard): unknown — " + refusal + "\n"; code != 0 || !strings.Contains(out, want) {
-		t.Errorf("plan: exit %d\n%s\nwant the line %q", code, out, want)
-	}
-
-	code, out = mspipe(t, "run", "--runs-dir", runs, spec)
-	if code != 1 || !strings.Contains(out, "s: "+refusal+"\n") {
-		t.Errorf("run: exit %d\n%s\nwant exit 1 and %q", code, out, refusal)
-	}
-	entries, err := os.ReadDir(runs)
-	if err != nil || len(entries) != 1 {
-		t.Fatalf("runs: %v %v", entries, err)
-	}
-	b, err := os.ReadFile(filepath.Join(runs, entries[0].Name(), "run.json"))
+// TestReshardIntegratedForTwoDevices: an integrated checkpoint (no layout:
+// everything replicated) for 2 devices, in the layout npu/train's init:
+// reads, with a strategy file and a manifest.
+func TestReshardIntegratedForTwoDevices(t *testing.T) {
+	path, tensors := integrated(t)
+	out, events, err := run(t, map[string]any{"from": path, "devices": 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var state struct {
-		Status, Error string
-		Stages        map[string]struct{ Status, Reason string }
+	dir := out["checkpoints"].(string)
+	if out["devices"] != 2 || out["strategy"] != filepath.Join(dir, "strategy.ckpt") || out["manifest"] != filepath.Join(dir, "manifest.json") {
+		t.Fatalf("outputs %v", out)
 	}
-	if err := json.Unmarshal(b, &state); err != nil {
+	files, err := ckptset.Find(dir, "")
+	if err != nil || len(files) != 2 || filepath.Base(files[1]) != "CKP-2_8.ckpt" {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for _, f := range files {
+		got, err := ckpt.Read(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ckpt.Compare(tensors, got); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	sf, err := parallel.ReadStrategyFile(out["strategy"].(string))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if st := state.Stages["reshard"]; state.Status != "failed" || state.Error != "stage reshard failed: "+refusal || st.Status != "failed" || st.Reason != refusal {
-		t.Errorf("run.json: %s", b)
+	if l := sf.Layouts["weight"]; !reflect.DeepEqual(l.DeviceMatrix, []int{2}) || !reflect.DeepEqual(l.TensorMap, []int{-1, -1}) || len(sf.Layouts) != 1 {
+		t.Fatalf("target strategy %+v", sf.Layouts)
+	}
+	var progressed bool
+	for _, e := range events {
+		progressed = progressed || (e.Progress != nil && e.Progress.Done == e.Progress.Total && e.Progress.Total > 0)
+	}
+	if !progressed {
+		t.Fatal("no final progress event")
+	}
+}
+
+// TestReshardSetToStrategy: a 4-rank set split along dimension 0 to the
+// 2-device layout of a target strategy file, then that output (read through
+// its manifest) to 1 device: the whole tensors back.
+func TestReshardSetToStrategy(t *testing.T) {
+	path, tensors := integrated(t)
+	src := t.TempDir()
+	for r := range 4 {
+		var slice []ckpt.Tensor
+		for _, x := range tensors[:2] {
+			slice = append(slice, ckpt.Tensor{Name: x.Name, DType: x.DType, Dims: []int64{2, 8}, Data: x.Data[r*64 : (r+1)*64]})
+		}
+		if _, err := ckptset.WriteRank(src, r, "CKP-2_8.ckpt", append(slice, tensors[2])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	four := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{"weight": {DeviceMatrix: []int{4}, TensorMap: []int{0, -1}}}}
+	if err := parallel.WriteStrategyFile(filepath.Join(src, "strategy.json"), four, parallel.FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	twoCols := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{"weight": {DeviceMatrix: []int{2}, TensorMap: []int{-1, 0}}}}
+	target := filepath.Join(t.TempDir(), "target.ckpt")
+	if err := parallel.WriteStrategyFile(target, twoCols, parallel.FormatProto); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, map[string]any{"from": src, "devices": 4, "target_strategy": target}); err == nil || !strings.Contains(err.Error(), "is for 2 devices, devices is 4") {
+		t.Fatalf("devices mismatch: %v", err)
+	}
+	out, _, err := run(t, map[string]any{"from": src, "devices": 2, "target_strategy": target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := out["checkpoints"].(string)
+	r1, err := ckpt.Read(ckptset.FilePath(dir, 1, "CKP-2_8.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := r1[0].Float32s()
+	if !reflect.DeepEqual(r1[0].Dims, []int64{8, 4}) || w[0] != 4 || w[4] != 12 {
+		t.Fatalf("rank 1 holds columns 4-7: dims %v, %v", r1[0].Dims, w[:8])
+	}
+	if m, _ := r1[1].Float32s(); !reflect.DeepEqual(r1[1].Dims, []int64{8, 4}) || m[0] != 2 {
+		t.Fatalf("moments follow weight: %v %v", r1[1].Dims, m[:4])
 	}
 
-	code, out = mspipe(t, "plugins")
-	if want := "ckpt/reshard - built-in, not implemented yet Reshard a checkpoint"; code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
-		t.Errorf("plugins: exit %d\n%s\nwant a row %q", code, out, want)
+	back, _, err := run(t, map[string]any{"from": dir, "devices": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := ckptset.Find(back["checkpoints"].(string), "")
+	got, err := ckpt.Read(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpt.Compare(tensors, got); err != nil {
+		t.Fatalf("4 -> 2 -> 1 is not the whole checkpoint: %v (from %s)", err, path)
+	}
+}
+
+// TestTwoStagePipeline runs integrate and reshard through mspipe run, from
+// a set a training stage would have left, as examples/two-stage-training
+// chains them.
+func TestTwoStagePipeline(t *testing.T) {
+	_, tensors := integrated(t)
+	set := t.TempDir()
+	for r := range 2 {
+		if _, err := ckptset.WriteRank(set, r, "CKP-1_4.ckpt", tensors); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "chain.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: chain
+stages:
+  integrate:
+    uses: ckpt/integrate
+    with: {from: `+set+`}
+  reshard:
+    uses: ckpt/reshard
+    needs: [integrate]
+    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 4}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	runs := filepath.Join(dir, "runs")
+	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	resharded := filepath.Join(runs, strings.TrimSpace(out.String()), "stages", "reshard", "checkpoints")
+	files, err := ckptset.Find(resharded, "")
+	if err != nil || len(files) != 4 {
+		t.Fatalf("resharded set %v: %v\n%s", files, err, errb.String())
+	}
+	got, err := ckpt.Read(files[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpt.Compare(tensors, got); err != nil {
+		t.Fatal(err)
 	}
 }
