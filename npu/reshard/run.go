@@ -152,6 +152,19 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 		}
 	}
 	g := geom(j.shape)
+	bandBytes := int64(j.bandRows) * j.rowBytes
+	band.fit(bandBytes)
+	switch {
+	case j.rule == RuleMean:
+		scratch.fit(bandBytes)
+		sums.fit(int64(j.bandRows) * volume(g[1:]))
+	case needsScratch(j.reads, g):
+		scratch.fit(bandBytes)
+		sums.fit(0)
+	default:
+		scratch.fit(0)
+		sums.fit(0)
+	}
 	if volume(g) > 0 {
 		for lo := 0; lo < g[0]; lo += j.bandRows {
 			if err := ctx.Err(); err != nil {
@@ -177,8 +190,16 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 				if err := meanBand(files, j.reads, j.dtype, lo, hi, j.rowBytes, buf, sc, sb); err != nil {
 					return "", fmt.Errorf("read for the mean: %w", err)
 				}
-			} else if err := fillBand(ctx, files, j.reads, box, buf, j.elem, opt.Workers); err != nil {
-				return "", fmt.Errorf("read: %w", err)
+			} else {
+				var sc []byte
+				if needsScratch(j.reads, g) {
+					if sc, err = scratch.get(size, fmt.Sprintf("tensor %q scatter buffer", j.name)); err != nil {
+						return "", err
+					}
+				}
+				if err := fillBand(ctx, files, j.reads, g, box, buf, sc, j.elem, opt.Workers); err != nil {
+					return "", fmt.Errorf("read: %w", err)
+				}
 			}
 			if err := writeBand(ctx, j, box, buf, outs, h, opt.Workers); err != nil {
 				return "", err
