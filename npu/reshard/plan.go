@@ -340,12 +340,12 @@ func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name str
 	}
 	g := geom(j.shape)
 	j.rowBytes = volume(g[1:]) * int64(j.elem)
-	j.rowCost = j.rowBytes
-	if needsScratch(j.reads, g) {
-		j.rowCost = 2 * j.rowBytes // the band and as much scratch to scatter narrow pieces
-	}
-	if j.rule == RuleMean {
-		j.rowCost = 2*j.rowBytes + volume(g[1:])*8 // result, one rank's rows, float64 sums
+	j.rowCost = 2 * j.rowBytes // the band being written and the next one being read
+	switch {
+	case j.rule == RuleMean:
+		j.rowCost += j.rowBytes + volume(g[1:])*8 // one rank's rows, float64 sums
+	case needsScratch(j.reads, g):
+		j.rowCost += j.rowBytes // to scatter pieces narrower than the tensor
 	}
 	return j, nil
 }
