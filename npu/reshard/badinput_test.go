@@ -49,7 +49,7 @@ func TestBadInput(t *testing.T) {
 	two := Target{Ranks: 2, Placements: map[string]Placement{"weight": {Shape: []int{8, 8}, Boxes: rowBoxes([]int{8, 8}, 2)}}}
 	tests := []struct {
 		name   string
-		break_ func(t *testing.T, src *Source)
+		damage func(t *testing.T, src *Source)
 		opt    Options
 		is     error
 		wants  []string // substrings of the error
@@ -103,7 +103,7 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			src, _ := seedSet(t)
-			tc.break_(t, &src)
+			tc.damage(t, &src)
 			var inputs []string
 			for _, f := range src.Files {
 				if _, err := os.Stat(f); err == nil {

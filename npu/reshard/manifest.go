@@ -282,7 +282,13 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 			if err != nil {
 				return err
 			}
-			if err := fillBand(ctx, files, reads, box, buf, elem, opt.Workers); err != nil {
+			var sc []byte
+			if needsScratch(reads, g) {
+				if sc, err = scratch.get(int64(hi-lo)*rowBytes, "verify scatter buffer"); err != nil {
+					return err
+				}
+			}
+			if err := fillBand(ctx, files, reads, g, box, buf, sc, elem, opt.Workers); err != nil {
 				return fmt.Errorf("verify: %w", err)
 			}
 			for _, c := range copies {

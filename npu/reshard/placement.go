@@ -58,29 +58,53 @@ func lookupPlacement(placements map[string]Placement, name string) (Placement, b
 }
 
 // TargetForDevices is the target for m devices when no target strategy is
-// given (see "Target rule" in the package documentation).
+// given (see "Target rule" in the package documentation). The placements
+// are the boxes of the layouts LayoutsForDevices returns.
 func TargetForDevices(src Source, m int) Target {
 	t := Target{Ranks: m, Placements: make(map[string]Placement)}
+	for name, l := range LayoutsForDevices(src, m) {
+		boxes := make([]parallel.Box, m)
+		for r := range boxes {
+			b, err := l.Box(r)
+			if err != nil {
+				panic(fmt.Sprintf("reshard: layout %+v of the target rule: %v", l, err)) // the rule only makes valid layouts
+			}
+			boxes[r] = b
+		}
+		t.Placements[name] = Placement{Shape: slices.Clone(l.Shape), Boxes: boxes}
+	}
+	return t
+}
+
+// LayoutsForDevices returns the layouts of the target rule for m devices,
+// for the tensors it splits: device matrix [m], the source's first split
+// dimension mapped to it. A tensor absent from the result is replicated;
+// this is what a target strategy file for the output should say.
+func LayoutsForDevices(src Source, m int) map[string]parallel.Layout {
+	layouts := make(map[string]parallel.Layout)
+	if m < 1 {
+		return layouts
+	}
 	for name, p := range src.Placements {
-		if p.Boxes == nil || m < 1 {
+		if p.Boxes == nil {
 			continue
 		}
 		dim := firstSplitDim(p)
 		if dim < 0 || p.Shape[dim]%m != 0 {
 			continue
 		}
-		boxes := make([]parallel.Box, m)
-		step := p.Shape[dim] / m
-		for r := range boxes {
-			off := make([]int, len(p.Shape))
-			off[dim] = r * step
-			shape := slices.Clone(p.Shape)
-			shape[dim] = step
-			boxes[r] = parallel.Box{Offset: off, Shape: shape}
+		tensorMap := make([]int, len(p.Shape))
+		for k := range tensorMap {
+			tensorMap[k] = -1
 		}
-		t.Placements[name] = Placement{Shape: slices.Clone(p.Shape), Boxes: boxes}
+		tensorMap[dim] = 0
+		l := parallel.Layout{DeviceMatrix: []int{m}, TensorMap: tensorMap, Shape: slices.Clone(p.Shape)}
+		if l.Validate() != nil {
+			continue // a bad shape; Plan and Run say what is wrong with it
+		}
+		layouts[name] = l
 	}
-	return t
+	return layouts
 }
 
 // firstSplitDim returns the first dimension some box does not span whole,

@@ -340,9 +340,12 @@ func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name str
 	}
 	g := geom(j.shape)
 	j.rowBytes = volume(g[1:]) * int64(j.elem)
-	j.rowCost = j.rowBytes
-	if j.rule == RuleMean {
-		j.rowCost = 2*j.rowBytes + volume(g[1:])*8 // result, one rank's rows, float64 sums
+	j.rowCost = 2 * j.rowBytes // the band being written and the next one being read
+	switch {
+	case j.rule == RuleMean:
+		j.rowCost += j.rowBytes + volume(g[1:])*8 // one rank's rows, float64 sums
+	case needsScratch(j.reads, g):
+		j.rowCost += j.rowBytes // to scatter pieces narrower than the tensor
 	}
 	return j, nil
 }
@@ -430,6 +433,12 @@ func Plan(ctx context.Context, src Source, target Target, opt Options) (*PlanRes
 // first error; it stops starting new calls after an error or when ctx is
 // done.
 func forEach(ctx context.Context, n, workers int, fn func(i int) error) error {
+	return forEachWorker(ctx, n, workers, func(_, i int) error { return fn(i) })
+}
+
+// forEachWorker is forEach telling fn which worker (0..workers-1) runs it,
+// so that a worker can own a share of a buffer.
+func forEachWorker(ctx context.Context, n, workers int, fn func(worker, i int) error) error {
 	if n == 0 {
 		return ctx.Err()
 	}
@@ -454,7 +463,7 @@ func forEach(ctx context.Context, n, workers int, fn func(i int) error) error {
 		next++
 		return i, true
 	}
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -463,7 +472,7 @@ func forEach(ctx context.Context, n, workers int, fn func(i int) error) error {
 				if !ok {
 					return
 				}
-				if err := fn(i); err != nil {
+				if err := fn(w, i); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err

@@ -70,11 +70,9 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		files[r] = f
 	}
 	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule}
-	band := &buffer{m: m}
-	scratch := &buffer{m: m}
-	sums := &floatBuffer{m: m}
+	bufs := newBuffers(m)
 	for _, j := range jobs {
-		sum, err := streamTensor(ctx, j, files, outs, band, scratch, sums, opt)
+		sum, err := streamTensor(ctx, j, files, outs, bufs, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -86,9 +84,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		}
 		manifest.Tensors = append(manifest.Tensors, mt)
 	}
-	band.release()
-	scratch.release()
-	sums.release()
+	bufs.release()
 
 	for r, o := range outs {
 		crc, err := o.finish()
@@ -142,9 +138,37 @@ func (j *job) dstShapesBoxes() []manifestBox {
 	return out
 }
 
+// buffers are the reusable buffers of a run: two bands, so that the next
+// band is read while the last one is hashed and written, the scatter or
+// mean input buffer and the mean's sums.
+type buffers struct {
+	bands   [2]*buffer
+	scratch *buffer
+	sums    *floatBuffer
+}
+
+func newBuffers(m *meter) *buffers {
+	return &buffers{bands: [2]*buffer{{m: m}, {m: m}}, scratch: &buffer{m: m}, sums: &floatBuffer{m: m}}
+}
+
+func (b *buffers) release() {
+	b.bands[0].release()
+	b.bands[1].release()
+	b.scratch.release()
+	b.sums.release()
+}
+
+// filledBand is a band read by streamTensor's reader.
+type filledBand struct {
+	slot int
+	box  parallel.Box
+	buf  []byte
+}
+
 // streamTensor writes one tensor to every output file, band by band, and
-// returns its content hash.
-func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outFile, band, scratch *buffer, sums *floatBuffer, opt Options) (string, error) {
+// returns its content hash. One goroutine reads bands into two alternating
+// buffers while this one hashes and writes the previous band.
+func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outFile, bufs *buffers, opt Options) (string, error) {
 	h := newTensorHash(j.dtype, j.shape)
 	for r, o := range outs {
 		if err := o.begin(j.name, j.dstShapes[r], j.dtype, volume(j.dst[r].Shape)*int64(j.elem), opt.SliceBytes); err != nil {
@@ -152,37 +176,67 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 		}
 	}
 	g := geom(j.shape)
+	bandBytes := int64(j.bandRows) * j.rowBytes
+	bufs.bands[0].fit(bandBytes)
+	bufs.bands[1].fit(bandBytes)
+	switch {
+	case j.rule == RuleMean:
+		bufs.scratch.fit(bandBytes)
+		bufs.sums.fit(int64(j.bandRows) * volume(g[1:]))
+	case needsScratch(j.reads, g):
+		bufs.scratch.fit(bandBytes)
+		bufs.sums.fit(0)
+	default:
+		bufs.scratch.fit(0)
+		bufs.sums.fit(0)
+	}
 	if volume(g) > 0 {
-		for lo := 0; lo < g[0]; lo += j.bandRows {
-			if err := ctx.Err(); err != nil {
-				return "", err
-			}
-			hi := min(g[0], lo+j.bandRows)
-			box := bandBox(g, lo, hi)
-			size := int64(hi-lo) * j.rowBytes
-			buf, err := band.get(size, fmt.Sprintf("tensor %q band", j.name))
-			if err != nil {
-				return "", err
-			}
-			if j.rule == RuleMean {
-				sc, err := scratch.get(size, fmt.Sprintf("tensor %q mean input", j.name))
+		readCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		filled := make(chan filledBand)
+		free := make(chan int, 2)
+		free <- 0
+		free <- 1
+		var readErr error
+		go func() {
+			defer close(filled)
+			for lo := 0; lo < g[0]; lo += j.bandRows {
+				var slot int
+				select {
+				case slot = <-free:
+				case <-readCtx.Done():
+					readErr = readCtx.Err()
+					return
+				}
+				hi := min(g[0], lo+j.bandRows)
+				box := bandBox(g, lo, hi)
+				buf, err := readBand(readCtx, j, files, g, box, bufs, slot, opt)
 				if err != nil {
-					return "", err
+					readErr = err
+					return
 				}
-				n := volume(box.Shape)
-				sb, err := sums.get(n, fmt.Sprintf("tensor %q mean sums", j.name))
-				if err != nil {
-					return "", err
+				select {
+				case filled <- filledBand{slot: slot, box: box, buf: buf}:
+				case <-readCtx.Done():
+					readErr = readCtx.Err()
+					return
 				}
-				if err := meanBand(files, j.reads, j.dtype, lo, hi, j.rowBytes, buf, sc, sb); err != nil {
-					return "", fmt.Errorf("read for the mean: %w", err)
-				}
-			} else if err := fillBand(ctx, files, j.reads, box, buf, j.elem, opt.Workers); err != nil {
-				return "", fmt.Errorf("read: %w", err)
 			}
-			if err := writeBand(ctx, j, box, buf, outs, h, opt.Workers); err != nil {
-				return "", err
+		}()
+		var writeErr error
+		for b := range filled {
+			if writeErr == nil {
+				if writeErr = writeBand(ctx, j, b.box, b.buf, outs, h, opt.Workers); writeErr != nil {
+					cancel()
+				}
 			}
+			free <- b.slot
+		}
+		if writeErr != nil {
+			return "", writeErr
+		}
+		if readErr != nil {
+			return "", readErr
 		}
 	}
 	for _, o := range outs {
@@ -191,6 +245,40 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// readBand fills band slot with the tensor's rows in box.
+func readBand(ctx context.Context, j *job, files []io.ReaderAt, g []int, box parallel.Box, bufs *buffers, slot int, opt Options) ([]byte, error) {
+	size := volume(box.Shape) * int64(j.elem)
+	buf, err := bufs.bands[slot].get(size, fmt.Sprintf("tensor %q band", j.name))
+	if err != nil {
+		return nil, err
+	}
+	if j.rule == RuleMean {
+		sc, err := bufs.scratch.get(size, fmt.Sprintf("tensor %q mean input", j.name))
+		if err != nil {
+			return nil, err
+		}
+		sb, err := bufs.sums.get(volume(box.Shape), fmt.Sprintf("tensor %q mean sums", j.name))
+		if err != nil {
+			return nil, err
+		}
+		lo := box.Offset[0]
+		if err := meanBand(files, j.reads, j.dtype, lo, lo+box.Shape[0], j.rowBytes, buf, sc, sb); err != nil {
+			return nil, fmt.Errorf("read for the mean: %w", err)
+		}
+		return buf, nil
+	}
+	var sc []byte
+	if needsScratch(j.reads, g) {
+		if sc, err = bufs.scratch.get(size, fmt.Sprintf("tensor %q scatter buffer", j.name)); err != nil {
+			return nil, err
+		}
+	}
+	if err := fillBand(ctx, files, j.reads, g, box, buf, sc, j.elem, opt.Workers); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	return buf, nil
 }
 
 // writeBand hashes the band while appending each target rank's part of it

@@ -169,10 +169,16 @@ func TestMemoryCapHolds(t *testing.T) {
 	for i := range v {
 		v[i] = rng.Float32()
 	}
-	model := []ckpt.Tensor{mustFloat32(t, "big", []int64{1024, 1024}, v)}
+	// big needs a scatter buffer (its source is split by columns), rows
+	// after it does not: buffers sized for one must not add up with the
+	// other's past the cap.
+	model := []ckpt.Tensor{mustFloat32(t, "big", []int64{1024, 1024}, v), mustFloat32(t, "rows", []int64{4096, 256}, v)}
 	shape := []int{1024, 1024}
 	srcBoxes := layoutBoxes(t, parallel.Layout{DeviceMatrix: []int{2, 2}, TensorMap: []int{1, 0}, Shape: shape})
-	src := writeSourceSet(t, t.TempDir(), model, map[string]Placement{"big": {Shape: shape, Boxes: srcBoxes}}, 4, ckpt.WriteOptions{CRC: true})
+	src := writeSourceSet(t, t.TempDir(), model, map[string]Placement{
+		"big":  {Shape: shape, Boxes: srcBoxes},
+		"rows": {Shape: []int{4096, 256}, Boxes: rowBoxes([]int{4096, 256}, 4)},
+	}, 4, ckpt.WriteOptions{CRC: true})
 	dstBoxes := []parallel.Box{ // uneven: 341, 341, 342 columns
 		{Offset: []int{0, 0}, Shape: []int{1024, 341}},
 		{Offset: []int{0, 341}, Shape: []int{1024, 341}},

@@ -56,6 +56,15 @@ func (b *buffer) get(n int64, what string) ([]byte, error) {
 	return b.b[:n], nil
 }
 
+// fit drops the buffer when it is larger than n, the most the next tensor
+// needs, so that buffers sized for an earlier tensor do not add up past
+// the cap with this one's.
+func (b *buffer) fit(n int64) {
+	if int64(cap(b.b)) > n {
+		b.release()
+	}
+}
+
 func (b *buffer) release() {
 	b.m.shrink(int64(cap(b.b)))
 	b.b = nil
@@ -76,6 +85,12 @@ func (b *floatBuffer) get(n int64, what string) ([]float64, error) {
 		b.f = make([]float64, n)
 	}
 	return b.f[:n], nil
+}
+
+func (b *floatBuffer) fit(n int64) {
+	if int64(cap(b.f)) > n {
+		b.release()
+	}
 }
 
 func (b *floatBuffer) release() {
@@ -141,52 +156,93 @@ func bandBox(g []int, lo, hi int) parallel.Box {
 	return b
 }
 
-// readTask is part of a band to read from one source box.
-type readTask struct {
-	p      piece
-	region parallel.Box
+// fullWidth reports whether box spans every dimension but the first of a
+// tensor of geometry shape g, so that its rows are rows of the tensor.
+func fullWidth(box parallel.Box, g []int) bool {
+	for d := 1; d < len(g); d++ {
+		if box.Offset[d] != 0 || box.Shape[d] != g[d] {
+			return false
+		}
+	}
+	return true
 }
 
-// splitRows cuts a region into pieces of about chunk elements along dim 0,
-// so that one big source box is read by several workers.
-func splitRows(region parallel.Box, chunk int64) []parallel.Box {
-	rowElems := volume(region.Shape[1:])
-	rows := region.Shape[0]
-	step := rows
-	if rowElems > 0 && chunk > 0 {
-		step = int(max(1, min(int64(rows), chunk/rowElems)))
+// needsScratch reports whether filling a band from reads needs a scatter
+// buffer: some piece is narrower than the tensor.
+func needsScratch(reads []piece, g []int) bool {
+	for _, p := range reads {
+		if !fullWidth(p.box, g) {
+			return true
+		}
 	}
-	var out []parallel.Box
-	for lo := 0; lo < rows; lo += step {
-		b := parallel.Box{Offset: append([]int(nil), region.Offset...), Shape: append([]int(nil), region.Shape...)}
-		b.Offset[0] += lo
-		b.Shape[0] = min(step, rows-lo)
-		out = append(out, b)
-	}
-	return out
+	return false
+}
+
+// readTask is rows [lo, hi) of a piece, to read into a band.
+type readTask struct {
+	p      piece
+	lo, hi int // rows of the tensor
 }
 
 // fillBand reads the band's elements from the pieces (disjoint boxes that
-// together cover it) with parallel ReadAt calls straight into band.
-func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, band parallel.Box, buf []byte, elem int, workers int) error {
+// together cover it). A band spans whole rows, so the part of a piece it
+// needs is one contiguous byte range of the piece's file: each task is a
+// single ReadAt, straight into the band when the piece is as wide as the
+// tensor, else into the worker's share of scratch and scattered from there.
+// Tasks run on parallel workers.
+func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, g []int, band parallel.Box, buf, scratch []byte, elem int, workers int) error {
+	e := int64(elem)
 	const minChunkBytes = 1 << 20
-	chunk := max(int64(len(buf))/int64(elem)/int64(workers), minChunkBytes/int64(elem))
+	chunkBytes := max(int64(len(buf))/int64(workers), minChunkBytes)
+	var share int64 // scratch bytes per worker
+	if len(scratch) > 0 {
+		share = int64(len(scratch)) / int64(workers)
+		var widest int64
+		for _, p := range reads {
+			if !fullWidth(p.box, g) {
+				widest = max(widest, volume(p.box.Shape[1:])*e)
+			}
+		}
+		if share < widest { // fewer workers, each with room for a row
+			workers = max(1, int(int64(len(scratch))/widest))
+			share = int64(len(scratch)) / int64(workers)
+		}
+	}
 	var tasks []readTask
 	for _, p := range reads {
 		common, ok := p.box.Intersect(band)
 		if !ok {
 			continue
 		}
-		for _, part := range splitRows(common, chunk) {
-			tasks = append(tasks, readTask{p: p, region: part})
+		rowBytes := volume(p.box.Shape[1:]) * e
+		limit := chunkBytes
+		if !fullWidth(p.box, g) {
+			limit = share
+		}
+		step := int(max(1, limit/max(rowBytes, 1)))
+		for lo := common.Offset[0]; lo < common.Offset[0]+common.Shape[0]; lo += step {
+			tasks = append(tasks, readTask{p: p, lo: lo, hi: min(lo+step, common.Offset[0]+common.Shape[0])})
 		}
 	}
-	e := int64(elem)
-	return forEach(ctx, len(tasks), workers, func(i int) error {
+	return forEachWorker(ctx, len(tasks), workers, func(w, i int) error {
 		t := tasks[i]
+		rowBytes := volume(t.p.box.Shape[1:]) * e
+		src := int64(t.lo-t.p.box.Offset[0]) * rowBytes
+		size := int64(t.hi-t.lo) * rowBytes
 		r := files[t.p.rank]
-		return forEachRun(t.region, t.p.box, band, func(srcOff, dstOff, n int64) error {
-			return t.p.t.ReadAt(r, buf[dstOff*e:(dstOff+n)*e], srcOff*e)
+		if fullWidth(t.p.box, g) {
+			dst := int64(t.lo-band.Offset[0]) * rowBytes
+			return t.p.t.ReadAt(r, buf[dst:dst+size], src)
+		}
+		sc := scratch[int64(w)*share : int64(w)*share+size]
+		if err := t.p.t.ReadAt(r, sc, src); err != nil {
+			return err
+		}
+		region := parallel.Box{Offset: append([]int(nil), t.p.box.Offset...), Shape: append([]int(nil), t.p.box.Shape...)}
+		region.Offset[0], region.Shape[0] = t.lo, t.hi-t.lo
+		return forEachRun(region, region, band, func(srcOff, dstOff, n int64) error {
+			copy(buf[dstOff*e:(dstOff+n)*e], sc[srcOff*e:(srcOff+n)*e])
+			return nil
 		})
 	})
 }
