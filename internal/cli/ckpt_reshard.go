@@ -192,22 +192,19 @@ that cannot be read.`,
 				return engineErr(err)
 			}
 			var target reshard.Target
+			var layout *parallel.StrategyFile
 			if targetStrategy != "" {
-				sf, err := parallel.ReadStrategyFile(targetStrategy)
-				if err != nil {
+				if layout, err = parallel.ReadStrategyFile(targetStrategy); err != nil {
 					return engineErr(err)
 				}
-				if target, err = set.Target(sf); err != nil {
+				if target, err = set.Target(layout); err != nil {
 					return engineErr(fmt.Errorf("%s: %w", targetStrategy, err))
 				}
 			} else {
 				target = reshard.TargetForDevices(set.Source, devices)
+				layout = set.StrategyForDevices(devices)
 			}
 			target.Files = ckptset.TargetFiles(target.Ranks, f.prefix, in.Files[0])
-			layout, err := set.StrategyOf(target)
-			if err != nil {
-				return engineErr(err)
-			}
 			if plan {
 				p, err := reshard.Plan(cmd.Context(), set.Source, target, opt)
 				if err != nil {

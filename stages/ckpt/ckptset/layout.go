@@ -159,31 +159,29 @@ func (s *Set) Target(sf *parallel.StrategyFile) (reshard.Target, error) {
 	return t, nil
 }
 
-// StrategyOf returns the strategy file describing target for the set's
-// tensors, as MindSpore writes one: a layout for every parameter, a split
-// one's giving exactly its boxes, a replicated one's mapping no dimension
-// (tensor map all -1); optimizer state and scalars have none. A split must
-// be of one dimension into the target's ranks in rank order, even
-// (dev_matrix [M], the dimension mapped to it) or uneven along dimension 0
-// (param_split_shape and indices_offset): what TargetForDevices makes and
-// what a strategy file read in can express.
-func (s *Set) StrategyOf(target reshard.Target) (*parallel.StrategyFile, error) {
+// StrategyForDevices returns the strategy file of the target npu/reshard's
+// rule makes for m devices, as MindSpore writes one: a layout for every
+// parameter, the rule's layout for a split one (reshard.LayoutsForDevices),
+// tensor map all -1 on device matrix [m] for a replicated one; optimizer
+// state and scalars have none.
+func (s *Set) StrategyForDevices(m int) *parallel.StrategyFile {
+	split := reshard.LayoutsForDevices(s.Source, m)
 	sf := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{}}
 	for _, name := range s.Names {
-		p, placed := target.Placements[name]
-		if !placed || p.Boxes == nil {
-			if _, follows := followedPlacement(s.Source.Placements, name); follows || isOptimizerState(name) || len(s.Shapes[name]) == 0 {
-				continue
-			}
-			p = reshard.Placement{Shape: s.Shapes[name]}
+		if l, ok := split[name]; ok {
+			sf.Layouts[name] = parallel.TensorLayout{DeviceMatrix: l.DeviceMatrix, TensorMap: l.TensorMap}
+			continue
 		}
-		l, err := layoutOf(p, target.Ranks)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		if isOptimizerState(name) || len(s.Shapes[name]) == 0 {
+			continue
 		}
-		sf.Layouts[name] = l
+		tmap := make([]int, len(s.Shapes[name]))
+		for k := range tmap {
+			tmap[k] = -1
+		}
+		sf.Layouts[name] = parallel.TensorLayout{DeviceMatrix: []int{m}, TensorMap: tmap}
 	}
-	return sf, nil
+	return sf
 }
 
 func isOptimizerState(name string) bool {
@@ -193,49 +191,6 @@ func isOptimizerState(name string) bool {
 		}
 	}
 	return false
-}
-
-// layoutOf finds the one-dimension layout whose boxes are p's.
-func layoutOf(p reshard.Placement, ranks int) (parallel.TensorLayout, error) {
-	dim := -1
-	for k, n := range p.Shape {
-		for _, b := range p.Boxes {
-			if k < len(b.Shape) && b.Shape[k] != n {
-				dim = k
-			}
-		}
-		if dim >= 0 {
-			break
-		}
-	}
-	tmap := make([]int, len(p.Shape))
-	for k := range tmap {
-		tmap[k] = -1
-	}
-	if dim < 0 {
-		return parallel.TensorLayout{DeviceMatrix: []int{ranks}, TensorMap: tmap}, nil
-	}
-	tmap[dim] = 0
-	l := parallel.TensorLayout{DeviceMatrix: []int{ranks}, TensorMap: tmap}
-	if boxes, err := l.Boxes(p.Shape); err == nil && sameBoxes(boxes, p.Boxes) {
-		return l, nil
-	}
-	if dim == 0 {
-		for _, b := range p.Boxes {
-			l.ParamSplitShape = append(l.ParamSplitShape, b.Shape[0])
-			l.IndicesOffset = append(l.IndicesOffset, b.Offset[0])
-		}
-		if boxes, err := l.Boxes(p.Shape); err == nil && sameBoxes(boxes, p.Boxes) {
-			return l, nil
-		}
-	}
-	return parallel.TensorLayout{}, fmt.Errorf("its boxes are not one split of one dimension over %d ranks; no strategy layout expresses them", ranks)
-}
-
-func sameBoxes(a, b []parallel.Box) bool {
-	return slices.EqualFunc(a, b, func(x, y parallel.Box) bool {
-		return slices.Equal(x.Offset, y.Offset) && slices.Equal(x.Shape, y.Shape)
-	})
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -101,12 +101,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		return nil, err
 	}
 	target := engine.TargetForDevices(set.Source, w.Devices)
+	layout := set.StrategyForDevices(w.Devices)
 	if w.TargetStrategy != "" {
-		sf, err := parallel.ReadStrategyFile(w.TargetStrategy)
-		if err != nil {
+		if layout, err = parallel.ReadStrategyFile(w.TargetStrategy); err != nil {
 			return nil, fmt.Errorf("target_strategy: %w", err)
 		}
-		if target, err = set.Target(sf); err != nil {
+		if target, err = set.Target(layout); err != nil {
 			return nil, fmt.Errorf("target_strategy %s: %w", w.TargetStrategy, err)
 		}
 		if target.Ranks != w.Devices {
@@ -114,10 +114,6 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		}
 	}
 	target.Files = ckptset.TargetFiles(target.Ranks, w.Prefix, in.Files[0])
-	layout, err := set.StrategyOf(target)
-	if err != nil {
-		return nil, err
-	}
 	opt := engine.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
 	plan, err := engine.Plan(ctx, set.Source, target, opt)
 	if err != nil {
