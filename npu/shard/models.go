@@ -301,7 +301,9 @@ func reduceSumOp(name string, n, m int) opDef {
 		spec: parallel.OpSpec{Name: name, Kind: parallel.OpReduceSum, Splittable: "nm", FLOPs: int64(n) * int64(m),
 			Inputs: []parallel.TensorSpec{{Shape: []int{n, m}, Labels: "nm"}},
 			Output: parallel.TensorSpec{Shape: []int{n}, Labels: "n"}},
-		build: func(_ shapes, _ uint64, dev *nn.Device) (nn.Layer, error) { return &reduceSum{name: name, dev: dev}, nil },
+		build: func(_ shapes, _ uint64, dev *nn.Device) (nn.Layer, error) {
+			return &reduceSum{name: name, dev: dev}, nil
+		},
 	}
 }
 
