@@ -13,7 +13,8 @@ import (
 // with ErrOutOfStep naming the sending rank and both lengths. Every rank
 // calls Exchange, the same number of times, like every collective, even
 // when all its blocks are empty. A recv block must not overlap any other
-// block; send blocks may overlap each other.
+// block, except that recv[r] may be send[r] itself; send blocks may overlap
+// each other.
 //
 // Each pair's data travels over the data connection between the two ranks,
 // with every transport: first a header-only frame that carries the pair's
@@ -63,7 +64,7 @@ func (c *Comm) checkExchange(send, recv [][]float32) error {
 			}
 		}
 		for q := range send {
-			if overlap(recv[p], send[q]) {
+			if overlap(recv[p], send[q]) && !(p == r && q == r && sameStart(recv[r], send[r])) {
 				return fmt.Errorf("%w: recv[%d] overlaps send[%d]", ErrBuffer, p, q)
 			}
 			if q != p && overlap(recv[p], recv[q]) {
