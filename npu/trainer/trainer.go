@@ -80,6 +80,11 @@ type Config struct {
 	LogSteps int
 	// Log receives the LossMonitor lines (nil discards them).
 	Log io.Writer
+	// GradAccumulation is MindSpore's grad_accumulation_step: every step
+	// runs this many micro-batches of BatchSize and applies the mean of
+	// their gradients, the update of one batch that many times larger
+	// (0 or 1: none).
+	GradAccumulation int
 	// Reduce, when set, reduces the gradients of every step in place before
 	// the optimizer sees them: the data-parallel AllReduce (mean).
 	Reduce func(ctx context.Context, grads []float32) error
@@ -187,6 +192,8 @@ func (c *Config) defaults() error {
 	switch {
 	case c.DataDir == "":
 		return fmt.Errorf("%w: no data directory", ErrConfig)
+	case c.GradAccumulation < 0:
+		return fmt.Errorf("%w: gradient accumulation %d must not be negative", ErrConfig, c.GradAccumulation)
 	case c.Epochs < 0 || c.BatchSize < 0:
 		return fmt.Errorf("%w: epochs %d and batch size %d must be positive", ErrConfig, c.Epochs, c.BatchSize)
 	case !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0):
@@ -240,9 +247,13 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	steps := pipe.StepsPerEpoch()
+	// With gradient accumulation a step takes accum micro-batches; the
+	// micro-batches left over at the end of an epoch are dropped, as
+	// drop_remainder drops a partial batch.
+	accum := max(cfg.GradAccumulation, 1)
+	steps := pipe.StepsPerEpoch() / accum
 	if steps == 0 {
-		return nil, fmt.Errorf("%w: %d training images on this shard are fewer than one batch of %d", ErrConfig, pipe.SamplesPerEpoch(), cfg.BatchSize)
+		return nil, fmt.Errorf("%w: %d training images on this shard are fewer than one step of %d×%d", ErrConfig, pipe.SamplesPerEpoch(), accum, cfg.BatchSize)
 	}
 
 	memory := cfg.DeviceMemory
@@ -280,6 +291,11 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	// Momentum keeps one moment per gradient element on the device.
 	if err := model.Device().Reserve("optimizer moments", 4*int64(len(model.Grads()))); err != nil {
 		return nil, err
+	}
+	if accum > 1 {
+		if err := model.Device().Reserve("gradient accumulation", 4*int64(len(model.Grads()))); err != nil {
+			return nil, err
+		}
 	}
 	res := &Result{StepsPerEpoch: steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
 
@@ -328,12 +344,20 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	loss := nn.NewSoftmaxCrossEntropyExpand()
+	net := &wholeModel{Model: model, loss: nn.NewSoftmaxCrossEntropyExpand()}
 	loader := pipe.NewLoader()
 	batch := pipe.NewBatch()
 	total := cfg.Epochs * steps
 	if cfg.MaxSteps > 0 {
 		total = min(total, start+cfg.MaxSteps)
+	}
+	var acc [][]float32 // gradient sums over the micro-batches of a step
+	if accum > 1 {
+		trainable := model.TrainableParams()
+		acc = make([][]float32, len(trainable))
+		for i, p := range trainable {
+			acc[i] = make([]float32, p.Grad.Len())
+		}
 	}
 	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(model, opt) }
 	began := time.Now()
@@ -346,30 +370,26 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if step == 0 && g > start {
 			epochBegan, epochSteps = time.Now(), 0
 		}
-		if err := loader.Fill(batch, epoch, step); err != nil {
-			return res, err
-		}
-		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
-		if err != nil {
-			return res, err
-		}
-		logits, err := model.Forward(x, true)
-		if err != nil {
-			return res, err
-		}
-		l, err := loss.Forward(logits, batch.Labels[:batch.N])
-		if err != nil {
-			return res, err
-		}
-		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-			return res, fmt.Errorf("%w: loss is %v at epoch %d step %d (lower the learning rate)", ErrDiverged, l, epoch+1, step+1)
-		}
-		dlogits, err := loss.Backward()
-		if err != nil {
-			return res, err
-		}
-		if err := model.Backward(dlogits); err != nil {
-			return res, err
+		var l float32
+		for micro := 0; micro < accum; micro++ {
+			if err := loader.Fill(batch, epoch, step*accum+micro); err != nil {
+				return res, err
+			}
+			x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+			if err != nil {
+				return res, err
+			}
+			ml, err := net.step(ctx, x, batch.Labels[:batch.N])
+			if err != nil {
+				return res, err
+			}
+			if math.IsNaN(float64(ml)) || math.IsInf(float64(ml), 0) {
+				return res, fmt.Errorf("%w: loss is %v at epoch %d step %d (lower the learning rate)", ErrDiverged, ml, epoch+1, step+1)
+			}
+			l += ml / float32(accum)
+			if accum > 1 {
+				accumulate(acc, net.TrainableParams(), micro, accum)
+			}
 		}
 		if cfg.Reduce != nil {
 			if err := cfg.Reduce(ctx, model.Grads()); err != nil {
@@ -396,7 +416,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		epochSteps++
 		if cfg.OnStep != nil {
 			if secs := time.Since(epochBegan).Seconds(); secs > 0 {
-				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize) / secs
+				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize*accum) / secs
 			}
 			info.DeviceMemory, _ = model.Device().MemoryInUse()
 			cfg.OnStep(info)
@@ -404,7 +424,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Seconds = time.Since(began).Seconds()
 	if res.Seconds > 0 {
-		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize) / res.Seconds
+		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize*accum) / res.Seconds
 	}
 	if mc != nil && res.GlobalStep > 0 {
 		epoch := (res.GlobalStep - 1) / steps
@@ -549,5 +569,53 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 			fmt.Fprintf(cfg.Log, "resume: another rank's newest checkpoint is at step %d, before this rank's %d: all ranks go back to it\n", lo, mine.step)
 		}
 		limit = lo
+	}
+}
+
+// wholeModel is a network held whole on this device (stand_alone and
+// data_parallel): one step is forward, the loss and backward.
+type wholeModel struct {
+	*nn.Model
+	loss *nn.SoftmaxCrossEntropyExpand
+}
+
+// step runs one (micro-)batch forward and backward, leaving the gradients
+// of this device's batch in the parameters' Grad.
+func (m *wholeModel) step(_ context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
+	logits, err := m.Forward(x, true)
+	if err != nil {
+		return 0, err
+	}
+	l, err := m.loss.Forward(logits, labels)
+	if err != nil {
+		return 0, err
+	}
+	dlogits, err := m.loss.Backward()
+	if err != nil {
+		return 0, err
+	}
+	return l, m.Backward(dlogits)
+}
+
+// accumulate folds the gradients of micro-batch micro of accum into acc,
+// and after the last one leaves their mean in the parameters' Grad: the
+// gradient of the mean loss over all accum micro-batches.
+func accumulate(acc [][]float32, params []*nn.Param, micro, accum int) {
+	for i, p := range params {
+		g := p.Grad.Data()
+		switch {
+		case micro == 0:
+			copy(acc[i], g)
+		default:
+			for j, v := range g {
+				acc[i][j] += v
+			}
+		}
+		if micro == accum-1 {
+			inv := 1 / float32(accum)
+			for j, v := range acc[i] {
+				g[j] = v * inv
+			}
+		}
 	}
 }
