@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/optim"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -38,6 +39,8 @@ func batches(steps, n int, seed uint64) ([][]float32, [][]int32) {
 	return xs, ys
 }
 
+const testLR = 0.05
+
 // run is one training job of several in-process ranks.
 type run struct {
 	nets     []*Net
@@ -46,7 +49,7 @@ type run struct {
 }
 
 // trainRanks trains cfg on cfg.Devices in-process ranks for len(xs) steps
-// of Momentum (lr 0.01, momentum 0.9) over the global batches xs, ys, and
+// of Momentum (lr 0.05, momentum 0.9) over the global batches xs, ys, and
 // gathers the parameters on rank 0.
 func trainRanks(t *testing.T, cfg Config, comms []Comm, xs [][]float32, ys [][]int32) *run {
 	t.Helper()
@@ -75,7 +78,7 @@ func trainRanks(t *testing.T, cfg Config, comms []Comm, xs [][]float32, ys [][]i
 						trainable = append(trainable, p)
 					}
 				}
-				opt, err := optim.NewMomentum(trainable, optim.MomentumConfig{LearningRates: []float32{0.01}, Momentum: 0.9})
+				opt, err := optim.NewMomentum(trainable, optim.MomentumConfig{LearningRates: []float32{testLR}, Momentum: 0.9})
 				if err != nil {
 					return err
 				}
@@ -201,7 +204,7 @@ func TestSemiAutoEqualsStandAlone(t *testing.T) {
 			t.Run(fmt.Sprintf("%d ranks %v", d, st), func(t *testing.T) {
 				cfg := base
 				cfg.Mode, cfg.Devices, cfg.BatchPerDevice, cfg.Strategy = parallel.SemiAutoParallel, d, global/d, st
-				res := trainRanks(t, cfg, memComms(d), xs, ys)
+				res := trainRanks(t, cfg, realComms(t, d, collective.TransportTCP), xs, ys)
 				worst := compare(t, res.gathered, alone.gathered, 1e-5)
 				checkReplicas(t, res)
 				t.Logf("largest relative difference %.3g; loss %v vs %v", worst, res.losses[0][steps-1], alone.losses[0][steps-1])
