@@ -144,4 +144,13 @@ func TestHybridEqualsStandAlone(t *testing.T) {
 			}
 		})
 	}
+	// A model without layerwise_parallel parameters runs data parallel in
+	// hybrid_parallel: each device's loss is its own batch's mean and every
+	// gradient is averaged over all devices.
+	t.Run("semi_auto_net 4 ranks", func(t *testing.T) {
+		cfg := Config{Model: "semi_auto_net", Mode: parallel.HybridParallel, Devices: 4, BatchPerDevice: global / 4, GradientsMean: true, Seed: 9, Threads: 1}
+		res := trainRanks(t, cfg, memComms(4), xs, ys)
+		t.Logf("largest relative difference %.3g", compare(t, res.gathered, alone.gathered, 1e-5))
+		checkReplicas(t, res)
+	})
 }

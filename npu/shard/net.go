@@ -709,6 +709,11 @@ func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error
 		byName[p.Name] = p
 	}
 	send, recv := make([][]float32, d), make([][]float32, d)
+	size := 0
+	for _, pt := range parts[n.cfg.Rank] {
+		size += volume(pt.box.Shape)
+	}
+	send[root] = make([]float32, 0, size)
 	for _, pt := range parts[n.cfg.Rank] {
 		send[root] = append(send[root], byName[pt.name].Value.Data()...)
 	}
