@@ -274,9 +274,7 @@ func (l TensorLayout) Validate() error {
 		return err
 	}
 	if l.Shape != nil {
-		if _, err := l.boxes(l.Shape); err != nil {
-			return err
-		}
+		return l.checkShape(l.Shape)
 	}
 	return nil
 }
@@ -389,18 +387,48 @@ func (l TensorLayout) Boxes(shape []int) ([]Box, error) {
 	return l.boxes(shape)
 }
 
-// boxes is Boxes on a layout whose own fields are valid.
-func (l TensorLayout) boxes(shape []int) ([]Box, error) {
-	if l.Field > 0 {
-		return nil, fmt.Errorf("%w: field %d: a field-split embedding table is not split into boxes; not supported", ErrLayout, l.Field)
-	}
+// checkShape checks that the layout, whose own fields are valid, tiles a
+// tensor of the given shape, without listing the boxes.
+func (l TensorLayout) checkShape(shape []int) error {
 	if len(shape) != len(l.TensorMap) {
-		return nil, fmt.Errorf("%w: tensor map %v has %d entries for a tensor of %d dimensions %v", ErrLayout, l.TensorMap, len(l.TensorMap), len(shape), shape)
+		return fmt.Errorf("%w: tensor map %v has %d entries for a tensor of %d dimensions %v", ErrLayout, l.TensorMap, len(l.TensorMap), len(shape), shape)
 	}
 	for k, d := range shape {
 		if d < 0 || d > maxDimSize {
-			return nil, fmt.Errorf("%w: shape %v: dimension %d is %d, want 0 to %d", ErrLayout, shape, k, d, maxDimSize)
+			return fmt.Errorf("%w: shape %v: dimension %d is %d, want 0 to %d", ErrLayout, shape, k, d, maxDimSize)
 		}
+	}
+	switch {
+	case l.Field > 0:
+		return nil // MindSpore's field reordering has no rule for the shape to follow
+	case l.uneven():
+		var total int64
+		for _, size := range l.ParamSplitShape {
+			total += int64(size)
+		}
+		if total != int64(shape[0]) {
+			return fmt.Errorf("%w: param_split_shape %v adds up to %d rows, the tensor %v has %d", ErrLayout, l.ParamSplitShape, total, shape, shape[0])
+		}
+		return nil
+	}
+	if err := l.Layout(shape).Validate(); err != nil {
+		return err
+	}
+	if l.optSharded() {
+		if slice0 := shape[0] / l.splits(0); slice0%l.OptWeightShardSize != 0 {
+			return fmt.Errorf("%w: shape %v: the slices' dimension 0 of %d rows does not divide into opt_weight_shard_size %d pieces", ErrLayout, shape, slice0, l.OptWeightShardSize)
+		}
+	}
+	return nil
+}
+
+// boxes is Boxes on a layout whose own fields are valid.
+func (l TensorLayout) boxes(shape []int) ([]Box, error) {
+	if l.Field > 0 {
+		return nil, fmt.Errorf("%w: field %d: the slices of a field-split embedding table are not boxes; not supported", ErrLayout, l.Field)
+	}
+	if err := l.checkShape(shape); err != nil {
+		return nil, err
 	}
 	switch {
 	case l.uneven():
@@ -409,9 +437,6 @@ func (l TensorLayout) boxes(shape []int) ([]Box, error) {
 		return l.optShardBoxes(shape)
 	}
 	even := l.Layout(shape)
-	if err := even.Validate(); err != nil {
-		return nil, err
-	}
 	boxes := make([]Box, l.Devices())
 	for r := range boxes {
 		b, err := even.Box(r)
@@ -424,13 +449,6 @@ func (l TensorLayout) boxes(shape []int) ([]Box, error) {
 }
 
 func (l TensorLayout) unevenBoxes(shape []int) ([]Box, error) {
-	var total int64
-	for _, size := range l.ParamSplitShape {
-		total += int64(size)
-	}
-	if total != int64(shape[0]) {
-		return nil, fmt.Errorf("%w: param_split_shape %v adds up to %d rows, the tensor %v has %d", ErrLayout, l.ParamSplitShape, total, shape, shape[0])
-	}
 	axis := len(l.DeviceMatrix) - 1 - l.TensorMap[0]
 	grid := Layout{DeviceMatrix: l.DeviceMatrix}
 	boxes := make([]Box, l.Devices())
@@ -454,15 +472,9 @@ func (l TensorLayout) optShardBoxes(shape []int) ([]Box, error) {
 	slice := make([]int, len(shape))
 	for k := range shape {
 		splits[k] = l.splits(k)
-		if shape[k]%splits[k] != 0 {
-			return nil, fmt.Errorf("%w: dimension %d of shape %v is %d, not divisible into %d slices", ErrLayout, k, shape, shape[k], splits[k])
-		}
 		slice[k] = shape[k] / splits[k]
 	}
 	size := l.OptWeightShardSize
-	if slice[0]%size != 0 {
-		return nil, fmt.Errorf("%w: dimension 0 of the slice %v is %d, not divisible into opt_weight_shard_size %d pieces", ErrLayout, slice, slice[0], size)
-	}
 	piece := slice[0] / size
 	boxes := make([]Box, l.Devices())
 	for r := range boxes {

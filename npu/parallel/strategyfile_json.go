@@ -131,7 +131,7 @@ func decodeLayoutJSON(dec *json.Decoder, name string) (TensorLayout, error) {
 func decodeObject(dec *json.Decoder, what string, field func(key string) error) (map[string]bool, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return nil, jsonError(what, err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return nil, fmt.Errorf("%w: %s: want an object, found %v", ErrStrategyFile, what, tok)
@@ -140,7 +140,7 @@ func decodeObject(dec *json.Decoder, what string, field func(key string) error) 
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+			return nil, jsonError(what, err)
 		}
 		key, ok := tok.(string)
 		if !ok {
@@ -155,7 +155,7 @@ func decodeObject(dec *json.Decoder, what string, field func(key string) error) 
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return nil, jsonError(what, err)
 	}
 	return seen, nil
 }
@@ -164,7 +164,7 @@ func decodeObject(dec *json.Decoder, what string, field func(key string) error) 
 func decodeValue(dec *json.Decoder, what string, dst any) error {
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return jsonError(what, err)
 	}
 	if string(raw) == "null" {
 		return fmt.Errorf("%w: %s is null", ErrStrategyFile, what)
@@ -177,6 +177,14 @@ func decodeValue(dec *json.Decoder, what string, dst any) error {
 		return fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
 	}
 	return nil
+}
+
+// jsonError describes a syntax error met while reading what.
+func jsonError(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %s: the JSON ends early", ErrStrategyFile, what)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
 }
 
 // encodeStrategyJSON writes f (already validated) with one line per
