@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
@@ -191,6 +192,9 @@ func (f *StrategyFile) Validate() error {
 		if name == "" {
 			return fmt.Errorf("%w: a layout without a parameter name", ErrStrategyFile)
 		}
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("%w: parameter name %q is not UTF-8 text", ErrStrategyFile, name)
+		}
 		l := f.Layouts[name]
 		if err := l.Validate(); err != nil {
 			return fmt.Errorf("parameter %s: %w", name, err)
@@ -216,6 +220,9 @@ func (f *StrategyFile) Validate() error {
 func validateOperator(op string, strategy [][]int, devices int) error {
 	if op == "" {
 		return fmt.Errorf("%w: an operator without a name", ErrStrategy)
+	}
+	if !utf8.ValidString(op) {
+		return fmt.Errorf("%w: operator name %q is not UTF-8 text", ErrStrategyFile, op)
 	}
 	if len(strategy) > maxLayoutDims {
 		return fmt.Errorf("%w: operator %s has %d inputs, more than %d", ErrStrategy, op, len(strategy), maxLayoutDims)
