@@ -16,6 +16,10 @@ import (
 // StrategyFile is a parallel strategy file: the shard strategy of every
 // operator and the layout of every parameter, as MindSpore's
 // strategy_ckpt_save_file holds them.
+//
+// MindSpore also records a pipeline stage per operator; it is read but not
+// kept, and every operator is written with the file's Stage (mspipe runs
+// no pipeline parallelism, so they are all the same).
 type StrategyFile struct {
 	Stage     int                     // current_stage: the pipeline stage that wrote the file
 	Operators map[string][][]int      // parallel_strategy_item: operator name -> strategy (one list per input)
@@ -111,14 +115,19 @@ func ReadStrategyFile(path string) (*StrategyFile, error) {
 }
 
 // DecodeStrategyFile decodes and validates the content of a strategy file;
-// name is used in errors.
+// name is used in errors. An error found while reading the JSON form names
+// the place as name:line:col.
 func DecodeStrategyFile(name string, data []byte) (*StrategyFile, error) {
 	var (
 		f   *StrategyFile
 		err error
 	)
 	if IsJSONStrategy(data) {
-		f, err = decodeStrategyJSON(data)
+		if f, err = decodeStrategyJSON(data); err != nil {
+			if pos := jsonPosition(data, err); pos != "" {
+				name += ":" + pos
+			}
+		}
 	} else {
 		f, err = decodeStrategyProto(data)
 	}

@@ -35,7 +35,7 @@ func FuzzReadStrategy(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := DecodeStrategyFile("fuzz.ckpt", data)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "strategy file fuzz.ckpt: ") {
+			if !strings.HasPrefix(err.Error(), "strategy file fuzz.ckpt") {
 				t.Fatalf("error does not name the file: %v", err)
 			}
 			return

@@ -421,20 +421,21 @@ func TestStrategyFileValidate(t *testing.T) {
 }
 
 // badStrategyFiles says what the error for each file of the bad corpus
-// must contain, besides the file's path.
+// must say after "strategy file <path>": for the JSON form's reading
+// errors, the line and column first.
 var badStrategyFiles = map[string]string{
 	"device_count_differs.ckpt":    "parameter fc.weight: device matrix [8] has 8 devices, parameter fc.bias's has 4",
 	"device_count_differs.json":    "parameter b.weight: device matrix [2 2] has 4 devices, parameter a.weight's has 8",
 	"device_matrix_zero.ckpt":      "parameter fc.weight: invalid layout: device matrix [2 0]",
-	"duplicate_key.json":           `parameter fc.weight: key "field" given twice`,
+	"duplicate_key.json":           `:2:123: parameter fc.weight: key "field" given twice`,
 	"duplicate_parameter.ckpt":     "parameter fc.weight has two layouts",
-	"duplicate_parameter.json":     `parallel_layout_item: key "fc.weight" given twice`,
+	"duplicate_parameter.json":     `:3:3: parallel_layout_item: key "fc.weight" given twice`,
 	"field_missing.ckpt":           "parameter fc.weight: invalid strategy file: field missing",
-	"field_missing.json":           "parameter fc.weight: field missing",
-	"fractional.json":              "parameter fc.weight dev_matrix: number 2.5 does not fit int",
+	"field_missing.json":           ":1:47: parameter fc.weight: field missing",
+	"fractional.json":              ":1:75: parameter fc.weight dev_matrix: number 2.5 does not fit int",
 	"negative_stage.json":          "current_stage -1",
-	"null_device_matrix.json":      "parameter fc.weight dev_matrix is null",
-	"operator_missing_stage.json":  "operator MatMul-op0: stage missing",
+	"null_device_matrix.json":      ":1:75: parameter fc.weight dev_matrix is null",
+	"operator_missing_stage.json":  ":1:49: operator MatMul-op0: stage missing",
 	"opt_shard_step.json":          "opt_weight_shard_step 4, but the tensor map cuts the tensor into 2 slices",
 	"shape_not_divisible.json":     "dimension 1 of shape [8 10] is 10, not divisible into 4 slices",
 	"stage_missing.json":           "current_stage missing",
@@ -444,16 +445,16 @@ var badStrategyFiles = map[string]string{
 	"text.ckpt":                    "not a protobuf ParallelStrategyMap",
 	"trailing_data.json":           "data after the JSON object",
 	"truncated.ckpt":               "not a protobuf ParallelStrategyMap",
-	"truncated.json":               "operator Default/network-SemiAutoParallelNet/MatMul-op0: the JSON ends early",
+	"truncated.json":               ":4:67: operator Default/network-SemiAutoParallelNet/MatMul-op0: the JSON ends early",
 	"two_device_matrices.ckpt":     "parameter fc.weight: invalid strategy file: 2 dev_matrix",
 	"uneven_gap.json":              "slice 2 starts at 9, leaving rows 8 to 8 in no slice",
 	"uneven_overlap.ckpt":          "parameter embedding: invalid layout: indices_offset [0 2 8 10]: slice 1 starts at 2",
 	"uneven_overlap.json":          "slice 2 starts at 7, inside the slices before it (they end at 8)",
 	"uneven_second_dimension.json": "splits dimension 1; an uneven split (param_split_shape) splits dimension 0 only",
 	"uneven_sum.json":              "param_split_shape [3 5 2 6] adds up to 16 rows, the tensor [20 4] has 20",
-	"uneven_without_offsets.json":  "param_split_shape and indices_offset come together",
+	"uneven_without_offsets.json":  ":2:3: param_split_shape and indices_offset come together",
 	"unknown_field.ckpt":           "ParallelStrategyMap has unknown field 4",
-	"unknown_key.json":             `parameter fc.weight: unknown key "tensor_shapes"`,
+	"unknown_key.json":             `:2:55: parameter fc.weight: unknown key "tensor_shapes"`,
 }
 
 func TestBadStrategyCorpus(t *testing.T) {
@@ -475,9 +476,13 @@ func TestBadStrategyCorpus(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted: %+v", f)
 			}
-			msg := err.Error()
-			if !strings.HasPrefix(msg, "strategy file "+path+": ") || !strings.Contains(msg, want) {
-				t.Fatalf("error %q\nwant it to name %s and contain %q", msg, path, want)
+			msg, where := err.Error(), path
+			if strings.HasPrefix(want, ":") { // a position
+				pos, rest, _ := strings.Cut(want[1:], ": ")
+				where, want = path+":"+pos, rest
+			}
+			if !strings.HasPrefix(msg, "strategy file "+where+": ") || !strings.Contains(msg, want) {
+				t.Fatalf("error %q\nwant it to name %s and contain %q", msg, where, want)
 			}
 			if !errors.Is(err, ErrStrategyFile) && !errors.Is(err, ErrLayout) && !errors.Is(err, ErrStrategy) {
 				t.Fatalf("error %v wraps none of the package's sentinels", err)
