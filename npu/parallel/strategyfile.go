@@ -256,6 +256,12 @@ func (l TensorLayout) Devices() int {
 	return Layout{DeviceMatrix: l.DeviceMatrix}.Devices()
 }
 
+// TensorLayoutOf returns the strategy file entry of an even layout, with
+// its shape recorded: what training writes for each parameter.
+func TensorLayoutOf(l Layout) TensorLayout {
+	return TensorLayout{DeviceMatrix: slices.Clone(l.DeviceMatrix), TensorMap: slices.Clone(l.TensorMap), Shape: slices.Clone(l.Shape)}
+}
+
 // Layout returns the even layout of a tensor of the given shape: the device
 // matrix and tensor map, without the uneven split and optimizer sharding.
 func (l TensorLayout) Layout(shape []int) Layout {

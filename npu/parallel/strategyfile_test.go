@@ -372,6 +372,31 @@ func TestLayoutOfTensorLayout(t *testing.T) {
 	}
 }
 
+func TestTensorLayoutOfSplitLayout(t *testing.T) {
+	// The seeds' MatMul weight strategy (1, 2) on 8 devices.
+	l, err := SplitLayout([]int{512, 128}, []int{1, 2}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := TensorLayoutOf(l)
+	want := TensorLayout{DeviceMatrix: []int{4, 1, 2}, TensorMap: []int{1, 0}, Shape: []int{512, 128}}
+	if !reflect.DeepEqual(tl, want) {
+		t.Fatalf("TensorLayoutOf = %+v, want %+v", tl, want)
+	}
+	boxes, err := tl.Boxes(l.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, b := range boxes {
+		if even, _ := l.Box(r); !reflect.DeepEqual(b, even) {
+			t.Fatalf("rank %d: box %v, Layout.Box %v", r, b, even)
+		}
+	}
+	if boxes[3].Offset[1] != 64 || boxes[3].Shape[1] != 64 {
+		t.Fatalf("rank 3 holds %v, want columns 64-127", boxes[3])
+	}
+}
+
 func TestStrategyFileValidate(t *testing.T) {
 	even := TensorLayout{DeviceMatrix: []int{2, 4}, TensorMap: []int{1, 0}}
 	for _, tc := range []struct {
