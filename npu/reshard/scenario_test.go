@@ -208,3 +208,50 @@ func TestMemoryCapHolds(t *testing.T) {
 		t.Fatalf("run with a cap below one row: err = %v, want ErrMemory naming big", err)
 	}
 }
+
+// TestStrategyFileLayouts: placements from a strategy file's layouts
+// (uneven param_split_shape, optimizer weight sharding) merge and reshard
+// back bit for bit.
+func TestStrategyFileLayouts(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 7))
+	f32 := func(name string, shape ...int) ckpt.Tensor {
+		v := make([]float32, volume(shape))
+		for i := range v {
+			v[i] = rng.Float32()
+		}
+		return mustFloat32(t, name, fileDims(shape)[:len(shape)], v)
+	}
+	model := []ckpt.Tensor{f32("embedding.table", 10, 3), f32("fc.weight", 16, 4), f32("moments.fc.weight", 16, 4), f32("learning_rate")}
+	layouts := map[string]parallel.TensorLayout{
+		// Manual split of the table's rows 3 + 7 over the 2 model-parallel slices.
+		"embedding.table": {DeviceMatrix: []int{2, 2}, TensorMap: []int{0, -1}, ParamSplitShape: []int{3, 7}, IndicesOffset: []int{0, 3}},
+		// Rows split 2 ways, each slice sharded again 2 ways by the parallel optimizer.
+		"fc.weight": {DeviceMatrix: []int{2, 2}, TensorMap: []int{0, -1}, OptWeightShardStep: 2, OptWeightShardSize: 2},
+	}
+	placements := make(map[string]Placement)
+	for _, x := range model {
+		l, ok := layouts[x.Name]
+		if !ok {
+			continue
+		}
+		boxes, err := l.Boxes(intShape(x.Dims))
+		if err != nil {
+			t.Fatal(err)
+		}
+		placements[x.Name] = Placement{Shape: intShape(x.Dims), Boxes: boxes}
+	}
+	src := writeSourceSet(t, t.TempDir(), model, placements, 4, ckpt.WriteOptions{CRC: true})
+	one := t.TempDir()
+	m, err := Merge(ctx, src, one, "merged.ckpt", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, one, m, model, Target{Ranks: 1})
+	back := t.TempDir()
+	mb, err := Run(ctx, m.Source(one), Target{Ranks: 4, Placements: placements}, back, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, "4 -> 1 -> 4", src.Files, setFiles(back, mb))
+}
