@@ -220,19 +220,38 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options) (int64
 	for r, f := range files {
 		readers[r] = f
 	}
-	mt := &meter{limit: opt.MaxMemory}
-	band, scratch := &buffer{m: mt}, &buffer{m: mt}
-	defer band.release()
-	defer scratch.release()
-	for i, t := range m.Tensors {
-		if err := verifyTensor(ctx, i, t, paths, index, readers, band, scratch, opt); err != nil {
-			return 0, err
+	// Tensors are checked in parallel, each worker with an equal share of
+	// the cap, unless a tensor's rows need more than a share.
+	workers := max(1, min(opt.Workers, len(m.Tensors)))
+	for _, t := range m.Tensors {
+		elem, _ := ckpt.DTypeSize(t.DType)
+		if 2*volume(geom(t.Shape)[1:])*int64(elem) > opt.MaxMemory/int64(workers) {
+			workers = 1
 		}
+	}
+	share := opt.MaxMemory / int64(workers)
+	mt := &meter{limit: opt.MaxMemory}
+	bufs := make([][2]*buffer, workers)
+	for w := range bufs {
+		bufs[w] = [2]*buffer{{m: mt}, {m: mt}}
+	}
+	defer func() {
+		for _, b := range bufs {
+			b[0].release()
+			b[1].release()
+		}
+	}()
+	err = forEachWorker(ctx, len(m.Tensors), workers, func(w, i int) error {
+		return verifyTensor(ctx, i, m.Tensors[i], paths, index, readers, bufs[w][0], bufs[w][1], share, opt)
+	})
+	if err != nil {
+		return 0, err
 	}
 	return mt.peak, nil
 }
 
-func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []io.ReaderAt, band, scratch *buffer, opt Options) error {
+// verifyTensor checks tensor i of the set, holding at most limit bytes.
+func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []io.ReaderAt, band, scratch *buffer, limit int64, opt Options) error {
 	n := len(paths)
 	elem, ok := ckpt.DTypeSize(t.DType)
 	if !ok {
@@ -268,10 +287,10 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	h := newTensorHash(t.DType, t.Shape)
 	rowBytes := volume(g[1:]) * int64(elem)
 	if volume(g) > 0 {
-		if 2*rowBytes > opt.MaxMemory {
-			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, the cap is %s: %w", t.Name, userfile.Size(rowBytes), userfile.Size(opt.MaxMemory), ErrMemory)
+		if 2*rowBytes > limit {
+			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, the cap is %s: %w", t.Name, userfile.Size(rowBytes), userfile.Size(limit), ErrMemory)
 		}
-		rows := int(min(int64(g[0]), opt.MaxMemory/(2*rowBytes)))
+		rows := int(min(int64(g[0]), limit/(2*rowBytes)))
 		for lo := 0; lo < g[0]; lo += rows {
 			if err := ctx.Err(); err != nil {
 				return err
