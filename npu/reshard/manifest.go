@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -214,10 +213,6 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 	if err != nil {
 		return err
 	}
-	readers := make([]io.ReaderAt, n)
-	for r, f := range files {
-		readers[r] = f
-	}
 	// Tensors are checked in parallel, each worker with an equal share of
 	// the memory, unless a tensor's rows need more than a share.
 	var widest, biggest int64 // row and tensor bytes
@@ -241,13 +236,13 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 	share := int64(len(arena)) / int64(workers)
 	return forEachWorker(ctx, len(m.Tensors), workers, func(w, i int) error {
 		mine := arena[int64(w)*share : int64(w+1)*share]
-		return verifyTensor(ctx, i, m.Tensors[i], paths, index, readers, mine[:share/2], mine[share/2:], opt)
+		return verifyTensor(ctx, i, m.Tensors[i], paths, index, files, mine[:share/2], mine[share/2:], opt)
 	})
 }
 
 // verifyTensor checks tensor i of the set, reading bands into band; scratch
 // is as large.
-func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []io.ReaderAt, band, scratch []byte, opt Options) error {
+func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []*os.File, band, scratch []byte, opt Options) error {
 	n := len(paths)
 	elem, ok := ckpt.DTypeSize(t.DType)
 	if !ok {
@@ -317,7 +312,7 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 
 // compareCopy checks that rank c's copy of a shared box holds the band's
 // bytes.
-func compareCopy(c piece, box parallel.Box, buf []byte, files []io.ReaderAt, elem int, scratch []byte, paths []string) error {
+func compareCopy(c piece, box parallel.Box, buf []byte, files []*os.File, elem int, scratch []byte, paths []string) error {
 	common, ok := c.box.Intersect(box)
 	if !ok {
 		return nil
@@ -328,7 +323,7 @@ func compareCopy(c piece, box parallel.Box, buf []byte, files []io.ReaderAt, ele
 	// The rows of a box are contiguous in its file.
 	start := int64(common.Offset[0]-c.box.Offset[0]) * volume(c.box.Shape[1:]) * e
 	if err := c.t.ReadAt(files[c.rank], sc, start); err != nil {
-		return fmt.Errorf("verify: %w", err)
+		return fmt.Errorf("verify %s: %w", paths[c.rank], err)
 	}
 	return forEachRun(common, c.box, box, func(copyOff, bandOff, n int64) error {
 		at := copyOff*e - start

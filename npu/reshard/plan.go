@@ -257,6 +257,11 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 			return nil, nil, fmt.Errorf("tensor %q has a placement but is not in %s: %w", name, s.paths[0], ErrPlacement)
 		}
 	}
+	for name := range target.Placements {
+		if _, ok := byName[0][name]; !ok {
+			return nil, nil, fmt.Errorf("tensor %q has a target placement but is not in %s: %w", name, s.paths[0], ErrPlacement)
+		}
+	}
 
 	var jobs []*job
 	for _, first := range s.index[0].Tensors {

@@ -65,10 +65,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		outs = append(outs, o)
 	}
 
-	files := make([]io.ReaderAt, len(s.files))
-	for r, f := range s.files {
-		files[r] = f
-	}
+	files := s.files
 	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule}
 	// One arena for every tensor's bands, reused by the check after: no
 	// garbage per tensor, so the process stays near the planned memory.
@@ -167,7 +164,7 @@ type filledBand struct {
 // streamTensor writes one tensor to every output file, band by band, and
 // returns its content hash. One goroutine reads bands into two alternating
 // buffers while this one hashes and writes the previous band.
-func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outFile, bufs *buffers, opt Options) (string, error) {
+func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile, bufs *buffers, opt Options) (string, error) {
 	h := newTensorHash(j.dtype, j.shape)
 	for r, o := range outs {
 		if err := o.begin(j.name, j.dstShapes[r], j.dtype, volume(j.dst[r].Shape)*int64(j.elem), opt.SliceBytes); err != nil {
@@ -240,7 +237,7 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 }
 
 // readBand fills buf with the tensor's rows in box.
-func readBand(ctx context.Context, j *job, files []io.ReaderAt, g []int, box parallel.Box, buf, scratch []byte, bufs *buffers, opt Options) error {
+func readBand(ctx context.Context, j *job, files []*os.File, g []int, box parallel.Box, buf, scratch []byte, bufs *buffers, opt Options) error {
 	if j.rule == RuleMean {
 		if err := meanBand(files, j.reads, j.dtype, box.Offset[0], j.rowBytes, buf, bufs.meanInput, bufs.sums); err != nil {
 			return fmt.Errorf("read for the mean: %w", err)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
+	"os"
 	"sync"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -130,7 +130,7 @@ type readTask struct {
 // single ReadAt, straight into the band when the piece is as wide as the
 // tensor, else into the worker's share of scratch and scattered from there.
 // Tasks run on parallel workers.
-func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, g []int, band parallel.Box, buf, scratch []byte, elem int, workers int) error {
+func fillBand(ctx context.Context, files []*os.File, reads []piece, g []int, band parallel.Box, buf, scratch []byte, elem int, workers int) error {
 	e := int64(elem)
 	const minChunkBytes = 1 << 20
 	chunkBytes := max(int64(len(buf))/int64(workers), minChunkBytes)
@@ -172,11 +172,14 @@ func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, g []int, 
 		r := files[t.p.rank]
 		if fullWidth(t.p.box, g) {
 			dst := int64(t.lo-band.Offset[0]) * rowBytes
-			return t.p.t.ReadAt(r, buf[dst:dst+size], src)
+			if err := t.p.t.ReadAt(r, buf[dst:dst+size], src); err != nil {
+				return fmt.Errorf("%s: %w", r.Name(), err)
+			}
+			return nil
 		}
 		sc := scratch[int64(w)*share : int64(w)*share+size]
 		if err := t.p.t.ReadAt(r, sc, src); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", r.Name(), err)
 		}
 		region := parallel.Box{Offset: append([]int(nil), t.p.box.Offset...), Shape: append([]int(nil), t.p.box.Shape...)}
 		region.Offset[0], region.Shape[0] = t.lo, t.hi-t.lo
@@ -197,7 +200,7 @@ const (
 // meanBand fills buf, rows [lo, hi) of the tensor, with the element-wise
 // mean of every read's copy, summed in float64 in rank order, a chunk of
 // meanChunk elements at a time.
-func meanBand(files []io.ReaderAt, reads []piece, dtype string, lo int, rowBytes int64, buf []byte, scratch []byte, sums []float64) error {
+func meanBand(files []*os.File, reads []piece, dtype string, lo int, rowBytes int64, buf []byte, scratch []byte, sums []float64) error {
 	elem, _ := ckpt.DTypeSize(dtype)
 	e := int64(elem)
 	start := int64(lo) * rowBytes
@@ -209,7 +212,7 @@ func meanBand(files []io.ReaderAt, reads []piece, dtype string, lo int, rowBytes
 		for _, p := range reads {
 			sc := scratch[:n*e]
 			if err := p.t.ReadAt(files[p.rank], sc, start+off*e); err != nil {
-				return err
+				return fmt.Errorf("%s: %w", files[p.rank].Name(), err)
 			}
 			switch dtype {
 			case ckpt.DTypeFloat32:
