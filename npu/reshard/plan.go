@@ -34,6 +34,10 @@ type Options struct {
 	// SliceBytes is the output's Value slice limit; 0 means
 	// ckpt.DefaultSliceBytes, as MindSpore writes.
 	SliceBytes int64
+	// Progress, when set, is called by Run from one goroutine after each
+	// band with the output bytes written so far and the total the plan
+	// expects (PlanResult.WriteBytes); the last call has written == total.
+	Progress func(written, total int64)
 }
 
 func (o Options) withDefaults() (Options, error) {

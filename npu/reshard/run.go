@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -42,6 +43,12 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	wbuf := plan.writeBuffer
 	outs := make([]*outFile, 0, len(paths))
 	var renamed []string
+	var written atomic.Int64
+	progress := func() {
+		if opt.Progress != nil {
+			opt.Progress(written.Load(), plan.WriteBytes)
+		}
+	}
 	ok := false
 	defer func() {
 		if ok {
@@ -58,7 +65,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		if err := m.grow(int64(wbuf), "write buffer of "+p); err != nil {
 			return nil, err
 		}
-		o, err := createOut(p, wbuf)
+		o, err := createOut(p, wbuf, &written)
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +87,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		bufs.meanInput, bufs.sums = make([]byte, meanChunk*8), make([]float64, meanChunk)
 	}
 	for _, j := range jobs {
-		sum, err := streamTensor(ctx, j, files, outs, bufs, opt)
+		sum, err := streamTensor(ctx, j, files, outs, bufs, progress, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -99,6 +106,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 			return nil, err
 		}
 		m.shrink(int64(wbuf))
+		progress()
 		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crc)})
 	}
 	for _, o := range outs {
@@ -164,7 +172,7 @@ type filledBand struct {
 // streamTensor writes one tensor to every output file, band by band, and
 // returns its content hash. One goroutine reads bands into two alternating
 // buffers while this one hashes and writes the previous band.
-func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile, bufs *buffers, opt Options) (string, error) {
+func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile, bufs *buffers, progress func(), opt Options) (string, error) {
 	h := newTensorHash(j.dtype, j.shape)
 	for r, o := range outs {
 		if err := o.begin(j.name, j.dstShapes[r], j.dtype, volume(j.dst[r].Shape)*int64(j.elem), opt.SliceBytes); err != nil {
@@ -217,6 +225,8 @@ func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile
 			if writeErr == nil {
 				if writeErr = writeBand(ctx, j, b.box, b.buf, outs, h, opt.Workers); writeErr != nil {
 					cancel()
+				} else {
+					progress()
 				}
 			}
 			free <- b.slot

@@ -194,10 +194,21 @@ func TestMemoryCapHolds(t *testing.T) {
 	if plan.Tensors[0].Bands < 16 || plan.PeakMemory > capBytes {
 		t.Fatalf("plan: %d bands, peak %d; want at least 16 bands under %d", plan.Tensors[0].Bands, plan.PeakMemory, capBytes)
 	}
+	var calls int
+	var last, total int64
+	opt.Progress = func(written, all int64) {
+		if written < last || written > all {
+			t.Errorf("progress %d of %d after %d", written, all, last)
+		}
+		calls, last, total = calls+1, written, all
+	}
 	out := t.TempDir()
 	m, err := Run(ctx, src, target, out, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if calls < plan.Tensors[0].Bands || last != total || total != plan.WriteBytes {
+		t.Fatalf("%d progress calls, last %d of %d; want one per band at least, ending at the plan's %d", calls, last, total, plan.WriteBytes)
 	}
 	if m.Stats.PeakMemory > capBytes || m.Stats.PeakMemory < capBytes/2 {
 		t.Fatalf("held at most %d bytes, want under the cap %d and using it", m.Stats.PeakMemory, capBytes)
