@@ -35,10 +35,10 @@ func FormatStrategy(s [][]int) string {
 // compute and communication time, memory per rank), then the totals: the
 // predicted step time and the peak memory per rank.
 func (p *Plan) Format(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "operator\tkind\tstrategy\tdevices used\tcompute\tcomm\tmemory\t")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "operator\tkind\tstrategy\tdevices used\tcompute\tcomm\tmemory")
 	for _, c := range p.Ops {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", c.Op, c.Kind, FormatStrategy(c.Strategy), c.Used,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.Op, c.Kind, FormatStrategy(c.Strategy), c.Used,
 			seconds(c.ComputeSeconds), seconds(c.CommSeconds), nn.Bytes(c.Memory))
 	}
 	if err := tw.Flush(); err != nil {
@@ -63,9 +63,11 @@ func seconds(s float64) string {
 	case s == 0:
 		return "0"
 	case s >= 1:
-		return fmt.Sprintf("%.3g s", s)
+		return fmt.Sprintf("%#.3g s", s)
 	case s >= 1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
+		return fmt.Sprintf("%#.3g ms", s*1e3)
+	case s >= 1e-6:
+		return fmt.Sprintf("%#.3g µs", s*1e6)
 	}
-	return fmt.Sprintf("%.3g µs", s*1e6)
+	return fmt.Sprintf("%#.3g ns", s*1e9)
 }
