@@ -89,6 +89,12 @@ type pricer struct {
 	m         Machine
 	firstUser map[string]int
 	groups    map[string]group
+	// Caches for the search, which prices the same layouts and pairs of
+	// layouts many times: spreads by layout, one spread per distinct set
+	// of boxes, and redistributions by pair of spreads.
+	spreads   map[string]*spread
+	byBoxes   map[string]*spread
+	transfers map[[2]*spread]Transfer
 }
 
 type group struct {
@@ -106,7 +112,8 @@ func newPricer(g parallel.Graph, devices int, m Machine) (*pricer, error) {
 	if len(g.Ops) == 0 {
 		return nil, fmt.Errorf("%w: %s has no operators", ErrGraph, g.Model)
 	}
-	p := &pricer{g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{}}
+	p := &pricer{g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
+		spreads: map[string]*spread{}, byBoxes: map[string]*spread{}, transfers: map[[2]*spread]Transfer{}}
 	for i, o := range g.Ops {
 		if len(o.Inputs) == 0 {
 			return nil, fmt.Errorf("%w: operator %s has no inputs", ErrGraph, o.Name)
@@ -277,11 +284,23 @@ type redistribution struct {
 }
 
 func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, error) {
+	if !slices.Equal(prev.Output.Shape, next.Inputs[0].Shape) {
+		return redistribution{}, fmt.Errorf("%w: %s's output %v does not match %s's input %v", ErrGraph, prev.Op, prev.Output.Shape, next.Op, next.Inputs[0].Shape)
+	}
+	out, err := p.spread(prev.Output)
+	if err != nil {
+		return redistribution{}, fmt.Errorf("%s output: %w", prev.Op, err)
+	}
+	in, err := p.spread(next.Inputs[0])
+	if err != nil {
+		return redistribution{}, fmt.Errorf("%s input: %w", next.Op, err)
+	}
 	var r redistribution
-	for _, dir := range [2][2]parallel.Layout{{prev.Output, next.Inputs[0]}, {next.Inputs[0], prev.Output}} {
-		t, err := p.m.Redistribution(dir[0], dir[1])
-		if err != nil {
-			return redistribution{}, fmt.Errorf("from %s to %s: %w", prev.Op, next.Op, err)
+	for _, dir := range [2][2]*spread{{out, in}, {in, out}} {
+		t, ok := p.transfers[dir]
+		if !ok {
+			t = p.m.transfer(dir[0], dir[1])
+			p.transfers[dir] = t
 		}
 		if s := t.Seconds(p.m); s > 0 {
 			r.seconds += s
@@ -290,6 +309,24 @@ func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, er
 		}
 	}
 	return r, nil
+}
+
+func (p *pricer) spread(l parallel.Layout) (*spread, error) {
+	key := fmt.Sprint(l.DeviceMatrix, l.TensorMap, l.Shape)
+	if s, ok := p.spreads[key]; ok {
+		return s, nil
+	}
+	s, err := p.m.spread(l)
+	if err != nil {
+		return nil, err
+	}
+	if same, ok := p.byBoxes[s.key]; ok {
+		s = same
+	} else {
+		p.byBoxes[s.key] = s
+	}
+	p.spreads[key] = s
+	return s, nil
 }
 
 // plan prices a whole layout of the graph.

@@ -3,6 +3,7 @@ package auto
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/mspipe/mspipe/npu/parallel"
 )
@@ -24,63 +25,98 @@ func (m Machine) Redistribution(from, to parallel.Layout) (Transfer, error) {
 	if !slices.Equal(from.Shape, to.Shape) {
 		return Transfer{}, fmt.Errorf("%w: redistribute a tensor of shape %v to shape %v", ErrGraph, from.Shape, to.Shape)
 	}
-	n := from.Devices()
-	if to.Devices() != n {
-		return Transfer{}, fmt.Errorf("%w: redistribute from %d devices to %d", ErrGraph, n, to.Devices())
+	if from.Devices() != to.Devices() {
+		return Transfer{}, fmt.Errorf("%w: redistribute from %d devices to %d", ErrGraph, from.Devices(), to.Devices())
 	}
-	if err := from.Validate(); err != nil {
+	f, err := m.spread(from)
+	if err != nil {
 		return Transfer{}, err
 	}
-	if err := to.Validate(); err != nil {
+	t, err := m.spread(to)
+	if err != nil {
 		return Transfer{}, err
 	}
-	// The distinct boxes of from partition the tensor (splits are even);
-	// each is held by every rank that repeats it.
-	type held struct {
-		box     parallel.Box
-		servers map[int]bool
+	return m.transfer(f, t), nil
+}
+
+// spread is a layout resolved to boxes: each rank's, and the distinct
+// ones (which partition the tensor, splits being even) with the servers
+// holding each.
+type spread struct {
+	boxes []parallel.Box
+	own   []int // rank → index in parts
+	parts []part
+	key   string // equal for layouts that give every rank the same box
+}
+
+type part struct {
+	box     parallel.Box
+	servers map[int]bool
+}
+
+func (m Machine) spread(l parallel.Layout) (*spread, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
 	}
-	var parts []*held
-	index := map[string]*held{}
-	own := make([]*held, n)
+	n := l.Devices()
+	s := &spread{boxes: make([]parallel.Box, n), own: make([]int, n)}
+	index := map[string]int{}
+	var key strings.Builder
 	for r := range n {
-		b, err := from.Box(r)
+		b, err := l.Box(r)
 		if err != nil {
-			return Transfer{}, err
+			return nil, err
 		}
-		key := fmt.Sprint(b.Offset)
-		h, ok := index[key]
+		offset := fmt.Sprint(b.Offset, b.Shape)
+		key.WriteString(offset)
+		k, ok := index[offset]
 		if !ok {
-			h = &held{box: b, servers: map[int]bool{}}
-			index[key] = h
-			parts = append(parts, h)
+			k = len(s.parts)
+			index[offset] = k
+			s.parts = append(s.parts, part{box: b, servers: map[int]bool{}})
 		}
-		h.servers[m.server(r)] = true
-		own[r] = h
+		s.parts[k].servers[m.server(r)] = true
+		s.boxes[r], s.own[r] = b, k
 	}
+	s.key = key.String()
+	return s, nil
+}
+
+// transfer counts what each rank receives going from one spread of a
+// tensor to another.
+func (m Machine) transfer(from, to *spread) Transfer {
+	n := len(to.boxes)
 	t := Transfer{Intra: make([]int64, n), Inter: make([]int64, n)}
 	for r := range n {
-		need, err := to.Box(r)
-		if err != nil {
-			return Transfer{}, err
-		}
-		for _, h := range parts {
-			if h == own[r] {
+		for k, p := range from.parts {
+			if k == from.own[r] {
 				continue
 			}
-			common, ok := need.Intersect(h.box)
-			if !ok {
-				continue
-			}
-			bytes := elements(common.Shape) * BytesPerElement
-			if h.servers[m.server(r)] {
+			bytes := overlap(to.boxes[r], p.box) * BytesPerElement
+			switch {
+			case bytes == 0:
+			case p.servers[m.server(r)]:
 				t.Intra[r] += bytes
-			} else {
+			default:
 				t.Inter[r] += bytes
 			}
 		}
 	}
-	return t, nil
+	return t
+}
+
+// overlap is the number of elements two boxes of a tensor share.
+func overlap(a, b parallel.Box) int64 {
+	n := int64(1)
+	for k := range a.Offset {
+		lo := max(a.Offset[k], b.Offset[k])
+		hi := min(a.Offset[k]+a.Shape[k], b.Offset[k]+b.Shape[k])
+		if hi <= lo {
+			return 0
+		}
+		n *= int64(hi - lo)
+	}
+	return n
 }
 
 // Seconds is the time of the transfer: the slowest rank's receiving time

@@ -41,9 +41,19 @@ func TestCandidates(t *testing.T) {
 }
 
 func TestSearchNeverWorseThanDataParallel(t *testing.T) {
+	// The simulated devices share two cores; a cluster's have one each
+	// (DefaultMachine), and 16 of them span two servers.
+	cluster := func(devices int) Machine {
+		m := DefaultMachine()
+		m.Memory = 256 << 20
+		return m
+	}
 	for _, g := range []parallel.Graph{seedsNet(32), wideMLP(32, 1024), cnn(32)} {
-		for _, devices := range []int{2, 4, 8} {
-			m := simulated(devices, 256<<20)
+		for _, tc := range []struct {
+			devices int
+			machine func(int) Machine
+		}{{2, shared256}, {4, shared256}, {8, shared256}, {2, cluster}, {4, cluster}, {8, cluster}, {16, cluster}} {
+			devices, m := tc.devices, tc.machine(tc.devices)
 			dp, err := Evaluate(g, nil, devices, m)
 			if err != nil {
 				t.Fatal(err)
@@ -63,10 +73,12 @@ func TestSearchNeverWorseThanDataParallel(t *testing.T) {
 			if err != nil || !near(again.StepSeconds, plan.StepSeconds) || again.PeakMemory != plan.PeakMemory {
 				t.Errorf("%s on %d devices: evaluating the plan's strategy gives %+v, %v", g.Model, devices, again, err)
 			}
-			t.Logf("%s on %d devices: %d candidates, searched %.3g ms vs data parallel %.3g ms", g.Model, devices, plan.Candidates, plan.StepSeconds*1e3, dp.StepSeconds*1e3)
+			t.Logf("%s on %d devices with %.3g GFLOP/s each: %d candidates, searched %.3g ms vs data parallel %.3g ms", g.Model, devices, m.FLOPS/1e9, plan.Candidates, plan.StepSeconds*1e3, dp.StepSeconds*1e3)
 		}
 	}
 }
+
+func shared256(devices int) Machine { return simulated(devices, 256<<20) }
 
 // A wide MLP whose data-parallel replica does not fit a device: the search
 // splits the big weights.
@@ -177,5 +189,22 @@ func TestSearchEqualsBruteForce(t *testing.T) {
 		if cbest.StepSeconds <= best.StepSeconds {
 			t.Errorf("%s: the cap did not bind", tc.g.Model)
 		}
+	}
+}
+
+func TestMachine(t *testing.T) {
+	m := DefaultMachine()
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.ShareCores(2, 8).FLOPS; got != 115e9/4 {
+		t.Errorf("8 devices on 2 cores: %v FLOP/s each, want a quarter of 115e9", got)
+	}
+	if got := m.ShareCores(2, 2).FLOPS; got != 115e9 {
+		t.Errorf("2 devices on 2 cores: %v FLOP/s each, want 115e9", got)
+	}
+	m.DevicesPerServer = 0
+	if err := m.Validate(); !errors.Is(err, ErrMachine) {
+		t.Errorf("no devices per server: %v", err)
 	}
 }
