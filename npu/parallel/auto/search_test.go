@@ -208,3 +208,18 @@ func TestMachine(t *testing.T) {
 		t.Errorf("no devices per server: %v", err)
 	}
 }
+
+func TestSearchOneDevice(t *testing.T) {
+	plan, err := Search(cnn(8), 1, DefaultMachine())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range plan.Ops {
+		if c.CommSeconds != 0 || c.Used != 1 {
+			t.Errorf("%s on one device: comm %v s, %d devices used", c.Op, c.CommSeconds, c.Used)
+		}
+	}
+	if plan.ComputeSeconds <= 0 || plan.StepSeconds != plan.ComputeSeconds {
+		t.Errorf("step %v s, compute %v s", plan.StepSeconds, plan.ComputeSeconds)
+	}
+}
