@@ -201,6 +201,9 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		if err != nil {
 			return err
 		}
+		if c, ok := layer.(interface{ SkipInputGrad() }); ok && i == 0 {
+			c.SkipInputGrad() // nothing consumes the gradient of the images
+		}
 		st.layer, st.params = layer, layer.Params()
 		if len(st.params) != len(specs) {
 			return fmt.Errorf("operator %s: its layer has %d parameters, its spec %d", o.spec.Name, len(st.params), len(specs))
@@ -487,7 +490,9 @@ func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool
 		if err != nil {
 			return nil, nil, err
 		}
-		// hybrid_parallel leaves partial sums to the model's AllReduce.
+		// Summed in place: no layer whose contraction can be split reads
+		// its output in Backward. hybrid_parallel leaves partial sums to
+		// the model's AllReduce.
 		if g := p.outGroup[i]; g != nil && !n.hybrid {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, y.Data(), collective.Sum, g); err != nil {
 				return nil, nil, fmt.Errorf("operator %s output: %w", name, err)
