@@ -305,7 +305,7 @@ func (n *Net) buildLayer(o opDef, ol *parallel.OpLayout) (nn.Layer, error) {
 			return nil, fmt.Errorf("operator %s: parameter %s has shape %v, its slice %v", o.spec.Name, p.Name, p.Shape(), boxes[k].Shape)
 		}
 		src := fullParams[k]
-		copyBox(p.Value.Data(), p.Shape(), zeros(len(p.Shape())), src.Value.Data(), src.Shape(), boxes[k].Offset, boxes[k].Shape)
+		copyBox(p.Value.Data(), p.Shape(), nil, src.Value.Data(), src.Shape(), boxes[k].Offset, boxes[k].Shape)
 	}
 	return layer, nil
 }
@@ -627,10 +627,10 @@ func (n *Net) reduceParams(ctx context.Context) error {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, buf, collective.Sum, r.group); err != nil {
 				return fmt.Errorf("parameter %s: %w", r.p.Name, err)
 			}
-			if r.mean {
-				inv := 1 / float32(len(r.group))
+			if r.mean { // as collective.Mean: the sum divided by the group size
+				size := float32(len(r.group))
 				for i := range buf {
-					buf[i] *= inv
+					buf[i] /= size
 				}
 			}
 		}
@@ -747,7 +747,7 @@ func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error
 		off := 0
 		for _, pt := range parts[r] {
 			shape := n.layouts[pt.name].Shape
-			copyBox(out[pt.name], shape, pt.box.Offset, recv[r][off:], pt.box.Shape, zeros(len(shape)), pt.box.Shape)
+			copyBox(out[pt.name], shape, pt.box.Offset, recv[r][off:], pt.box.Shape, nil, pt.box.Shape)
 			off += volume(pt.box.Shape)
 		}
 	}
