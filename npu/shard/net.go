@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/nn"
@@ -53,6 +54,7 @@ type Net struct {
 	strategy parallel.Strategy
 	hybrid   bool
 	all      []int // every rank, for hybrid_parallel's reductions
+	buckets  []*bucket
 }
 
 // stage is one operator on this rank.
@@ -60,17 +62,57 @@ type stage struct {
 	def    opDef
 	layer  nn.Layer // nil for the loss and AllReduce
 	params []*nn.Param
-	// reduce holds, per parameter, how its gradient (trainable) or its
-	// value after a training forward (BatchNorm statistics) is combined.
-	reduce []paramReduce
 	buf    *tensor.Tensor // AllReduce's output
 }
 
-// paramReduce combines one parameter over group (sum, or mean).
+// paramReduce is one parameter whose gradient (trainable) or value after
+// a training forward (BatchNorm statistics) is summed, or averaged, over
+// the ranks of its bucket's group.
 type paramReduce struct {
-	p     *nn.Param
-	group []int
-	mean  bool
+	p    *nn.Param
+	mean bool
+}
+
+// bucket is the parameters reduced over the same partition of the ranks,
+// packed into one GroupAllReduce per step.
+type bucket struct {
+	key     string // the partition, the same on every rank
+	group   []int  // this rank's part of it
+	entries []paramReduce
+	buf     []float32
+}
+
+// partition returns rank's group of the ranks that hold what it holds of l
+// except along axes, and a key naming the whole partition, which every
+// rank computes alike, so that all put the same parameters in the same
+// bucket and make the same calls.
+func partition(l parallel.Layout, axes []int, rank int) (string, []int, error) {
+	var key strings.Builder
+	var mine []int
+	for r := range l.Devices() {
+		g, err := l.Group(r, axes)
+		if err != nil {
+			return "", nil, err
+		}
+		if g[0] == r { // name each group once, by its first rank
+			fmt.Fprint(&key, g)
+		}
+		if r == rank {
+			mine = g
+		}
+	}
+	return key.String(), mine, nil
+}
+
+// addReduce puts red in the bucket of partition key (a new one, in order of
+// first use, if none has it).
+func (n *Net) addReduce(key string, group []int, red paramReduce) {
+	i := slices.IndexFunc(n.buckets, func(b *bucket) bool { return b.key == key })
+	if i < 0 {
+		n.buckets = append(n.buckets, &bucket{key: key, group: group})
+		i = len(n.buckets) - 1
+	}
+	n.buckets[i].entries = append(n.buckets[i].entries, red)
 }
 
 // pass is what a step over one global batch size needs: the layouts of
@@ -217,20 +259,28 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 			case n.hybrid && n.def.layerwise[p.Name]:
 			case n.hybrid:
 				if cfg.Devices > 1 {
-					red.group, red.mean = n.all, red.mean || cfg.GradientsMean
+					red.mean = red.mean || cfg.GradientsMean
+					n.addReduce("all", n.all, red)
 				}
 			case len(partial[k]) > 0:
-				if red.group, err = pls[k].Group(cfg.Rank, partial[k]); err != nil {
+				key, group, err := partition(pls[k], partial[k], cfg.Rank)
+				if err != nil {
 					return fmt.Errorf("operator %s parameter %s: %w", o.spec.Name, p.Name, err)
 				}
-			}
-			if red.group != nil {
-				st.reduce = append(st.reduce, red)
+				n.addReduce(key, group, red)
 			}
 		}
 		n.params = append(n.params, st.params...)
 	}
-	var values, grads int64
+	var values, grads, packed int64
+	for _, b := range n.buckets {
+		size := 0
+		for _, e := range b.entries {
+			size += e.p.Value.Len()
+		}
+		b.buf = make([]float32, size)
+		packed += int64(size)
+	}
 	for _, p := range n.params {
 		values += int64(p.Value.Len())
 		if p.Trainable {
@@ -246,6 +296,7 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		// Momentum keeps one moment per gradient element; the trainer
 		// reserves the same under the same name.
 		{"optimizer moments", 4 * grads},
+		{"gradient reduction buffers", 4 * packed},
 	} {
 		if err := n.dev.Reserve(r.what, r.bytes); err != nil {
 			return err
@@ -616,26 +667,37 @@ func (n *Net) backward(ctx context.Context, p *pass) error {
 
 // reduceParams sums (or averages) the parameter gradients over the ranks
 // they are partial over, and averages the BatchNorm statistics a split
-// batch left different on each rank.
+// batch left different on each rank: one GroupAllReduce per bucket.
 func (n *Net) reduceParams(ctx context.Context) error {
-	for _, st := range n.stages {
-		for _, r := range st.reduce {
-			buf := r.p.Value.Data()
-			if r.p.Trainable {
-				buf = r.p.Grad.Data()
-			}
-			if err := n.cfg.Comm.GroupAllReduce(ctx, buf, collective.Sum, r.group); err != nil {
-				return fmt.Errorf("parameter %s: %w", r.p.Name, err)
-			}
-			if r.mean { // as collective.Mean: the sum divided by the group size
-				size := float32(len(r.group))
-				for i := range buf {
-					buf[i] /= size
+	for _, b := range n.buckets {
+		off := 0
+		for _, e := range b.entries {
+			off += copy(b.buf[off:], e.values())
+		}
+		if err := n.cfg.Comm.GroupAllReduce(ctx, b.buf, collective.Sum, b.group); err != nil {
+			return fmt.Errorf("parameter reduction over ranks %v: %w", b.group, err)
+		}
+		off = 0
+		size := float32(len(b.group))
+		for _, e := range b.entries {
+			v := e.values()
+			off += copy(v, b.buf[off:])
+			if e.mean { // as collective.Mean: the sum divided by the group size
+				for i := range v {
+					v[i] /= size
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// values returns what is reduced: the gradient, or a statistic's value.
+func (e paramReduce) values() []float32 {
+	if e.p.Trainable {
+		return e.p.Grad.Data()
+	}
+	return e.p.Value.Data()
 }
 
 // Predict returns the logits [rows classes] of x, this rank's batch as
