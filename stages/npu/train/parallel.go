@@ -67,6 +67,17 @@ func planParallel(w With, devices int, memory int64) (*planned, error) {
 	return &planned{}, nil
 }
 
+// costedStrategy is the strategy the cost model prices for a job: the one
+// its ranks run, or a hybrid model's own.
+func costedStrategy(w With, p *planned, devices int) parallel.Strategy {
+	if w.Mode == parallel.HybridParallel {
+		if s, ok := shard.Declared(w.Model, globalBatch(w, devices), devices); ok {
+			return s
+		}
+	}
+	return p.Strategy
+}
+
 // Machine is the cost model's machine for a job of devices simulated
 // devices with the given memory (0: the default) on this computer: the
 // measured defaults, each device getting its share of the cores.
@@ -116,7 +127,7 @@ func PlanText(out io.Writer, w With, devices int) error {
 	if plan == nil {
 		// The cost of the given (or the model's own) strategy, by the same
 		// model auto_parallel searches with.
-		if plan, err = auto.Evaluate(g, p.Strategy, devices, Machine(devices, memory)); err != nil {
+		if plan, err = auto.Evaluate(g, costedStrategy(w, p, devices), devices, Machine(devices, memory)); err != nil {
 			return err
 		}
 	}
