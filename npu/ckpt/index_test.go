@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -163,4 +164,55 @@ func TestIndexTruncatedNamesTheTensor(t *testing.T) {
 	if err == nil || !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), `tensor "fc.weight"`) || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("err = %v, want a truncation error naming fc.weight", err)
 	}
+}
+
+// FuzzIndexReader: on any bytes, indexing never panics and agrees with
+// Decode: IndexReader plus CheckCRC fail exactly when Decode fails, and
+// the indexed tensors read back what Decode returns.
+func FuzzIndexReader(f *testing.F) {
+	w, _ := NewFloat32("conv1.weight", []int64{2, 3, 2}, []float32{1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12})
+	lr, _ := NewFloat32("learning_rate", nil, []float32{0.01})
+	for _, opts := range []WriteOptions{{}, {CRC: true}, {SliceBytes: 16, CRC: true}} {
+		var buf bytes.Buffer
+		if err := Encode(&buf, []Tensor{w, lr}, opts); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf.Bytes())
+	}
+	f.Add(append(valueBytes("w", []int64{1, 2}, "Int8", []byte{1, 2}), valueBytes("w", []int64{2, 2}, "Int8", []byte{3, 4, 5, 6})...))
+	bad, _ := filepath.Glob(filepath.Join(badDir, "*.ckpt"))
+	for _, p := range bad {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, decodeErr := DecodeFile("fuzz.ckpt", data)
+		r := bytes.NewReader(data)
+		x, err := IndexReader("fuzz.ckpt", r, int64(len(data)))
+		if err == nil {
+			err = CheckCRC("fuzz.ckpt", r, int64(len(data)))
+		}
+		if (err == nil) != (decodeErr == nil) {
+			t.Fatalf("index error %v, decode error %v", err, decodeErr)
+		}
+		if err != nil {
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("index error %v is not an *Error", err)
+			}
+			return
+		}
+		if len(x.Tensors) != len(want.Tensors) {
+			t.Fatalf("index has %d tensors, decode %d", len(x.Tensors), len(want.Tensors))
+		}
+		for i, d := range want.Tensors {
+			got := make([]byte, x.Tensors[i].Bytes)
+			if err := x.Tensors[i].ReadAt(r, got, 0); err != nil || !bytes.Equal(got, d.Data) || !reflect.DeepEqual(x.Tensors[i].Dims, d.Dims) {
+				t.Fatalf("tensor %d: index %v %v, decode %v (%v)", i, x.Tensors[i].Dims, got, d.Dims, err)
+			}
+		}
+	})
 }

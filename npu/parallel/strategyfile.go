@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
@@ -15,6 +16,10 @@ import (
 // StrategyFile is a parallel strategy file: the shard strategy of every
 // operator and the layout of every parameter, as MindSpore's
 // strategy_ckpt_save_file holds them.
+//
+// MindSpore also records a pipeline stage per operator; it is read but not
+// kept, and every operator is written with the file's Stage (mspipe runs
+// no pipeline parallelism, so they are all the same).
 type StrategyFile struct {
 	Stage     int                     // current_stage: the pipeline stage that wrote the file
 	Operators map[string][][]int      // parallel_strategy_item: operator name -> strategy (one list per input)
@@ -110,14 +115,19 @@ func ReadStrategyFile(path string) (*StrategyFile, error) {
 }
 
 // DecodeStrategyFile decodes and validates the content of a strategy file;
-// name is used in errors.
+// name is used in errors. An error found while reading the JSON form names
+// the place as name:line:col.
 func DecodeStrategyFile(name string, data []byte) (*StrategyFile, error) {
 	var (
 		f   *StrategyFile
 		err error
 	)
 	if IsJSONStrategy(data) {
-		f, err = decodeStrategyJSON(data)
+		if f, err = decodeStrategyJSON(data); err != nil {
+			if pos := jsonPosition(data, err); pos != "" {
+				name += ":" + pos
+			}
+		}
 	} else {
 		f, err = decodeStrategyProto(data)
 	}
@@ -191,6 +201,9 @@ func (f *StrategyFile) Validate() error {
 		if name == "" {
 			return fmt.Errorf("%w: a layout without a parameter name", ErrStrategyFile)
 		}
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("%w: parameter name %q is not UTF-8 text", ErrStrategyFile, name)
+		}
 		l := f.Layouts[name]
 		if err := l.Validate(); err != nil {
 			return fmt.Errorf("parameter %s: %w", name, err)
@@ -217,6 +230,9 @@ func validateOperator(op string, strategy [][]int, devices int) error {
 	if op == "" {
 		return fmt.Errorf("%w: an operator without a name", ErrStrategy)
 	}
+	if !utf8.ValidString(op) {
+		return fmt.Errorf("%w: operator name %q is not UTF-8 text", ErrStrategyFile, op)
+	}
 	if len(strategy) > maxLayoutDims {
 		return fmt.Errorf("%w: operator %s has %d inputs, more than %d", ErrStrategy, op, len(strategy), maxLayoutDims)
 	}
@@ -238,6 +254,12 @@ func validateOperator(op string, strategy [][]int, devices int) error {
 // Devices returns the number of devices of the layout's device matrix.
 func (l TensorLayout) Devices() int {
 	return Layout{DeviceMatrix: l.DeviceMatrix}.Devices()
+}
+
+// TensorLayoutOf returns the strategy file entry of an even layout, with
+// its shape recorded: what training writes for each parameter.
+func TensorLayoutOf(l Layout) TensorLayout {
+	return TensorLayout{DeviceMatrix: slices.Clone(l.DeviceMatrix), TensorMap: slices.Clone(l.TensorMap), Shape: slices.Clone(l.Shape)}
 }
 
 // Layout returns the even layout of a tensor of the given shape: the device
@@ -274,9 +296,7 @@ func (l TensorLayout) Validate() error {
 		return err
 	}
 	if l.Shape != nil {
-		if _, err := l.boxes(l.Shape); err != nil {
-			return err
-		}
+		return l.checkShape(l.Shape)
 	}
 	return nil
 }
@@ -389,18 +409,48 @@ func (l TensorLayout) Boxes(shape []int) ([]Box, error) {
 	return l.boxes(shape)
 }
 
-// boxes is Boxes on a layout whose own fields are valid.
-func (l TensorLayout) boxes(shape []int) ([]Box, error) {
-	if l.Field > 0 {
-		return nil, fmt.Errorf("%w: field %d: a field-split embedding table is not split into boxes; not supported", ErrLayout, l.Field)
-	}
+// checkShape checks that the layout, whose own fields are valid, tiles a
+// tensor of the given shape, without listing the boxes.
+func (l TensorLayout) checkShape(shape []int) error {
 	if len(shape) != len(l.TensorMap) {
-		return nil, fmt.Errorf("%w: tensor map %v has %d entries for a tensor of %d dimensions %v", ErrLayout, l.TensorMap, len(l.TensorMap), len(shape), shape)
+		return fmt.Errorf("%w: tensor map %v has %d entries for a tensor of %d dimensions %v", ErrLayout, l.TensorMap, len(l.TensorMap), len(shape), shape)
 	}
 	for k, d := range shape {
 		if d < 0 || d > maxDimSize {
-			return nil, fmt.Errorf("%w: shape %v: dimension %d is %d, want 0 to %d", ErrLayout, shape, k, d, maxDimSize)
+			return fmt.Errorf("%w: shape %v: dimension %d is %d, want 0 to %d", ErrLayout, shape, k, d, maxDimSize)
 		}
+	}
+	switch {
+	case l.Field > 0:
+		return nil // MindSpore's field reordering has no rule for the shape to follow
+	case l.uneven():
+		var total int64
+		for _, size := range l.ParamSplitShape {
+			total += int64(size)
+		}
+		if total != int64(shape[0]) {
+			return fmt.Errorf("%w: param_split_shape %v adds up to %d rows, the tensor %v has %d", ErrLayout, l.ParamSplitShape, total, shape, shape[0])
+		}
+		return nil
+	}
+	if err := l.Layout(shape).Validate(); err != nil {
+		return err
+	}
+	if l.optSharded() {
+		if slice0 := shape[0] / l.splits(0); slice0%l.OptWeightShardSize != 0 {
+			return fmt.Errorf("%w: shape %v: the slices' dimension 0 of %d rows does not divide into opt_weight_shard_size %d pieces", ErrLayout, shape, slice0, l.OptWeightShardSize)
+		}
+	}
+	return nil
+}
+
+// boxes is Boxes on a layout whose own fields are valid.
+func (l TensorLayout) boxes(shape []int) ([]Box, error) {
+	if l.Field > 0 {
+		return nil, fmt.Errorf("%w: field %d: the slices of a field-split embedding table are not boxes; not supported", ErrLayout, l.Field)
+	}
+	if err := l.checkShape(shape); err != nil {
+		return nil, err
 	}
 	switch {
 	case l.uneven():
@@ -409,9 +459,6 @@ func (l TensorLayout) boxes(shape []int) ([]Box, error) {
 		return l.optShardBoxes(shape)
 	}
 	even := l.Layout(shape)
-	if err := even.Validate(); err != nil {
-		return nil, err
-	}
 	boxes := make([]Box, l.Devices())
 	for r := range boxes {
 		b, err := even.Box(r)
@@ -424,13 +471,6 @@ func (l TensorLayout) boxes(shape []int) ([]Box, error) {
 }
 
 func (l TensorLayout) unevenBoxes(shape []int) ([]Box, error) {
-	var total int64
-	for _, size := range l.ParamSplitShape {
-		total += int64(size)
-	}
-	if total != int64(shape[0]) {
-		return nil, fmt.Errorf("%w: param_split_shape %v adds up to %d rows, the tensor %v has %d", ErrLayout, l.ParamSplitShape, total, shape, shape[0])
-	}
 	axis := len(l.DeviceMatrix) - 1 - l.TensorMap[0]
 	grid := Layout{DeviceMatrix: l.DeviceMatrix}
 	boxes := make([]Box, l.Devices())
@@ -454,15 +494,9 @@ func (l TensorLayout) optShardBoxes(shape []int) ([]Box, error) {
 	slice := make([]int, len(shape))
 	for k := range shape {
 		splits[k] = l.splits(k)
-		if shape[k]%splits[k] != 0 {
-			return nil, fmt.Errorf("%w: dimension %d of shape %v is %d, not divisible into %d slices", ErrLayout, k, shape, shape[k], splits[k])
-		}
 		slice[k] = shape[k] / splits[k]
 	}
 	size := l.OptWeightShardSize
-	if slice[0]%size != 0 {
-		return nil, fmt.Errorf("%w: dimension 0 of the slice %v is %d, not divisible into opt_weight_shard_size %d pieces", ErrLayout, slice, slice[0], size)
-	}
 	piece := slice[0] / size
 	boxes := make([]Box, l.Devices())
 	for r := range boxes {

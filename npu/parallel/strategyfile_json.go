@@ -9,6 +9,9 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
+
+	"github.com/mspipe/mspipe/internal/diag"
 )
 
 // The JSON form is MindSpore's (see [FormatJSON]). It is read token by
@@ -127,56 +130,102 @@ func decodeLayoutJSON(dec *json.Decoder, name string) (TensorLayout, error) {
 
 // decodeObject reads one JSON object, calling field for each key, which
 // must consume the key's value. A key given twice is an error; the keys
-// seen are returned.
+// seen are returned. Errors carry the offset of the key (or of the object,
+// for what is wrong with it as a whole) unless they carry a closer one.
 func decodeObject(dec *json.Decoder, what string, field func(key string) error) (map[string]bool, error) {
+	start := dec.InputOffset()
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return nil, at(start, jsonError(what, err))
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("%w: %s: want an object, found %v", ErrStrategyFile, what, tok)
+		return nil, at(start, fmt.Errorf("%w: %s: want an object, found %v", ErrStrategyFile, what, tok))
 	}
 	seen := map[string]bool{}
 	for dec.More() {
+		off := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+			return nil, at(off, jsonError(what, err))
 		}
 		key, ok := tok.(string)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s: want a key, found %v", ErrStrategyFile, what, tok)
+			return nil, at(off, fmt.Errorf("%w: %s: want a key, found %v", ErrStrategyFile, what, tok))
 		}
 		if seen[key] {
-			return nil, fmt.Errorf("%w: %s: key %q given twice", ErrStrategyFile, what, key)
+			return nil, at(off, fmt.Errorf("%w: %s: key %q given twice", ErrStrategyFile, what, key))
 		}
 		seen[key] = true
 		if err := field(key); err != nil {
-			return nil, err
+			return nil, at(off, err)
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return nil, at(dec.InputOffset(), jsonError(what, err))
 	}
 	return seen, nil
 }
 
 // decodeValue reads one value into dst, refusing null.
 func decodeValue(dec *json.Decoder, what string, dst any) error {
+	off := dec.InputOffset()
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return at(off, jsonError(what, err))
 	}
 	if string(raw) == "null" {
-		return fmt.Errorf("%w: %s is null", ErrStrategyFile, what)
+		return at(off, fmt.Errorf("%w: %s is null", ErrStrategyFile, what))
 	}
 	if err := json.Unmarshal(raw, dst); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return fmt.Errorf("%w: %s: %s does not fit %s", ErrStrategyFile, what, typeErr.Value, typeErr.Type)
+			return at(off, fmt.Errorf("%w: %s: %s does not fit %s", ErrStrategyFile, what, typeErr.Value, typeErr.Type))
 		}
-		return fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
+		return at(off, fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err))
 	}
 	return nil
+}
+
+// offsetError is an error at a byte offset of a JSON strategy file; the
+// offset may point at the separators before the place.
+type offsetError struct {
+	off int64
+	err error
+}
+
+func (e *offsetError) Error() string { return e.err.Error() }
+func (e *offsetError) Unwrap() error { return e.err }
+
+// at gives err the offset off unless it has one already.
+func at(off int64, err error) error {
+	var oe *offsetError
+	if errors.As(err, &oe) {
+		return err
+	}
+	return &offsetError{off: off, err: err}
+}
+
+// jsonPosition returns "line:col" of err's offset in data, skipping the
+// separators it may point at, or "" when err has no offset.
+func jsonPosition(data []byte, err error) string {
+	var oe *offsetError
+	if !errors.As(err, &oe) {
+		return ""
+	}
+	off := int(min(max(oe.off, 0), int64(len(data))))
+	for off < len(data) && strings.IndexByte(" \t\r\n:,", data[off]) >= 0 {
+		off++
+	}
+	line, col := diag.NewLocator(data).Position(off)
+	return fmt.Sprintf("%d:%d", line, col)
+}
+
+// jsonError describes a syntax error met while reading what.
+func jsonError(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %s: the JSON ends early", ErrStrategyFile, what)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrStrategyFile, what, err)
 }
 
 // encodeStrategyJSON writes f (already validated) with one line per

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -232,4 +233,38 @@ func TestVerifyCatchesDamage(t *testing.T) {
 			t.Fatalf("manifest tensor = %s, want weight's boxes", data)
 		}
 	})
+}
+
+// TestCancelLeavesNothing: a run cancelled while writing stops with the
+// context's error and leaves no files.
+func TestCancelLeavesNothing(t *testing.T) {
+	model := []ckpt.Tensor{{Name: "big", Dims: []int64{16384, 256}, DType: ckpt.DTypeFloat32, Data: make([]byte, 16<<20)}}
+	src := writeSourceSet(t, t.TempDir(), model, nil, 2, ckpt.WriteOptions{CRC: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	out := t.TempDir()
+	// Cancel as soon as the first output file exists.
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if entries, _ := os.ReadDir(out); len(entries) > 0 {
+				cancel()
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	_, err := Run(ctx, src, Target{Ranks: 2}, out, Options{MaxMemory: 64 << 10})
+	close(done)
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if left := listDir(t, out); len(left) != 0 {
+		t.Fatalf("a cancelled run left %v", left)
+	}
 }

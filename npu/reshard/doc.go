@@ -55,12 +55,18 @@
 // Each source file is indexed (ckpt.IndexReader) without reading tensor
 // data. Each tensor is then processed in bands of whole rows along
 // dimension 0: a band is assembled from exactly the source byte ranges that
-// intersect it (ReadAt, in parallel), hashed, and each target rank's part of
-// it is appended to that rank's file. Output files are written in the
-// source's tensor order, framed byte for byte as ckpt.Write with
-// WriteOptions{CRC: true} frames them. Options.MaxMemory caps everything the
-// engine buffers (bands, write buffers); a plan that cannot run under it
-// (one row of a tensor is larger than what is left) is refused.
+// intersect it (one ReadAt per source box and band, in parallel), then
+// hashed and each target rank's part of it appended to that rank's file
+// while the next band is read. Output files are written in the source's
+// tensor order, framed byte for byte as ckpt.Write with
+// WriteOptions{CRC: true} frames them.
+//
+// Options.MaxMemory caps the tensor data the engine holds: the output
+// files' write buffers plus one arena, allocated once per run, for two
+// bands and a scatter buffer (and a fixed 1 MiB for the mean rule). A plan
+// that cannot run under it (one row of a tensor needs more than what is
+// left) is refused with ErrMemory. The process needs a few MiB more for the
+// Go runtime and the indexes.
 //
 // # Proof
 //

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -127,11 +128,12 @@ func newTensorHash(dtype string, shape []int) hash.Hash {
 // outFile is one output checkpoint being written: a temp file next to its
 // final name, framed tensor by tensor, with a running CRC for the trailer.
 type outFile struct {
-	path string // final path
-	f    *os.File
-	w    *bufio.Writer
-	crc  hash.Hash32
-	hdr  []byte
+	path    string // final path
+	f       *os.File
+	written *atomic.Int64 // bytes emitted by every output file of the run
+	w       *bufio.Writer
+	crc     hash.Hash32
+	hdr     []byte
 
 	// The tensor being written.
 	name   string
@@ -141,12 +143,12 @@ type outFile struct {
 	left   int64   // bytes left in the current piece
 }
 
-func createOut(path string, bufSize int) (*outFile, error) {
+func createOut(path string, bufSize int, written *atomic.Int64) (*outFile, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("create output %s: %w", path, err)
 	}
-	return &outFile{path: path, f: f, w: bufio.NewWriterSize(f, bufSize), crc: crc32.NewIEEE()}, nil
+	return &outFile{path: path, f: f, w: bufio.NewWriterSize(f, bufSize), crc: crc32.NewIEEE(), written: written}, nil
 }
 
 func (o *outFile) emit(p []byte) error {
@@ -154,6 +156,7 @@ func (o *outFile) emit(p []byte) error {
 	if _, err := o.w.Write(p); err != nil {
 		return fmt.Errorf("write %s: tensor %q: %w", o.path, o.name, err)
 	}
+	o.written.Add(int64(len(p)))
 	return nil
 }
 
@@ -212,6 +215,7 @@ func (o *outFile) finish() (uint32, error) {
 	if _, err := o.w.Write(trailer[:]); err != nil {
 		return 0, fmt.Errorf("write %s: %w", o.path, err)
 	}
+	o.written.Add(int64(len(trailer)))
 	if err := o.w.Flush(); err != nil {
 		return 0, fmt.Errorf("write %s: %w", o.path, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,11 +69,9 @@ type manifestBox struct {
 
 // RunStats are what a run measured.
 type RunStats struct {
-	ReadBytes        int64 `json:"read_bytes"`
-	WriteBytes       int64 `json:"write_bytes"`
-	PeakMemory       int64 `json:"peak_memory"`        // most tensor data held at once
-	WritePeakMemory  int64 `json:"write_peak_memory"`  // ... while writing
-	VerifyPeakMemory int64 `json:"verify_peak_memory"` // ... while checking the output
+	ReadBytes  int64 `json:"read_bytes"`
+	WriteBytes int64 `json:"write_bytes"`
+	PeakMemory int64 `json:"peak_memory"` // most tensor data held at once
 }
 
 // Placement returns the tensor's placement in the set.
@@ -149,21 +146,21 @@ func Verify(ctx context.Context, dir string, opt Options) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := verifySet(ctx, dir, m, opt); err != nil {
+	if err := verifySet(ctx, dir, m, opt, nil); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// verifySet checks the files in dir against m and returns the most tensor
-// data it held.
-func verifySet(ctx context.Context, dir string, m *Manifest, opt Options) (int64, error) {
+// verifySet checks the files in dir against m, with arena as its memory
+// for tensor data; nil means as much as it needs up to opt.MaxMemory.
+func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena []byte) error {
 	n := len(m.Files)
 	paths := make([]string, n)
 	for r, f := range m.Files {
 		p, err := userfile.Within(dir, filepath.FromSlash(f.Path))
 		if err != nil {
-			return 0, fmt.Errorf("manifest file %q: %w", f.Path, err)
+			return fmt.Errorf("manifest file %q: %w", f.Path, err)
 		}
 		paths[r] = p
 	}
@@ -214,25 +211,38 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options) (int64
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	readers := make([]io.ReaderAt, n)
-	for r, f := range files {
-		readers[r] = f
+	// Tensors are checked in parallel, each worker with an equal share of
+	// the memory, unless a tensor's rows need more than a share.
+	var widest, biggest int64 // row and tensor bytes
+	for _, t := range m.Tensors {
+		elem, _ := ckpt.DTypeSize(t.DType)
+		g := geom(t.Shape)
+		widest = max(widest, volume(g[1:])*int64(elem))
+		biggest = max(biggest, volume(g)*int64(elem))
 	}
-	mt := &meter{limit: opt.MaxMemory}
-	band, scratch := &buffer{m: mt}, &buffer{m: mt}
-	defer band.release()
-	defer scratch.release()
-	for i, t := range m.Tensors {
-		if err := verifyTensor(ctx, i, t, paths, index, readers, band, scratch, opt); err != nil {
-			return 0, err
+	if arena == nil {
+		size := min(opt.MaxMemory, 2*biggest*int64(max(1, min(opt.Workers, len(m.Tensors)))))
+		if 2*widest > size {
+			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", userfile.Size(widest), userfile.Size(opt.MaxMemory), ErrMemory)
 		}
+		arena = make([]byte, size)
 	}
-	return mt.peak, nil
+	workers := max(1, min(opt.Workers, len(m.Tensors)))
+	if 2*widest > int64(len(arena))/int64(workers) {
+		workers = 1
+	}
+	share := int64(len(arena)) / int64(workers)
+	return forEachWorker(ctx, len(m.Tensors), workers, func(w, i int) error {
+		mine := arena[int64(w)*share : int64(w+1)*share]
+		return verifyTensor(ctx, i, m.Tensors[i], paths, index, files, mine[:share/2], mine[share/2:], opt)
+	})
 }
 
-func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []io.ReaderAt, band, scratch *buffer, opt Options) error {
+// verifyTensor checks tensor i of the set, reading bands into band; scratch
+// is as large.
+func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []*os.File, band, scratch []byte, opt Options) error {
 	n := len(paths)
 	elem, ok := ckpt.DTypeSize(t.DType)
 	if !ok {
@@ -268,25 +278,20 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	h := newTensorHash(t.DType, t.Shape)
 	rowBytes := volume(g[1:]) * int64(elem)
 	if volume(g) > 0 {
-		if 2*rowBytes > opt.MaxMemory {
-			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, the cap is %s: %w", t.Name, userfile.Size(rowBytes), userfile.Size(opt.MaxMemory), ErrMemory)
+		if rowBytes > int64(len(band)) {
+			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, %s is given: %w", t.Name, userfile.Size(rowBytes), userfile.Size(2*int64(len(band))), ErrMemory)
 		}
-		rows := int(min(int64(g[0]), opt.MaxMemory/(2*rowBytes)))
+		rows := int(min(int64(g[0]), int64(len(band))/rowBytes))
 		for lo := 0; lo < g[0]; lo += rows {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			hi := min(g[0], lo+rows)
 			box := bandBox(g, lo, hi)
-			buf, err := band.get(int64(hi-lo)*rowBytes, "verify band")
-			if err != nil {
-				return err
-			}
+			buf := band[:int64(hi-lo)*rowBytes]
 			var sc []byte
 			if needsScratch(reads, g) {
-				if sc, err = scratch.get(int64(hi-lo)*rowBytes, "verify scatter buffer"); err != nil {
-					return err
-				}
+				sc = scratch[:len(buf)]
 			}
 			if err := fillBand(ctx, files, reads, g, box, buf, sc, elem, opt.Workers); err != nil {
 				return fmt.Errorf("verify: %w", err)
@@ -307,21 +312,18 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 
 // compareCopy checks that rank c's copy of a shared box holds the band's
 // bytes.
-func compareCopy(c piece, box parallel.Box, buf []byte, files []io.ReaderAt, elem int, scratch *buffer, paths []string) error {
+func compareCopy(c piece, box parallel.Box, buf []byte, files []*os.File, elem int, scratch []byte, paths []string) error {
 	common, ok := c.box.Intersect(box)
 	if !ok {
 		return nil
 	}
 	e := int64(elem)
 	size := volume(common.Shape) * e
-	sc, err := scratch.get(size, "verify copy")
-	if err != nil {
-		return err
-	}
+	sc := scratch[:size]
 	// The rows of a box are contiguous in its file.
 	start := int64(common.Offset[0]-c.box.Offset[0]) * volume(c.box.Shape[1:]) * e
 	if err := c.t.ReadAt(files[c.rank], sc, start); err != nil {
-		return fmt.Errorf("verify: %w", err)
+		return fmt.Errorf("verify %s: %w", paths[c.rank], err)
 	}
 	return forEachRun(common, c.box, box, func(copyOff, bandOff, n int64) error {
 		at := copyOff*e - start

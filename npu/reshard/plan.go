@@ -34,6 +34,10 @@ type Options struct {
 	// SliceBytes is the output's Value slice limit; 0 means
 	// ckpt.DefaultSliceBytes, as MindSpore writes.
 	SliceBytes int64
+	// Progress, when set, is called by Run from one goroutine after each
+	// band with the output bytes written so far and the total the plan
+	// expects (PlanResult.WriteBytes); the last call has written == total.
+	Progress func(written, total int64)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -73,6 +77,10 @@ type PlanResult struct {
 	WriteBytes               int64 // output file bytes written
 	PeakMemory               int64 // tensor data buffered at most
 	MaxMemory                int64 // the cap it was planned for
+
+	writeBuffer int   // per output file
+	arena       int64 // bands and scatter buffer, allocated once per run
+	mean        bool  // some tensor uses the mean rule's buffers
 }
 
 // TensorPlan is one tensor's part of a plan.
@@ -253,6 +261,11 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 			return nil, nil, fmt.Errorf("tensor %q has a placement but is not in %s: %w", name, s.paths[0], ErrPlacement)
 		}
 	}
+	for name := range target.Placements {
+		if _, ok := byName[0][name]; !ok {
+			return nil, nil, fmt.Errorf("tensor %q has a target placement but is not in %s: %w", name, s.paths[0], ErrPlacement)
+		}
+	}
 
 	var jobs []*job
 	for _, first := range s.index[0].Tensors {
@@ -341,10 +354,7 @@ func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name str
 	g := geom(j.shape)
 	j.rowBytes = volume(g[1:]) * int64(j.elem)
 	j.rowCost = 2 * j.rowBytes // the band being written and the next one being read
-	switch {
-	case j.rule == RuleMean:
-		j.rowCost += j.rowBytes + volume(g[1:])*8 // one rank's rows, float64 sums
-	case needsScratch(j.reads, g):
+	if j.rule != RuleMean && needsScratch(j.reads, g) {
 		j.rowCost += j.rowBytes // to scatter pieces narrower than the tensor
 	}
 	return j, nil
@@ -361,8 +371,16 @@ func writeBufferSize(maxMemory int64, files int) int {
 func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt Options) (*PlanResult, error) {
 	wbuf := int64(writeBufferSize(opt.MaxMemory, targetRanks)) * int64(targetRanks)
 	left := opt.MaxMemory - wbuf
+	mean := slices.ContainsFunc(jobs, func(j *job) bool { return j.rule == RuleMean })
+	if mean {
+		left -= meanBufferBytes
+	}
 	if left <= 0 {
-		return nil, fmt.Errorf("%d output files need %s of write buffers, the cap is %s: %w", targetRanks, userfile.Size(wbuf), userfile.Size(opt.MaxMemory), ErrMemory)
+		need := userfile.Size(wbuf) + " of write buffers"
+		if mean {
+			need += " and " + userfile.Size(meanBufferBytes) + " for the mean rule"
+		}
+		return nil, fmt.Errorf("%d output files need %s, the cap is %s: %w", targetRanks, need, userfile.Size(opt.MaxMemory), ErrMemory)
 	}
 	plan := &PlanResult{SourceRanks: sourceRanks, TargetRanks: targetRanks, Files: files, FileBytes: make([]int64, targetRanks), MaxMemory: opt.MaxMemory}
 	var band int64
@@ -407,7 +425,11 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		plan.FileBytes[r] += int64(crcTrailerLen)
 		plan.WriteBytes += plan.FileBytes[r]
 	}
+	plan.writeBuffer, plan.arena, plan.mean = writeBufferSize(opt.MaxMemory, targetRanks), band, mean
 	plan.PeakMemory = wbuf + band
+	if mean {
+		plan.PeakMemory += meanBufferBytes
+	}
 	return plan, nil
 }
 

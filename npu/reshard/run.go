@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -39,9 +40,15 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	}
 
 	m := &meter{limit: opt.MaxMemory}
-	wbuf := writeBufferSize(opt.MaxMemory, len(paths))
+	wbuf := plan.writeBuffer
 	outs := make([]*outFile, 0, len(paths))
 	var renamed []string
+	var written atomic.Int64
+	progress := func() {
+		if opt.Progress != nil {
+			opt.Progress(written.Load(), plan.WriteBytes)
+		}
+	}
 	ok := false
 	defer func() {
 		if ok {
@@ -58,21 +65,29 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		if err := m.grow(int64(wbuf), "write buffer of "+p); err != nil {
 			return nil, err
 		}
-		o, err := createOut(p, wbuf)
+		o, err := createOut(p, wbuf, &written)
 		if err != nil {
 			return nil, err
 		}
 		outs = append(outs, o)
 	}
 
-	files := make([]io.ReaderAt, len(s.files))
-	for r, f := range s.files {
-		files[r] = f
-	}
+	files := s.files
 	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule}
-	bufs := newBuffers(m)
+	// One arena for every tensor's bands, reused by the check after: no
+	// garbage per tensor, so the process stays near the planned memory.
+	if err := m.grow(plan.arena, "bands"); err != nil {
+		return nil, err
+	}
+	bufs := &buffers{arena: make([]byte, plan.arena)}
+	if plan.mean {
+		if err := m.grow(meanBufferBytes, "mean rule buffers"); err != nil {
+			return nil, err
+		}
+		bufs.meanInput, bufs.sums = make([]byte, meanChunk*8), make([]float64, meanChunk)
+	}
 	for _, j := range jobs {
-		sum, err := streamTensor(ctx, j, files, outs, bufs, opt)
+		sum, err := streamTensor(ctx, j, files, outs, bufs, progress, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -84,7 +99,6 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		}
 		manifest.Tensors = append(manifest.Tensors, mt)
 	}
-	bufs.release()
 
 	for r, o := range outs {
 		crc, err := o.finish()
@@ -92,6 +106,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 			return nil, err
 		}
 		m.shrink(int64(wbuf))
+		progress()
 		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crc)})
 	}
 	for _, o := range outs {
@@ -105,11 +120,10 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		syncDir(dir)
 	}
 
-	vpeak, err := verifySet(ctx, outDir, manifest, opt)
-	if err != nil {
+	if err := verifySet(ctx, outDir, manifest, opt, bufs.arena); err != nil {
 		return nil, fmt.Errorf("check what was written: %w", err)
 	}
-	manifest.Stats = &RunStats{ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: max(m.peak, vpeak), VerifyPeakMemory: vpeak, WritePeakMemory: m.peak}
+	manifest.Stats = &RunStats{ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
 	if err := writeManifest(outDir, manifest); err != nil {
 		return nil, err
 	}
@@ -138,24 +152,14 @@ func (j *job) dstShapesBoxes() []manifestBox {
 	return out
 }
 
-// buffers are the reusable buffers of a run: two bands, so that the next
-// band is read while the last one is hashed and written, the scatter or
-// mean input buffer and the mean's sums.
+// buffers are a run's memory for tensor data besides the write buffers:
+// the arena holds two bands, so that the next band is read while the last
+// one is hashed and written, and the scatter buffer; the mean rule reads
+// and sums in fixed chunks.
 type buffers struct {
-	bands   [2]*buffer
-	scratch *buffer
-	sums    *floatBuffer
-}
-
-func newBuffers(m *meter) *buffers {
-	return &buffers{bands: [2]*buffer{{m: m}, {m: m}}, scratch: &buffer{m: m}, sums: &floatBuffer{m: m}}
-}
-
-func (b *buffers) release() {
-	b.bands[0].release()
-	b.bands[1].release()
-	b.scratch.release()
-	b.sums.release()
+	arena     []byte
+	meanInput []byte
+	sums      []float64
 }
 
 // filledBand is a band read by streamTensor's reader.
@@ -168,7 +172,7 @@ type filledBand struct {
 // streamTensor writes one tensor to every output file, band by band, and
 // returns its content hash. One goroutine reads bands into two alternating
 // buffers while this one hashes and writes the previous band.
-func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outFile, bufs *buffers, opt Options) (string, error) {
+func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile, bufs *buffers, progress func(), opt Options) (string, error) {
 	h := newTensorHash(j.dtype, j.shape)
 	for r, o := range outs {
 		if err := o.begin(j.name, j.dstShapes[r], j.dtype, volume(j.dst[r].Shape)*int64(j.elem), opt.SliceBytes); err != nil {
@@ -177,18 +181,10 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 	}
 	g := geom(j.shape)
 	bandBytes := int64(j.bandRows) * j.rowBytes
-	bufs.bands[0].fit(bandBytes)
-	bufs.bands[1].fit(bandBytes)
-	switch {
-	case j.rule == RuleMean:
-		bufs.scratch.fit(bandBytes)
-		bufs.sums.fit(int64(j.bandRows) * volume(g[1:]))
-	case needsScratch(j.reads, g):
-		bufs.scratch.fit(bandBytes)
-		bufs.sums.fit(0)
-	default:
-		bufs.scratch.fit(0)
-		bufs.sums.fit(0)
+	bands := [2][]byte{bufs.arena[:bandBytes], bufs.arena[bandBytes : 2*bandBytes]}
+	var scratch []byte
+	if j.rule != RuleMean && needsScratch(j.reads, g) {
+		scratch = bufs.arena[2*bandBytes : 3*bandBytes]
 	}
 	if volume(g) > 0 {
 		readCtx, cancel := context.WithCancel(ctx)
@@ -210,7 +206,8 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 				}
 				hi := min(g[0], lo+j.bandRows)
 				box := bandBox(g, lo, hi)
-				buf, err := readBand(readCtx, j, files, g, box, bufs, slot, opt)
+				buf := bands[slot][:volume(box.Shape)*int64(j.elem)]
+				err := readBand(readCtx, j, files, g, box, buf, scratch, bufs, opt)
 				if err != nil {
 					readErr = err
 					return
@@ -228,6 +225,8 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 			if writeErr == nil {
 				if writeErr = writeBand(ctx, j, b.box, b.buf, outs, h, opt.Workers); writeErr != nil {
 					cancel()
+				} else {
+					progress()
 				}
 			}
 			free <- b.slot
@@ -247,38 +246,18 @@ func streamTensor(ctx context.Context, j *job, files []io.ReaderAt, outs []*outF
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// readBand fills band slot with the tensor's rows in box.
-func readBand(ctx context.Context, j *job, files []io.ReaderAt, g []int, box parallel.Box, bufs *buffers, slot int, opt Options) ([]byte, error) {
-	size := volume(box.Shape) * int64(j.elem)
-	buf, err := bufs.bands[slot].get(size, fmt.Sprintf("tensor %q band", j.name))
-	if err != nil {
-		return nil, err
-	}
+// readBand fills buf with the tensor's rows in box.
+func readBand(ctx context.Context, j *job, files []*os.File, g []int, box parallel.Box, buf, scratch []byte, bufs *buffers, opt Options) error {
 	if j.rule == RuleMean {
-		sc, err := bufs.scratch.get(size, fmt.Sprintf("tensor %q mean input", j.name))
-		if err != nil {
-			return nil, err
+		if err := meanBand(files, j.reads, j.dtype, box.Offset[0], j.rowBytes, buf, bufs.meanInput, bufs.sums); err != nil {
+			return fmt.Errorf("read for the mean: %w", err)
 		}
-		sb, err := bufs.sums.get(volume(box.Shape), fmt.Sprintf("tensor %q mean sums", j.name))
-		if err != nil {
-			return nil, err
-		}
-		lo := box.Offset[0]
-		if err := meanBand(files, j.reads, j.dtype, lo, lo+box.Shape[0], j.rowBytes, buf, sc, sb); err != nil {
-			return nil, fmt.Errorf("read for the mean: %w", err)
-		}
-		return buf, nil
+		return nil
 	}
-	var sc []byte
-	if needsScratch(j.reads, g) {
-		if sc, err = bufs.scratch.get(size, fmt.Sprintf("tensor %q scatter buffer", j.name)); err != nil {
-			return nil, err
-		}
+	if err := fillBand(ctx, files, j.reads, g, box, buf, scratch, j.elem, opt.Workers); err != nil {
+		return fmt.Errorf("read: %w", err)
 	}
-	if err := fillBand(ctx, files, j.reads, g, box, buf, sc, j.elem, opt.Workers); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	return buf, nil
+	return nil
 }
 
 // writeBand hashes the band while appending each target rank's part of it

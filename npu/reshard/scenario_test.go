@@ -194,10 +194,21 @@ func TestMemoryCapHolds(t *testing.T) {
 	if plan.Tensors[0].Bands < 16 || plan.PeakMemory > capBytes {
 		t.Fatalf("plan: %d bands, peak %d; want at least 16 bands under %d", plan.Tensors[0].Bands, plan.PeakMemory, capBytes)
 	}
+	var calls int
+	var last, total int64
+	opt.Progress = func(written, all int64) {
+		if written < last || written > all {
+			t.Errorf("progress %d of %d after %d", written, all, last)
+		}
+		calls, last, total = calls+1, written, all
+	}
 	out := t.TempDir()
 	m, err := Run(ctx, src, target, out, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if calls < plan.Tensors[0].Bands || last != total || total != plan.WriteBytes {
+		t.Fatalf("%d progress calls, last %d of %d; want one per band at least, ending at the plan's %d", calls, last, total, plan.WriteBytes)
 	}
 	if m.Stats.PeakMemory > capBytes || m.Stats.PeakMemory < capBytes/2 {
 		t.Fatalf("held at most %d bytes, want under the cap %d and using it", m.Stats.PeakMemory, capBytes)
@@ -207,4 +218,51 @@ func TestMemoryCapHolds(t *testing.T) {
 	if _, err := Run(ctx, src, target, t.TempDir(), Options{MaxMemory: 3*4096 + 1000}); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), `tensor "big"`) {
 		t.Fatalf("run with a cap below one row: err = %v, want ErrMemory naming big", err)
 	}
+}
+
+// TestStrategyFileLayouts: placements from a strategy file's layouts
+// (uneven param_split_shape, optimizer weight sharding) merge and reshard
+// back bit for bit.
+func TestStrategyFileLayouts(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 7))
+	f32 := func(name string, shape ...int) ckpt.Tensor {
+		v := make([]float32, volume(shape))
+		for i := range v {
+			v[i] = rng.Float32()
+		}
+		return mustFloat32(t, name, fileDims(shape)[:len(shape)], v)
+	}
+	model := []ckpt.Tensor{f32("embedding.table", 10, 3), f32("fc.weight", 16, 4), f32("moments.fc.weight", 16, 4), f32("learning_rate")}
+	layouts := map[string]parallel.TensorLayout{
+		// Manual split of the table's rows 3 + 7 over the 2 model-parallel slices.
+		"embedding.table": {DeviceMatrix: []int{2, 2}, TensorMap: []int{0, -1}, ParamSplitShape: []int{3, 7}, IndicesOffset: []int{0, 3}},
+		// Rows split 2 ways, each slice sharded again 2 ways by the parallel optimizer.
+		"fc.weight": {DeviceMatrix: []int{2, 2}, TensorMap: []int{0, -1}, OptWeightShardStep: 2, OptWeightShardSize: 2},
+	}
+	placements := make(map[string]Placement)
+	for _, x := range model {
+		l, ok := layouts[x.Name]
+		if !ok {
+			continue
+		}
+		boxes, err := l.Boxes(intShape(x.Dims))
+		if err != nil {
+			t.Fatal(err)
+		}
+		placements[x.Name] = Placement{Shape: intShape(x.Dims), Boxes: boxes}
+	}
+	src := writeSourceSet(t, t.TempDir(), model, placements, 4, ckpt.WriteOptions{CRC: true})
+	one := t.TempDir()
+	m, err := Merge(ctx, src, one, "merged.ckpt", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSet(t, one, m, model, Target{Ranks: 1})
+	back := t.TempDir()
+	mb, err := Run(ctx, m.Source(one), Target{Ranks: 4, Placements: placements}, back, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameFiles(t, "4 -> 1 -> 4", src.Files, setFiles(back, mb))
 }

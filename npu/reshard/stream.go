@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
+	"os"
 	"sync"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -36,66 +36,6 @@ func (m *meter) shrink(n int64) {
 	m.mu.Lock()
 	m.held -= n
 	m.mu.Unlock()
-}
-
-// buffer is a reusable byte buffer whose capacity is accounted in a meter.
-type buffer struct {
-	m *meter
-	b []byte
-}
-
-// get returns n bytes, growing the buffer (and its account) when needed.
-func (b *buffer) get(n int64, what string) ([]byte, error) {
-	if int64(cap(b.b)) < n {
-		b.release()
-		if err := b.m.grow(n, what); err != nil {
-			return nil, err
-		}
-		b.b = make([]byte, n)
-	}
-	return b.b[:n], nil
-}
-
-// fit drops the buffer when it is larger than n, the most the next tensor
-// needs, so that buffers sized for an earlier tensor do not add up past
-// the cap with this one's.
-func (b *buffer) fit(n int64) {
-	if int64(cap(b.b)) > n {
-		b.release()
-	}
-}
-
-func (b *buffer) release() {
-	b.m.shrink(int64(cap(b.b)))
-	b.b = nil
-}
-
-// floatBuffer is buffer for the float64 sums of the mean rule.
-type floatBuffer struct {
-	m *meter
-	f []float64
-}
-
-func (b *floatBuffer) get(n int64, what string) ([]float64, error) {
-	if int64(cap(b.f)) < n {
-		b.release()
-		if err := b.m.grow(8*n, what); err != nil {
-			return nil, err
-		}
-		b.f = make([]float64, n)
-	}
-	return b.f[:n], nil
-}
-
-func (b *floatBuffer) fit(n int64) {
-	if int64(cap(b.f)) > n {
-		b.release()
-	}
-}
-
-func (b *floatBuffer) release() {
-	b.m.shrink(8 * int64(cap(b.f)))
-	b.f = nil
 }
 
 // forEachRun calls fn for every contiguous run of the elements of region,
@@ -190,7 +130,7 @@ type readTask struct {
 // single ReadAt, straight into the band when the piece is as wide as the
 // tensor, else into the worker's share of scratch and scattered from there.
 // Tasks run on parallel workers.
-func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, g []int, band parallel.Box, buf, scratch []byte, elem int, workers int) error {
+func fillBand(ctx context.Context, files []*os.File, reads []piece, g []int, band parallel.Box, buf, scratch []byte, elem int, workers int) error {
 	e := int64(elem)
 	const minChunkBytes = 1 << 20
 	chunkBytes := max(int64(len(buf))/int64(workers), minChunkBytes)
@@ -232,11 +172,14 @@ func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, g []int, 
 		r := files[t.p.rank]
 		if fullWidth(t.p.box, g) {
 			dst := int64(t.lo-band.Offset[0]) * rowBytes
-			return t.p.t.ReadAt(r, buf[dst:dst+size], src)
+			if err := t.p.t.ReadAt(r, buf[dst:dst+size], src); err != nil {
+				return fmt.Errorf("%s: %w", r.Name(), err)
+			}
+			return nil
 		}
 		sc := scratch[int64(w)*share : int64(w)*share+size]
 		if err := t.p.t.ReadAt(r, sc, src); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", r.Name(), err)
 		}
 		region := parallel.Box{Offset: append([]int(nil), t.p.box.Offset...), Shape: append([]int(nil), t.p.box.Shape...)}
 		region.Offset[0], region.Shape[0] = t.lo, t.hi-t.lo
@@ -247,32 +190,50 @@ func fillBand(ctx context.Context, files []io.ReaderAt, reads []piece, g []int, 
 	})
 }
 
-// meanBand fills buf with the element-wise mean of every read's rows
-// [lo, hi), summed in float64 in rank order.
-func meanBand(files []io.ReaderAt, reads []piece, dtype string, lo, hi int, rowBytes int64, buf []byte, scratch []byte, sums []float64) error {
-	clear(sums)
-	for _, p := range reads {
-		if err := p.t.ReadAt(files[p.rank], scratch, int64(lo)*rowBytes); err != nil {
-			return err
-		}
-		switch dtype {
-		case ckpt.DTypeFloat32:
-			for i := range sums {
-				sums[i] += float64(math.Float32frombits(binary.LittleEndian.Uint32(scratch[4*i:])))
+// meanChunk is how many elements the mean rule sums at a time; its
+// buffers (one rank's chunk and the float64 sums) are meanBufferBytes.
+const (
+	meanChunk       = 32 << 10
+	meanBufferBytes = meanChunk * (8 + 8)
+)
+
+// meanBand fills buf, rows [lo, hi) of the tensor, with the element-wise
+// mean of every read's copy, summed in float64 in rank order, a chunk of
+// meanChunk elements at a time.
+func meanBand(files []*os.File, reads []piece, dtype string, lo int, rowBytes int64, buf []byte, scratch []byte, sums []float64) error {
+	elem, _ := ckpt.DTypeSize(dtype)
+	e := int64(elem)
+	start := int64(lo) * rowBytes
+	total := int64(len(buf)) / e
+	for off := int64(0); off < total; off += meanChunk {
+		n := min(meanChunk, total-off)
+		s := sums[:n]
+		clear(s)
+		for _, p := range reads {
+			sc := scratch[:n*e]
+			if err := p.t.ReadAt(files[p.rank], sc, start+off*e); err != nil {
+				return fmt.Errorf("%s: %w", files[p.rank].Name(), err)
 			}
-		case ckpt.DTypeFloat64:
-			for i := range sums {
-				sums[i] += math.Float64frombits(binary.LittleEndian.Uint64(scratch[8*i:]))
+			switch dtype {
+			case ckpt.DTypeFloat32:
+				for i := range s {
+					s[i] += float64(math.Float32frombits(binary.LittleEndian.Uint32(sc[4*i:])))
+				}
+			case ckpt.DTypeFloat64:
+				for i := range s {
+					s[i] += math.Float64frombits(binary.LittleEndian.Uint64(sc[8*i:]))
+				}
 			}
 		}
-	}
-	n := float64(len(reads))
-	for i, s := range sums {
-		switch dtype {
-		case ckpt.DTypeFloat32:
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(s/n)))
-		case ckpt.DTypeFloat64:
-			binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(s/n))
+		out := buf[off*e:]
+		k := float64(len(reads))
+		for i, v := range s {
+			switch dtype {
+			case ckpt.DTypeFloat32:
+				binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(float32(v/k)))
+			case ckpt.DTypeFloat64:
+				binary.LittleEndian.PutUint64(out[8*i:], math.Float64bits(v/k))
+			}
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -80,6 +81,11 @@ type Config struct {
 	LogSteps int
 	// Log receives the LossMonitor lines (nil discards them).
 	Log io.Writer
+	// GradAccumulation is MindSpore's grad_accumulation_step: every step
+	// runs this many micro-batches of BatchSize and applies the mean of
+	// their gradients, the update of one batch that many times larger
+	// (0 or 1: none).
+	GradAccumulation int
 	// Reduce, when set, reduces the gradients of every step in place before
 	// the optimizer sees them: the data-parallel AllReduce (mean).
 	Reduce func(ctx context.Context, grads []float32) error
@@ -90,6 +96,23 @@ type Config struct {
 	// Broadcast, when set, is called once after initialisation with all
 	// parameter values (parameter_broadcast from rank 0).
 	Broadcast func(ctx context.Context, values []float32) error
+	// Sharded, when set, builds this rank's part of a network split across
+	// ranks (semi_auto_parallel, auto_parallel, hybrid_parallel) on a device
+	// of the given memory capacity, instead of a whole Model; the network
+	// does its own communication, so Reduce, AllocGrads and Broadcast must
+	// be nil. Checkpoints hold this rank's slices, or with IntegratedSave
+	// the whole tensors, gathered through Exchange and written by rank 0.
+	Sharded func(memory int64) (ShardedNet, error)
+	// IntegratedSave is CheckpointConfig's integrated_save for a sharded
+	// network: rank 0 writes whole tensors (the other ranks write none).
+	IntegratedSave bool
+	// Exchange is the collective's AllToAllv, used to gather whole tensors
+	// for IntegratedSave; Rank is this rank.
+	Exchange func(ctx context.Context, send, recv [][]float32) error
+	Rank     int
+	// ResumeDir, when set, is where Resume looks for checkpoints instead
+	// of CkptDir: with IntegratedSave, every rank resumes from rank 0's.
+	ResumeDir string
 	// OnStep is called after every step.
 	OnStep func(StepInfo)
 	// StepRange, when set, returns the smallest and the largest of every
@@ -187,6 +210,8 @@ func (c *Config) defaults() error {
 	switch {
 	case c.DataDir == "":
 		return fmt.Errorf("%w: no data directory", ErrConfig)
+	case c.GradAccumulation < 0:
+		return fmt.Errorf("%w: gradient accumulation %d must not be negative", ErrConfig, c.GradAccumulation)
 	case c.Epochs < 0 || c.BatchSize < 0:
 		return fmt.Errorf("%w: epochs %d and batch size %d must be positive", ErrConfig, c.Epochs, c.BatchSize)
 	case !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0):
@@ -240,19 +265,38 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	steps := pipe.StepsPerEpoch()
+	// With gradient accumulation a step takes accum micro-batches; the
+	// micro-batches left over at the end of an epoch are dropped, as
+	// drop_remainder drops a partial batch.
+	accum := max(cfg.GradAccumulation, 1)
+	steps := pipe.StepsPerEpoch() / accum
 	if steps == 0 {
-		return nil, fmt.Errorf("%w: %d training images on this shard are fewer than one batch of %d", ErrConfig, pipe.SamplesPerEpoch(), cfg.BatchSize)
+		return nil, fmt.Errorf("%w: %d training images on this shard are fewer than one step of %d×%d", ErrConfig, pipe.SamplesPerEpoch(), accum, cfg.BatchSize)
 	}
 
 	memory := cfg.DeviceMemory
-	model, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: memory})
-	if err != nil {
-		return nil, err
+	var net network
+	var model *nn.Model // the whole model, when it is not sharded
+	if cfg.Sharded != nil {
+		if cfg.Reduce != nil || cfg.AllocGrads != nil || cfg.Broadcast != nil {
+			return nil, fmt.Errorf("%w: a sharded network does its own communication", ErrConfig)
+		}
+		sn, err := cfg.Sharded(memory)
+		if err != nil {
+			return nil, err
+		}
+		net = &shardedNet{ShardedNet: sn, name: cfg.Model}
+	} else {
+		m, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: memory})
+		if err != nil {
+			return nil, err
+		}
+		model = m
+		net = &wholeModel{Model: m, loss: nn.NewSoftmaxCrossEntropyExpand()}
 	}
-	defer model.Close()
+	defer net.Close()
 	c, h, w := pipe.ImageShape()
-	if err := model.Device().Reserve(fmt.Sprintf("input batch float32[%d %d %d %d]", cfg.BatchSize, c, h, w), 4*int64(cfg.BatchSize*c*h*w)); err != nil {
+	if err := net.Device().Reserve(fmt.Sprintf("input batch float32[%d %d %d %d]", cfg.BatchSize, c, h, w), 4*int64(cfg.BatchSize*c*h*w)); err != nil {
 		return nil, err
 	}
 	if cfg.AllocGrads != nil {
@@ -271,15 +315,27 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.NewMomentum(model.TrainableParams(), optim.MomentumConfig{
+	opt, err := optim.NewMomentum(net.TrainableParams(), optim.MomentumConfig{
 		LearningRates: lrs, Momentum: float32(cfg.Momentum), WeightDecay: float32(cfg.WeightDecay),
 	})
 	if err != nil {
 		return nil, err
 	}
 	// Momentum keeps one moment per gradient element on the device.
-	if err := model.Device().Reserve("optimizer moments", 4*int64(len(model.Grads()))); err != nil {
+	gradBytes := 4 * int64(gradLen(net.TrainableParams()))
+	if err := net.Device().Reserve("optimizer moments", gradBytes); err != nil {
 		return nil, err
+	}
+	if accum > 1 {
+		if err := net.Device().Reserve("gradient accumulation", gradBytes); err != nil {
+			return nil, err
+		}
+	}
+	restoreOpts := func(o RestoreOptions) RestoreOptions {
+		if sn, ok := net.(*shardedNet); ok {
+			o.Layouts, o.Rank = sn.Layouts(), cfg.Rank
+		}
+		return o
 	}
 	res := &Result{StepsPerEpoch: steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
 
@@ -288,7 +344,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("init: %w", err)
 		}
-		if err := Restore(model, tensors, RestoreOptions{Optimizer: opt}); err != nil {
+		if err := Restore(net, tensors, restoreOpts(RestoreOptions{Optimizer: opt})); err != nil {
 			return nil, fmt.Errorf("init from %s: %w", cfg.Init, err)
 		}
 	}
@@ -312,7 +368,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Resume {
 		latest, tensors, err := resumePoint(ctx, cfg, mc.Prefix(), steps)
 		if err == nil && latest != "" {
-			if err := Restore(model, tensors, RestoreOptions{Optimizer: opt, RequireOptimizer: true}); err != nil {
+			if err := Restore(net, tensors, restoreOpts(RestoreOptions{Optimizer: opt, RequireOptimizer: true})); err != nil {
 				return nil, fmt.Errorf("resume from %s: %w", latest, err)
 			}
 			start = opt.GlobalStep()
@@ -322,20 +378,30 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	if cfg.Broadcast != nil && start == 0 {
+	if cfg.Broadcast != nil && start == 0 && model != nil {
 		if err := cfg.Broadcast(ctx, model.Values()); err != nil {
 			return nil, fmt.Errorf("parameter broadcast: %w", err)
 		}
 	}
 
-	loss := nn.NewSoftmaxCrossEntropyExpand()
 	loader := pipe.NewLoader()
 	batch := pipe.NewBatch()
 	total := cfg.Epochs * steps
 	if cfg.MaxSteps > 0 {
 		total = min(total, start+cfg.MaxSteps)
 	}
-	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(model, opt) }
+	var acc [][]float32 // gradient sums over the micro-batches of a step
+	if accum > 1 {
+		trainable := net.TrainableParams()
+		acc = make([][]float32, len(trainable))
+		for i, p := range trainable {
+			acc[i] = make([]float32, p.Grad.Len())
+		}
+	}
+	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(net, opt) }
+	if sn, ok := net.(*shardedNet); ok && cfg.IntegratedSave {
+		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, opt, cfg.Exchange, cfg.Rank) }
+	}
 	began := time.Now()
 	epochBegan, epochSteps := began, 0
 	for g := start; g < total; g++ {
@@ -346,32 +412,28 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if step == 0 && g > start {
 			epochBegan, epochSteps = time.Now(), 0
 		}
-		if err := loader.Fill(batch, epoch, step); err != nil {
-			return res, err
+		var l float32
+		for micro := 0; micro < accum; micro++ {
+			if err := loader.Fill(batch, epoch, step*accum+micro); err != nil {
+				return res, err
+			}
+			x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+			if err != nil {
+				return res, err
+			}
+			ml, err := net.step(ctx, x, batch.Labels[:batch.N])
+			if err != nil {
+				return res, err
+			}
+			if math.IsNaN(float64(ml)) || math.IsInf(float64(ml), 0) {
+				return res, fmt.Errorf("%w: loss is %v at epoch %d step %d (lower the learning rate)", ErrDiverged, ml, epoch+1, step+1)
+			}
+			l += ml / float32(accum)
+			if accum > 1 {
+				accumulate(acc, net.TrainableParams(), micro, accum)
+			}
 		}
-		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
-		if err != nil {
-			return res, err
-		}
-		logits, err := model.Forward(x, true)
-		if err != nil {
-			return res, err
-		}
-		l, err := loss.Forward(logits, batch.Labels[:batch.N])
-		if err != nil {
-			return res, err
-		}
-		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
-			return res, fmt.Errorf("%w: loss is %v at epoch %d step %d (lower the learning rate)", ErrDiverged, l, epoch+1, step+1)
-		}
-		dlogits, err := loss.Backward()
-		if err != nil {
-			return res, err
-		}
-		if err := model.Backward(dlogits); err != nil {
-			return res, err
-		}
-		if cfg.Reduce != nil {
+		if cfg.Reduce != nil && model != nil {
 			if err := cfg.Reduce(ctx, model.Grads()); err != nil {
 				return res, fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
 			}
@@ -396,15 +458,15 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		epochSteps++
 		if cfg.OnStep != nil {
 			if secs := time.Since(epochBegan).Seconds(); secs > 0 {
-				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize) / secs
+				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize*accum) / secs
 			}
-			info.DeviceMemory, _ = model.Device().MemoryInUse()
+			info.DeviceMemory, _ = net.Device().MemoryInUse()
 			cfg.OnStep(info)
 		}
 	}
 	res.Seconds = time.Since(began).Seconds()
 	if res.Seconds > 0 {
-		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize) / res.Seconds
+		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize*accum) / res.Seconds
 	}
 	if mc != nil && res.GlobalStep > 0 {
 		epoch := (res.GlobalStep - 1) / steps
@@ -414,13 +476,13 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		res.Checkpoint = mc.Latest()
 	}
 	if cfg.Eval {
-		acc, el, err := Evaluate(ctx, model, cfg.DataDir, max(cfg.BatchSize, 100))
+		acc, el, err := evaluate(ctx, net.predict, cfg.DataDir, max(cfg.BatchSize, 100))
 		if err != nil {
 			return res, err
 		}
 		res.Accuracy, res.EvalLoss = acc, el
 	}
-	_, res.PeakDeviceMemory = model.Device().MemoryInUse()
+	_, res.PeakDeviceMemory = net.Device().MemoryInUse()
 	res.DeviceMemory = memory
 	return res, nil
 }
@@ -438,6 +500,11 @@ func LossMonitorLine(w io.Writer, epoch, step int, loss float32) {
 // Evaluate returns the accuracy and mean loss of model on the test split of
 // dataDir, without augmentation.
 func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
+	return evaluate(ctx, func(_ context.Context, x *tensor.Tensor) (*tensor.Tensor, error) { return model.Forward(x, false) }, dataDir, batchSize)
+}
+
+// evaluate is Evaluate with a network's inference: logits for a batch.
+func evaluate(ctx context.Context, predict func(context.Context, *tensor.Tensor) (*tensor.Tensor, error), dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
 	set, err := data.ReadDir(dataDir, data.SplitTest)
 	if err != nil {
 		return 0, 0, err
@@ -463,7 +530,7 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 		if err != nil {
 			return 0, 0, err
 		}
-		logits, err := model.Forward(x, false)
+		logits, err := predict(ctx, x)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -502,8 +569,13 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 // smallest; when smallest and largest meet, all hold that step (or all
 // start afresh at 0).
 func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch int) (string, []ckpt.Tensor, error) {
-	files, err := ckpt.NewestFirst(cfg.CkptDir, prefix)
-	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) {
+	dir := cfg.CkptDir
+	if cfg.ResumeDir != "" {
+		dir = cfg.ResumeDir
+	}
+	files, err := ckpt.NewestFirst(dir, prefix)
+	// Rank 0 may not have made its directory yet: no checkpoint either.
+	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) && !(cfg.ResumeDir != "" && errors.Is(err, fs.ErrNotExist)) {
 		return "", nil, err
 	}
 	type loaded struct {
@@ -549,5 +621,81 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 			fmt.Fprintf(cfg.Log, "resume: another rank's newest checkpoint is at step %d, before this rank's %d: all ranks go back to it\n", lo, mine.step)
 		}
 		limit = lo
+	}
+}
+
+// network is what the training loop drives: a whole model on this device
+// or this rank's part of a sharded one.
+type network interface {
+	Name() string
+	Params() []*nn.Param
+	TrainableParams() []*nn.Param
+	Device() *nn.Device
+	Close()
+	// step runs one (micro-)batch forward and backward, leaving its
+	// gradients in the trainable parameters' Grad.
+	step(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error)
+	// predict returns the logits of a batch (every rank of a sharded
+	// network calls it together).
+	predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error)
+}
+
+func (m *wholeModel) predict(_ context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	return m.Forward(x, false)
+}
+
+func gradLen(params []*nn.Param) int {
+	n := 0
+	for _, p := range params {
+		n += p.Value.Len()
+	}
+	return n
+}
+
+// wholeModel is a network held whole on this device (stand_alone and
+// data_parallel): one step is forward, the loss and backward.
+type wholeModel struct {
+	*nn.Model
+	loss *nn.SoftmaxCrossEntropyExpand
+}
+
+// step runs one (micro-)batch forward and backward, leaving the gradients
+// of this device's batch in the parameters' Grad.
+func (m *wholeModel) step(_ context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
+	logits, err := m.Forward(x, true)
+	if err != nil {
+		return 0, err
+	}
+	l, err := m.loss.Forward(logits, labels)
+	if err != nil {
+		return 0, err
+	}
+	dlogits, err := m.loss.Backward()
+	if err != nil {
+		return 0, err
+	}
+	return l, m.Backward(dlogits)
+}
+
+// accumulate folds the gradients of micro-batch micro of accum into acc,
+// and after the last one leaves their mean in the parameters' Grad: the
+// gradient of the mean loss over all accum micro-batches.
+func accumulate(acc [][]float32, params []*nn.Param, micro, accum int) {
+	for i, p := range params {
+		g := p.Grad.Data()
+		switch {
+		case micro == 0:
+			copy(acc[i], g)
+		default:
+			for j, v := range g {
+				acc[i][j] += v
+			}
+		}
+		if micro == accum-1 {
+			inv := 1 / float32(accum)
+			for j, v := range acc[i] {
+				g[j] = v * inv
+			}
+		}
 	}
 }

@@ -1,0 +1,384 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// Config is one rank's part of a sharded training job.
+type Config struct {
+	Model string // one of Models()
+	Mode  parallel.Mode
+	// Strategy holds the user's shard strategies (semi_auto_parallel, or
+	// auto_parallel's searched ones); operators it does not name run data
+	// parallel. A hybrid_parallel model declares its own: a Strategy is
+	// then an error, as it is in stand_alone and data_parallel.
+	Strategy parallel.Strategy
+	Devices  int  // ranks in the job
+	Rank     int  // this rank
+	Comm     Comm // may be nil when Devices is 1
+	// BatchPerDevice is the batch each rank receives per step. With
+	// FullBatch every rank receives the whole global batch (MindSpore's
+	// full_batch), so BatchPerDevice is the global batch; otherwise the
+	// global batch is BatchPerDevice·Devices, rank r holding rows
+	// r·BatchPerDevice onwards.
+	BatchPerDevice int
+	FullBatch      bool
+	// GradientsMean selects mean gradients (MindSpore's gradients_mean);
+	// false gives the sum of the per-device means.
+	GradientsMean bool
+	Seed          uint64 // initial parameters, as the stand_alone models draw them
+	Threads       int    // worker goroutines of the device (0: GOMAXPROCS)
+	Memory        int64  // device capacity in bytes (0: unlimited)
+	Classes       int    // 0: DefaultClasses
+}
+
+// Net is one rank's part of a sharded network.
+type Net struct {
+	cfg      Config
+	def      *modelDef
+	dev      *nn.Device
+	stages   []*stage
+	params   []*nn.Param
+	layouts  map[string]parallel.Layout
+	main     *pass
+	passes   map[int]*pass // by global batch
+	loss     crossEntropy
+	strategy parallel.Strategy
+	hybrid   bool
+	all      []int // every rank, for hybrid_parallel's reductions
+	buckets  []*bucket
+}
+
+// stage is one operator on this rank.
+type stage struct {
+	def    opDef
+	layer  nn.Layer // nil for the loss and AllReduce
+	params []*nn.Param
+	buf    *tensor.Tensor // AllReduce's output
+}
+
+// New builds rank cfg.Rank's part of the network: each operator's layer
+// with its slice shapes on the rank's device, starting from the
+// stand_alone model's initial values.
+func New(cfg Config) (*Net, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Classes == 0 {
+		cfg.Classes = DefaultClasses
+	}
+	global := cfg.BatchPerDevice
+	if !cfg.FullBatch {
+		global *= cfg.Devices
+	}
+	def, err := define(cfg.Model, global, cfg.Classes)
+	if err != nil {
+		return nil, err
+	}
+	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}}
+	if n.strategy, err = cfg.strategy(def); err != nil {
+		return nil, err
+	}
+	n.hybrid = cfg.Mode == parallel.HybridParallel
+	for r := range cfg.Devices {
+		n.all = append(n.all, r)
+	}
+	layouts, err := def.graph().Shard(n.strategy, cfg.Devices)
+	if err != nil {
+		return nil, fmt.Errorf("%s in %s: %w", cfg.Model, cfg.Mode, err)
+	}
+	n.dev = nn.NewDevice(cfg.Threads)
+	n.loss.dev = n.dev
+	if err := n.build(layouts); err != nil {
+		n.dev.Close()
+		return nil, fmt.Errorf("%s rank %d: %w", cfg.Model, cfg.Rank, err)
+	}
+	return n, nil
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.Devices < 1 || c.Rank < 0 || c.Rank >= c.Devices:
+		return fmt.Errorf("%w: rank %d of %d devices", ErrConfig, c.Rank, c.Devices)
+	case c.Devices > 1 && c.Comm == nil:
+		return fmt.Errorf("%w: %d devices need a communicator", ErrConfig, c.Devices)
+	case c.Comm != nil && (c.Comm.Size() != c.Devices || c.Comm.Rank() != c.Rank):
+		return fmt.Errorf("%w: communicator of rank %d of %d for rank %d of %d", ErrConfig, c.Comm.Rank(), c.Comm.Size(), c.Rank, c.Devices)
+	case c.BatchPerDevice < 1:
+		return fmt.Errorf("%w: batch per device %d, want at least 1", ErrConfig, c.BatchPerDevice)
+	case c.Memory < 0:
+		return fmt.Errorf("%w: device memory %d bytes", ErrConfig, c.Memory)
+	case c.Classes < 0:
+		return fmt.Errorf("%w: %d classes", ErrConfig, c.Classes)
+	case c.Mode == parallel.StandAlone && c.Devices != 1:
+		return fmt.Errorf("%w: stand_alone runs on 1 device, not %d", ErrConfig, c.Devices)
+	}
+	return nil
+}
+
+// strategy returns the strategy the mode runs def with.
+func (c *Config) strategy(def *modelDef) (parallel.Strategy, error) {
+	hasAllReduce := slices.ContainsFunc(def.ops, func(o opDef) bool { return o.spec.Kind == parallel.OpAllReduce })
+	switch c.Mode {
+	case parallel.HybridParallel:
+		if len(c.Strategy) > 0 {
+			return nil, fmt.Errorf("%w: hybrid_parallel: %s declares its own split, a strategy cannot be given", ErrConfig, def.name)
+		}
+		if def.declared == nil {
+			return parallel.Strategy{}, nil
+		}
+		return def.declared(c.Devices), nil
+	case parallel.SemiAutoParallel, parallel.AutoParallel:
+		if def.declared != nil || hasAllReduce {
+			return nil, fmt.Errorf("%w: %s splits itself with layerwise_parallel parameters and an explicit AllReduce: it runs in hybrid_parallel mode, not %s", ErrConfig, def.name, c.Mode)
+		}
+		return c.Strategy, nil
+	case parallel.StandAlone, parallel.DataParallel:
+		if len(c.Strategy) > 0 {
+			return nil, fmt.Errorf("%w: %s takes no shard strategy", ErrConfig, c.Mode)
+		}
+		if def.declared != nil || hasAllReduce {
+			return nil, fmt.Errorf("%w: %s runs in hybrid_parallel mode, not %s", ErrConfig, def.name, c.Mode)
+		}
+		return parallel.Strategy{}, nil
+	}
+	return nil, fmt.Errorf("%w: mode %v", ErrConfig, c.Mode)
+}
+
+// build makes the layers, copies the initial values and prepares the
+// step over the configured batch.
+func (n *Net) build(layouts []*parallel.OpLayout) error {
+	cfg := n.cfg
+	if err := n.dev.SetMemory(cfg.Memory); err != nil {
+		return err
+	}
+	for i, o := range n.def.ops {
+		st := &stage{def: o}
+		n.stages = append(n.stages, st)
+		ol := layouts[i]
+		specs, pls, partial := paramSpecs(o.spec, ol)
+		for k, t := range specs {
+			n.layouts[t.Name] = pls[k]
+		}
+		if o.build == nil {
+			continue
+		}
+		layer, err := n.buildLayer(o, ol)
+		if err != nil {
+			return err
+		}
+		if c, ok := layer.(interface{ SkipInputGrad() }); ok && i == 0 {
+			c.SkipInputGrad() // nothing consumes the gradient of the images
+		}
+		st.layer, st.params = layer, layer.Params()
+		if len(st.params) != len(specs) {
+			return fmt.Errorf("operator %s: its layer has %d parameters, its spec %d", o.spec.Name, len(st.params), len(specs))
+		}
+		for k, p := range st.params {
+			if p.Name != specs[k].Name {
+				return fmt.Errorf("operator %s: parameter %d is %s, the spec says %s", o.spec.Name, k, p.Name, specs[k].Name)
+			}
+			red := paramReduce{p: p, mean: !p.Trainable}
+			switch {
+			case n.hybrid && n.def.layerwise[p.Name]:
+			case n.hybrid:
+				if cfg.Devices > 1 {
+					red.mean = red.mean || cfg.GradientsMean
+					n.addReduce("all", n.all, red)
+				}
+			case len(partial[k]) > 0:
+				key, group, err := partition(pls[k], partial[k], cfg.Rank)
+				if err != nil {
+					return fmt.Errorf("operator %s parameter %s: %w", o.spec.Name, p.Name, err)
+				}
+				n.addReduce(key, group, red)
+			}
+		}
+		n.params = append(n.params, st.params...)
+	}
+	var values, grads, packed int64
+	for _, b := range n.buckets {
+		size := 0
+		for _, e := range b.entries {
+			size += e.p.Value.Len()
+		}
+		b.buf = make([]float32, size)
+		packed += int64(size)
+	}
+	for _, p := range n.params {
+		values += int64(p.Value.Len())
+		if p.Trainable {
+			grads += int64(p.Value.Len())
+		}
+	}
+	for _, r := range []struct {
+		what  string
+		bytes int64
+	}{
+		{cfg.Model + " parameters", 4 * values},
+		{cfg.Model + " gradients", 4 * grads},
+		// Momentum keeps one moment per gradient element; the trainer
+		// reserves the same under the same name.
+		{"optimizer moments", 4 * grads},
+		{"gradient reduction buffers", 4 * packed},
+	} {
+		if err := n.dev.Reserve(r.what, r.bytes); err != nil {
+			return err
+		}
+	}
+	p, err := n.newPass(n.def, layouts)
+	if err != nil {
+		return err
+	}
+	n.main = p
+	n.passes[p.global] = p
+	return nil
+}
+
+// buildLayer builds op's layer with this rank's slice shapes. Unless every
+// parameter is whole on this rank, the whole layer is built on a throwaway
+// device with the same seed and names, and this rank's box of each
+// parameter copied from it, so every layout starts from the stand_alone
+// values.
+func (n *Net) buildLayer(o opDef, ol *parallel.OpLayout) (nn.Layer, error) {
+	specs, pls, _ := paramSpecs(o.spec, ol)
+	local := shapes{params: map[string][]int{}}
+	whole := shapes{in: o.spec.Inputs[0].Shape, out: o.spec.Output.Shape, params: map[string][]int{}, whole: true}
+	var err error
+	if local.in, err = ol.Inputs[0].SliceShape(); err != nil {
+		return nil, err
+	}
+	if local.out, err = ol.Output.SliceShape(); err != nil {
+		return nil, err
+	}
+	boxes := make([]parallel.Box, len(specs))
+	split := false
+	for k, t := range specs {
+		if boxes[k], err = pls[k].Box(n.cfg.Rank); err != nil {
+			return nil, err
+		}
+		local.params[t.Name], whole.params[t.Name] = boxes[k].Shape, t.Shape
+		split = split || !slices.Equal(boxes[k].Shape, t.Shape)
+	}
+	if !split {
+		local.whole = true
+		return o.build(local, n.cfg.Seed, n.dev)
+	}
+	layer, err := o.build(local, n.cfg.Seed, n.dev)
+	if err != nil {
+		return nil, err
+	}
+	scratch := nn.NewDevice(1)
+	defer scratch.Close()
+	full, err := o.build(whole, n.cfg.Seed, scratch)
+	if err != nil {
+		return nil, err
+	}
+	fullParams := full.Params()
+	for k, p := range layer.Params() {
+		if k >= len(fullParams) || !slices.Equal(p.Shape(), boxes[k].Shape) {
+			return nil, fmt.Errorf("operator %s: parameter %s has shape %v, its slice %v", o.spec.Name, p.Name, p.Shape(), boxes[k].Shape)
+		}
+		src := fullParams[k]
+		copyBox(p.Value.Data(), p.Shape(), nil, src.Value.Data(), src.Shape(), boxes[k].Offset, boxes[k].Shape)
+	}
+	return layer, nil
+}
+
+// Params returns this rank's slices of every parameter, in the
+// stand_alone model's order with its names; Trainable as there.
+func (n *Net) Params() []*nn.Param { return n.params }
+
+// Device returns the rank's simulated device.
+func (n *Net) Device() *nn.Device { return n.dev }
+
+// Layouts returns the whole-tensor layout of every parameter, by name (for
+// the strategy file).
+func (n *Net) Layouts() map[string]parallel.Layout { return n.layouts }
+
+// OpLayouts returns how every operator runs over the configured global
+// batch.
+func (n *Net) OpLayouts() []*parallel.OpLayout { return n.main.layouts }
+
+// Gather returns every parameter's whole value on root (nil on the other
+// ranks), for integrated_save. All ranks call it. Each slice is sent by
+// the lowest rank holding it.
+func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error) {
+	d := n.cfg.Devices
+	if root < 0 || root >= d {
+		return nil, fmt.Errorf("%w: gather on rank %d of %d", ErrConfig, root, d)
+	}
+	type part struct {
+		name string
+		box  parallel.Box
+	}
+	// parts[r] are the slices rank r sends, in parameter order.
+	parts := make([][]part, d)
+	for _, p := range n.params {
+		l := n.layouts[p.Name]
+		var seen []parallel.Box
+		for r := range d {
+			b, err := l.Box(r)
+			if err != nil {
+				return nil, fmt.Errorf("gather %s: %w", p.Name, err)
+			}
+			if slices.ContainsFunc(seen, func(s parallel.Box) bool { return slices.Equal(s.Offset, b.Offset) }) {
+				continue
+			}
+			seen = append(seen, b)
+			parts[r] = append(parts[r], part{p.Name, b})
+		}
+	}
+	byName := map[string]*nn.Param{}
+	for _, p := range n.params {
+		byName[p.Name] = p
+	}
+	send, recv := make([][]float32, d), make([][]float32, d)
+	size := 0
+	for _, pt := range parts[n.cfg.Rank] {
+		size += volume(pt.box.Shape)
+	}
+	send[root] = make([]float32, 0, size)
+	for _, pt := range parts[n.cfg.Rank] {
+		send[root] = append(send[root], byName[pt.name].Value.Data()...)
+	}
+	if n.cfg.Rank == root {
+		for r := range d {
+			size := 0
+			for _, pt := range parts[r] {
+				size += volume(pt.box.Shape)
+			}
+			recv[r] = make([]float32, size)
+		}
+	}
+	if d == 1 {
+		copy(recv[0], send[0])
+	} else if err := n.cfg.Comm.Exchange(ctx, send, recv); err != nil {
+		return nil, fmt.Errorf("gather: %w", err)
+	}
+	if n.cfg.Rank != root {
+		return nil, nil
+	}
+	out := map[string][]float32{}
+	for _, p := range n.params {
+		out[p.Name] = make([]float32, volume(n.layouts[p.Name].Shape))
+	}
+	for r := range d {
+		off := 0
+		for _, pt := range parts[r] {
+			shape := n.layouts[pt.name].Shape
+			copyBox(out[pt.name], shape, pt.box.Offset, recv[r][off:], pt.box.Shape, nil, pt.box.Shape)
+			off += volume(pt.box.Shape)
+		}
+	}
+	return out, nil
+}
+
+// Close stops the device's worker goroutines.
+func (n *Net) Close() { n.dev.Close() }
