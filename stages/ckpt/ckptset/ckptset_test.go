@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 )
@@ -86,18 +85,5 @@ func TestParseSize(t *testing.T) {
 		if got, err := ParseSize(bad); err == nil {
 			t.Errorf("ParseSize(%q) = %d, want an error", bad, got)
 		}
-	}
-}
-
-func TestWatchWritesCountsFiles(t *testing.T) {
-	dir := t.TempDir()
-	var last int64
-	stop := WatchWrites(t.Context(), dir, time.Hour, func(n int64) { last = n })
-	os.MkdirAll(filepath.Join(dir, "device0"), 0o755)
-	os.WriteFile(filepath.Join(dir, "device0", ".x.tmp-1"), make([]byte, 100), 0o644)
-	os.WriteFile(filepath.Join(dir, "a"), make([]byte, 23), 0o644)
-	stop()
-	if last != 123 {
-		t.Fatalf("reported %d bytes, want 123", last)
 	}
 }

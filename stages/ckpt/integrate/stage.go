@@ -21,7 +21,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/reshard"
@@ -102,21 +101,19 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	case in.Strategy != "":
 		layout = "layout from " + in.Strategy
 	}
-	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s)", len(in.Files), w.From, layout))
 	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
 	outDir := filepath.Join(sc.WorkDir(), "checkpoint")
 	name := ckptset.FileName(w.Prefix, in.Files[0])
-	target := reshard.Target{Ranks: 1, Files: []string{name}}
-	plan, err := reshard.Plan(ctx, set.Source, target, opt)
+	plan, err := reshard.Plan(ctx, set.Source, reshard.Target{Ranks: 1, Files: []string{name}}, opt)
 	if err != nil {
 		return nil, err
 	}
-	total := plan.WriteBytes
-	stop := ckptset.WatchWrites(ctx, outDir, 500*time.Millisecond, func(n int64) {
-		sc.Progress(min(n, total), total, "bytes", "writing "+name)
-	})
+	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %d bytes to read, %d to write, peak memory %d of %d",
+		len(in.Files), w.From, layout, plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	opt.Progress = func(written, total int64) {
+		sc.Progress(written, total, "bytes", "writing "+name)
+	}
 	m, err := reshard.Merge(ctx, set.Source, outDir, name, opt)
-	stop()
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -128,12 +127,10 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split, %d bytes to read, %d to write, peak memory %d of %d",
 		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
 	outDir := filepath.Join(sc.WorkDir(), "checkpoints")
-	total := plan.WriteBytes
-	stop := ckptset.WatchWrites(ctx, outDir, 500*time.Millisecond, func(n int64) {
-		sc.Progress(min(n, total), total, "bytes", fmt.Sprintf("writing %d rank files", target.Ranks))
-	})
+	opt.Progress = func(written, total int64) {
+		sc.Progress(written, total, "bytes", fmt.Sprintf("writing %d rank files", target.Ranks))
+	}
 	m, err := ckptset.Reshard(ctx, set, target, layout, outDir, opt)
-	stop()
 	if err != nil {
 		return nil, err
 	}
