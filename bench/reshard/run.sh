@@ -49,8 +49,10 @@ wall() { # elapsed "h:mm:ss" or "m:ss.ss" to seconds
   awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s}' "$work/$1.time"
 }
 rss() { awk -F': ' '/Maximum resident set size/ {print $2}' "$work/$1.time"; }
+cpu() { awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$work/$1.time"; }
 
 rm -rf "$work/out-mspipe" "$work/out-naive" "$work/dd.bin"
+load=$(cut -d' ' -f1-3 /proc/loadavg)
 measure mspipe "$work/mspipe" ckpt reshard "$set_dir" --devices 4 -o "$work/out-mspipe" --max-memory "$max_memory"
 out_bytes=$(du -sb "$work/out-mspipe" | cut -f1)
 measure naive $py "$root/bench/reshard/naive.py" "$set_dir" "$work/out-naive" 4
@@ -65,18 +67,18 @@ for r in 0 1 2 3; do
 done
 rm -f "$work/dd.bin"
 
-cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+cpu_model=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 disk=$(df -h "$work" | awk 'NR == 2 {print $1 " (" $2 ", " $5 " used)"}')
-echo "CPU: $cpu, $(nproc) cores; disk: $disk; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "CPU: $cpu_model, $(nproc) cores; disk: $disk; load average before the runs: $load"
 echo "set: $set_dir, 8 ranks, $set_bytes bytes; output: 4 ranks, $out_bytes bytes; --max-memory $max_memory"
 echo "outputs of mspipe and the naive script byte-identical: $same"
 echo
-echo "| method | wall s | MB/s written | peak RSS MiB | vs naive |"
-echo "|---|---:|---:|---:|---:|"
+echo "| method | wall s | CPU s (user+sys) | MB/s written | peak RSS MiB | vs naive |"
+echo "|---|---:|---:|---:|---:|---:|"
 nw=$(wall naive)
 row() { # name seconds bytes
-  awk -v n="$1" -v s="$2" -v b="$3" -v r="$(rss "$1")" -v nw="$nw" \
-    'BEGIN {printf "| %s | %.2f | %.0f | %.0f | %.1fx |\n", n, s, b / s / 1e6, r / 1024, nw / s}'
+  awk -v n="$1" -v s="$2" -v b="$3" -v r="$(rss "$1")" -v c="$(cpu "$1")" -v nw="$nw" \
+    'BEGIN {printf "| %s | %.2f | %.2f | %.0f | %.0f | %.1fx |\n", n, s, c, b / s / 1e6, r / 1024, nw / s}'
 }
 row mspipe "$(wall mspipe)" "$out_bytes"
 row naive "$nw" "$out_bytes"

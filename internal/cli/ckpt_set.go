@@ -25,25 +25,6 @@ func isSetArgs(args []string, strategy string) (bool, error) {
 	return st.IsDir(), nil
 }
 
-// setFiles returns the rank files args name: the ranks of one set
-// directory, or the files themselves in rank order.
-func setFiles(args []string, prefix string) (root string, files []string, err error) {
-	if len(args) == 1 {
-		if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
-			files, err := ckptset.Find(args[0], prefix)
-			return args[0], files, err
-		}
-	}
-	for _, a := range args {
-		if st, err := os.Stat(a); err != nil {
-			return "", nil, err
-		} else if st.IsDir() {
-			return "", nil, fmt.Errorf("%s is a directory: give one set directory, or rank files", a)
-		}
-	}
-	return "", args, nil
-}
-
 type setReport struct {
 	Set      string          `json:"set,omitempty"`      // the directory, when one was given
 	Strategy string          `json:"strategy,omitempty"` // the strategy file laid over the set
@@ -83,7 +64,7 @@ type layoutInfo struct {
 // inspectSet reads the set's files one at a time (only one rank's data is
 // in memory at once) and reports every tensor across the ranks.
 func inspectSet(cmd *cobra.Command, args []string, prefix, strategy, format string) error {
-	root, files, err := setFiles(args, prefix)
+	root, files, err := ckptset.Files(args, prefix)
 	if err != nil {
 		return usageErr(err)
 	}

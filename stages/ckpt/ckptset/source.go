@@ -54,10 +54,7 @@ func Load(args []string, prefix, strategy string) (*Set, Input, error) {
 	if len(args) == 0 {
 		return nil, in, fmt.Errorf("no checkpoint set given")
 	}
-	if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
-		if len(args) > 1 {
-			return nil, in, fmt.Errorf("%s is a directory: give one set directory, or rank files", args[0])
-		}
+	if st, err := os.Stat(args[0]); err == nil && st.IsDir() && len(args) == 1 {
 		in.Root = args[0]
 		if _, err := os.Stat(filepath.Join(in.Root, reshard.ManifestName)); err == nil && strategy == "" {
 			m, err := reshard.ReadManifest(in.Root)
@@ -76,27 +73,18 @@ func Load(args []string, prefix, strategy string) (*Set, Input, error) {
 			}
 			return s, in, nil
 		}
-		if in.Files, err = Find(in.Root, prefix); err != nil {
-			return nil, in, err
-		}
 		if strategy == "" {
 			if in.Strategy, err = FindStrategy(in.Root); err != nil {
 				return nil, in, err
 			}
 		}
-	} else {
-		for _, a := range args {
-			if st, err := os.Stat(a); err != nil {
-				return nil, in, err
-			} else if st.IsDir() {
-				return nil, in, fmt.Errorf("%s is a directory: give one set directory, or rank files", a)
-			}
-		}
-		in.Files = args
+	}
+	var err error
+	if in.Root, in.Files, err = Files(args, prefix); err != nil {
+		return nil, in, err
 	}
 	var sf *parallel.StrategyFile
 	if in.Strategy != "" {
-		var err error
 		if sf, err = parallel.ReadStrategyFile(in.Strategy); err != nil {
 			return nil, in, err
 		}
@@ -106,6 +94,29 @@ func Load(args []string, prefix, strategy string) (*Set, Input, error) {
 		return nil, in, fmt.Errorf("%s: %w", in.Strategy, err)
 	}
 	return s, in, err
+}
+
+// Files returns the rank files args name: the newest checkpoint of prefix
+// of every rank of one set directory, or the files themselves in rank
+// order; root is the directory, "" for files.
+func Files(args []string, prefix string) (root string, files []string, err error) {
+	if len(args) == 0 {
+		return "", nil, fmt.Errorf("no checkpoint set given")
+	}
+	if len(args) == 1 {
+		if st, err := os.Stat(args[0]); err == nil && st.IsDir() {
+			files, err := Find(args[0], prefix)
+			return args[0], files, err
+		}
+	}
+	for _, a := range args {
+		if st, err := os.Stat(a); err != nil {
+			return "", nil, err
+		} else if st.IsDir() {
+			return "", nil, fmt.Errorf("%s is a directory: give one set directory, or rank files", a)
+		}
+	}
+	return "", args, nil
 }
 
 // TargetFiles names every target rank's file, relative to the output
