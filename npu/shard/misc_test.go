@@ -295,3 +295,51 @@ func TestResNet20SplitStem(t *testing.T) {
 		t.Errorf("bn1.moving_mean never moved: %v", v)
 	}
 }
+
+// Every layout starts from the stand_alone initial values: gathered on any
+// root before training, the slices are the one-device parameters, bit for
+// bit.
+func TestGatherInitialValuesOnAnyRoot(t *testing.T) {
+	const d = 4
+	want := initial(t, "semi_auto_net", 12)
+	for _, root := range []int{0, 3} {
+		comms := memComms(d)
+		got := make([]map[string][]float32, d)
+		errs := make([]error, d)
+		var wg sync.WaitGroup
+		for r := range d {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				net, err := New(Config{Model: "semi_auto_net", Mode: parallel.SemiAutoParallel, Devices: d, Rank: r, Comm: comms[r],
+					Strategy: parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}, "end_point.matmul": {{1, 2}, {1, 2}}}, BatchPerDevice: 2, Seed: 12, Threads: 1})
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				defer net.Close()
+				got[r], errs[r] = net.Gather(context.Background(), root)
+			}(r)
+		}
+		wg.Wait()
+		for r := range d {
+			if errs[r] != nil {
+				t.Fatalf("rank %d: %v", r, errs[r])
+			}
+			if r != root && got[r] != nil {
+				t.Errorf("rank %d, not the root, got parameters", r)
+			}
+		}
+		for name, w := range want {
+			g := got[root][name]
+			if len(g) != len(w) {
+				t.Fatalf("root %d: %s has %d values, want %d", root, name, len(g), len(w))
+			}
+			for i := range w {
+				if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+					t.Fatalf("root %d: %s[%d] = %v, one device's %v", root, name, i, g[i], w[i])
+				}
+			}
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"github.com/mspipe/mspipe/npu/tensor"
 )
 
+// checkInput checks that x is a batch of CIFAR images, the input of every
+// model.
 func (n *Net) checkInput(x *tensor.Tensor) error {
 	if x.Rank() != 4 || x.Dim(1) != imageChannels || x.Dim(2) != imageSide || x.Dim(3) != imageSide || x.Dim(0) < 1 {
 		return fmt.Errorf("%s: input %v, want [N %d %d %d]: %w", n.cfg.Model, x.Shape(), imageChannels, imageSide, imageSide, tensor.ErrShape)
