@@ -364,3 +364,24 @@ func TestStepAllocatesNothing(t *testing.T) {
 		t.Errorf("a steady-state step allocates %v times", allocs)
 	}
 }
+
+// A step makes only the collective calls its layouts need: for the seeds'
+// fc.matmul [[1, 1], [1, 2]] on 4 ranks, the images gathered for fc.matmul,
+// its column slices spread over the batch for relu and back, the loss
+// summed, and one reduction of the data-parallel end_point's gradients;
+// nothing before fc.matmul in backward. One device makes none.
+func TestCommCallsPerStep(t *testing.T) {
+	const global, d = 8, 4
+	xs, ys := batches(1, global, 81)
+	cfg := Config{Model: "semi_auto_net", Mode: parallel.SemiAutoParallel, Strategy: parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}},
+		Devices: d, BatchPerDevice: global / d, GradientsMean: true, Seed: 1, Threads: 1}
+	for r, net := range stepGrads(t, cfg, xs[0], ys[0]) {
+		if calls, _ := net.CommStats(); calls != 5 {
+			t.Errorf("rank %d made %d collective calls in a step, want 5", r, calls)
+		}
+	}
+	one := stepGrads(t, Config{Model: "semi_auto_net", Devices: 1, BatchPerDevice: global, Seed: 1, Threads: 1}, xs[0], ys[0])[0]
+	if calls, elapsed := one.CommStats(); calls != 0 || elapsed != 0 {
+		t.Errorf("one device: %d calls, %v", calls, elapsed)
+	}
+}

@@ -136,8 +136,8 @@ func (n *Net) labelsFor(ctx context.Context, p *pass, labels []int32) ([]int32, 
 	return p.labelsOut, nil
 }
 
-// backward runs the loss's backward and every operator's, reducing partial
-// input gradients on the way.
+// backward runs the loss's backward and every operator's back to the first
+// with parameters, reducing partial input gradients on the way.
 func (n *Net) backward(ctx context.Context, p *pass) error {
 	// The loss is a mean over the global batch: the gradient scale is
 	// 1/global (semi_auto, auto), times the device count for the sum of
@@ -151,7 +151,7 @@ func (n *Net) backward(ctx context.Context, p *pass) error {
 		inv = float64(n.cfg.Devices) / float64(p.global)
 	}
 	d := n.loss.backward(inv)
-	for i := len(n.stages) - 2; i >= 0; i-- {
+	for i := len(n.stages) - 2; i >= n.firstParam; i-- {
 		st := n.stages[i]
 		name := st.def.spec.Name
 		dy, err := p.bwd[i].run(ctx, n.cfg.Comm, d)
@@ -165,7 +165,7 @@ func (n *Net) backward(ctx context.Context, p *pass) error {
 		if d, err = st.layer.Backward(dy); err != nil {
 			return err
 		}
-		if g := p.gradGroup[i]; g != nil && i > 0 {
+		if g := p.gradGroup[i]; g != nil && i > n.firstParam {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, d.Data(), collective.Sum, g); err != nil {
 				return fmt.Errorf("input gradient of operator %s: %w", name, err)
 			}
