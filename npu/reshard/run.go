@@ -93,21 +93,25 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		}
 		mt := ManifestTensor{Name: j.name, DType: j.dtype, Shape: j.shape, Bytes: volume(j.shape) * int64(j.elem), SHA256: sum, Rule: j.rule}
 		if _, placed := lookupPlacement(target.Placements, j.name); placed {
-			for _, d := range j.dstShapesBoxes() {
-				mt.Boxes = append(mt.Boxes, manifestBox{Offset: d.Offset, Shape: d.Shape})
-			}
+			mt.Boxes = j.dstShapesBoxes()
 		}
 		manifest.Tensors = append(manifest.Tensors, mt)
 	}
 
-	for r, o := range outs {
-		crc, err := o.finish()
-		if err != nil {
-			return nil, err
-		}
-		m.shrink(int64(wbuf))
-		progress()
-		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crc)})
+	// Trailers, flushes and fsyncs, the files in parallel.
+	crcs := make([]uint32, len(outs))
+	err = forEach(ctx, len(outs), opt.Workers, func(r int) error {
+		var err error
+		crcs[r], err = outs[r].finish()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.shrink(int64(wbuf) * int64(len(outs)))
+	progress()
+	for r := range outs {
+		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crcs[r])})
 	}
 	for _, o := range outs {
 		if err := os.Rename(o.f.Name(), o.path); err != nil {
