@@ -58,11 +58,7 @@ file that cannot be read.`,
 			if format != "text" && format != "json" {
 				return usageErr(fmt.Errorf("--format: unknown format %q (text or json)", format))
 			}
-			set, err := isSetArgs(args, strategy)
-			if err != nil {
-				return usageErr(err)
-			}
-			if set {
+			if isSetArgs(args, strategy) {
 				return inspectSet(cmd, args, prefix, strategy, format)
 			}
 			file, err := readCheckpointFile(args[0])
