@@ -104,7 +104,7 @@ func TestLaunchRunHappyPath(t *testing.T) {
 	}
 	// The SDK reports a value of the wrong type (schema keywords such as
 	// the enum are mspipe's to check).
-	problems, err := c.Validate(ctx, map[string]any{"mode": 3})
+	problems, err := c.Validate(ctx, plugins.ValidateRequest{With: map[string]any{"mode": 3}})
 	if err != nil {
 		t.Fatal(err)
 	}

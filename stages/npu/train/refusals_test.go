@@ -72,7 +72,7 @@ func TestValidateDeviceMemory(t *testing.T) {
 
 func validate(t *testing.T, with map[string]any) []plugins.Problem {
 	t.Helper()
-	problems, err := train.New().Validate(context.Background(), with)
+	problems, err := train.New().Validate(context.Background(), plugins.ValidateRequest{With: with})
 	if err != nil {
 		t.Fatal(err)
 	}
