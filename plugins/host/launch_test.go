@@ -256,7 +256,7 @@ func TestPluginExitsMidRun(t *testing.T) {
 	if !errors.Is(err, plugins.ErrPluginExited) || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("err = %v, want plugins.ErrPluginExited with exit status 3", err)
 	}
-	if _, err := c.Validate(ctx, nil); !errors.Is(err, plugins.ErrPluginExited) {
+	if _, err := c.Validate(ctx, plugins.ValidateRequest{}); !errors.Is(err, plugins.ErrPluginExited) {
 		t.Errorf("Validate after the exit = %v, want plugins.ErrPluginExited", err)
 	}
 }
