@@ -73,13 +73,103 @@ func TestValidateInvalidCorpus(t *testing.T) {
 	}
 }
 
+// notImplemented is how npu/train's own check refuses an option this build
+// does not have yet (two-stage-training.yaml's semi_auto_parallel).
+const notImplemented = "not implemented in this build"
+
 func TestValidateExamples(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "validate", "../../examples")
-	if code != ExitOK {
-		t.Fatalf("validate examples: exit %d\n%s%s", code, stdout, stderr)
+	if code == ExitOK {
+		if !strings.Contains(stderr, "all valid") {
+			t.Errorf("summary = %q, want it to say all valid", stderr)
+		}
+		return
 	}
-	if !strings.Contains(stderr, "all valid") {
-		t.Errorf("summary = %q, want it to say all valid", stderr)
+	// Until the parallel modes land, the stage's own check refuses them;
+	// nothing else may be wrong with the examples.
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		if strings.Contains(line, ": error: ") && !strings.Contains(line, notImplemented) {
+			t.Errorf("validate examples: %s", line)
+		}
+	}
+	if code != ExitFailed {
+		t.Errorf("validate examples: exit %d\n%s%s", code, stdout, stderr)
+	}
+	t.Logf("examples use what this build lacks:\n%s", stdout)
+}
+
+// TestValidateAsksTheStage checks that the stages' own checks run, with the
+// cluster, and that their problems point into the spec: npu/train refuses
+// a device memory it cannot parse at the value of with.device_memory.
+func TestValidateAsksTheStage(t *testing.T) {
+	src := `version: 1
+name: stage-checks
+params:
+  memory: {type: string, default: 12XB}
+cluster: {devices: 2}
+stages:
+  prepare:
+    uses: cifar/prepare
+    with: {source: synthetic, shards: "${{ cluster.devices }}"}
+  train:
+    uses: npu/train
+    needs: [prepare]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      mode: data_parallel
+      device_memory: 12XB
+  again:
+    uses: npu/train
+    needs: [prepare]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      device_memory: "${{ params.memory }}"
+  later:
+    uses: npu/train
+    needs: [prepare]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      device_memory: "${{ stages.prepare.outputs.dir }}"
+`
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "validate", path)
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want %d\n%s%s", code, ExitFailed, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	// The static value, and the param's default: both at their own
+	// line:col. The stage output is known only at run time: no problem.
+	want := []string{
+		path + ":16:22: error: stages.train.with.device_memory: ",
+		path + ":22:22: error: stages.again.with.device_memory: ",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("problems:\n%s\nwant %d", stdout, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) || !strings.Contains(lines[i], "12XB") {
+			t.Errorf("problem %d = %q, want it to start with %q and name 12XB", i, lines[i], w)
+		}
+	}
+
+	// validate checks a param's default; a command that takes -p values
+	// checks those instead.
+	fixed := strings.Replace(src, "device_memory: 12XB", "device_memory: 512MiB", 1)
+	if err := os.WriteFile(path, []byte(fixed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ = runCLI(t, "validate", path)
+	if code != ExitFailed || !strings.HasPrefix(stdout, path+":22:22: error: stages.again.with.device_memory: ") || strings.Count(stdout, "\n") != 1 {
+		t.Errorf("default 12XB: exit %d\n%s", code, stdout)
+	}
+	if code, stdout, stderr := runCLI(t, "plan", path, "-p", "memory=1GiB"); code != ExitOK {
+		t.Errorf("plan -p memory=1GiB: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "plan", path, "-p", "memory=3QB"); code != ExitFailed || !strings.Contains(stdout+stderr, `:22:22: error: stages.again.with.device_memory: device memory "3QB"`) {
+		t.Errorf("plan -p memory=3QB: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
 
@@ -134,7 +224,7 @@ func TestValidateFormats(t *testing.T) {
 		t.Errorf("github format:\n got %q\nwant %q", stdout, want)
 	}
 
-	code, stdout, _ = runCLI(t, "validate", "--format", "json", file, "../../examples/two-stage-training.yaml")
+	code, stdout, _ = runCLI(t, "validate", "--format", "json", file, "../../examples/data-parallel.yaml")
 	if code != ExitFailed {
 		t.Fatalf("exit %d, want 1", code)
 	}
