@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mspipe/mspipe/plugins"
@@ -351,5 +352,21 @@ func TestCatalogCheckUsesTheDescribedProcess(t *testing.T) {
 	problems = check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 2})
 	if len(problems) != 2 || strings.Contains(problems[0].Message, fmt.Sprintf("pid %d,", pid)) || !strings.Contains(problems[0].Message, "devices 2") {
 		t.Errorf("after Close: problems = %v, want a new process's answer", problems)
+	}
+
+	// A process that died fails the call with an error (validation makes
+	// it a warning); the next call starts another.
+	c.mu.Lock()
+	second := c.clients["./tool"].client.Pid()
+	c.mu.Unlock()
+	if err := syscall.Kill(second, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := info.Check(context.Background(), spec.CheckRequest{With: map[string]any{"mode": "check"}}); !errors.Is(err, plugins.ErrPluginExited) {
+		t.Errorf("check on a killed plugin: err = %v, want plugins.ErrPluginExited", err)
+	}
+	problems = check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 1})
+	if len(problems) != 2 || strings.Contains(problems[0].Message, fmt.Sprintf("pid %d,", second)) {
+		t.Errorf("after the plugin died: problems = %v, want a new process's answer", problems)
 	}
 }
