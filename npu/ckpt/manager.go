@@ -138,6 +138,10 @@ func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]
 		return "", nil
 	}
 	tensors, err := params()
+	if errors.Is(err, ErrSkipSave) {
+		m.lastStep = step
+		return "", nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("checkpoint at step %d: %w", step, err)
 	}
@@ -166,6 +170,12 @@ func (m *ModelCheckpoint) prune() error {
 	}
 	return nil
 }
+
+// ErrSkipSave, returned by the params function of StepEnd or End, keeps
+// the save schedule as if the checkpoint had been written but writes
+// nothing: a rank that takes part in gathering an integrated checkpoint
+// another rank writes.
+var ErrSkipSave = errors.New("checkpoint written by another rank")
 
 // FileName returns ModelCheckpoint's file name {prefix}-{epoch}_{step}.ckpt.
 func FileName(prefix string, epoch, stepInEpoch int) string {

@@ -719,6 +719,10 @@ func (c *Comm) unexpected(p *peer, got, want header) *PeerError {
 		pe.Err = fmt.Errorf("%w: it called %s, rank %d called %s", ErrOutOfStep, got.describeCall(), c.rank, want.describeCall())
 		return pe
 	}
+	if err := c.lengthMismatch(got, want); err != nil {
+		pe.Err = err
+		return pe
+	}
 	pe.Err = fmt.Errorf("%w: got kind %d phase %d offset %d with %d bytes, want kind %d phase %d offset %d with %d bytes",
 		ErrProtocol, got.kind, got.phase, got.offset, got.nbytes, want.kind, want.phase, want.offset, want.nbytes)
 	return pe

@@ -2,7 +2,9 @@
 // simulated Ascend devices, as HCCL does on hardware: AllReduce,
 // ReduceScatter, AllGather, Broadcast, Barrier and AllToAll on []float32
 // between rank processes connected by TCP, with shared memory for the
-// AllReduce of ranks on one host.
+// AllReduce of ranks on one host; and, for operator-parallel training,
+// Exchange (AllToAllv: a block of any length for every peer) and
+// GroupAllReduce (AllReduce within sub-groups that partition the ranks).
 //
 // The simplest use builds the configuration of one rank from a rank table
 // and reduces gradients in place:
@@ -55,6 +57,7 @@
 // bits as Mesh).
 // Barrier, AllToAll and collectives of ordinary buffers use TCP; every rank
 // must pass Alloc memory or none (a mix fails at once as out of step).
+// Exchange and GroupAllReduce always use TCP, with any buffer.
 // TransportTCP turns shared memory off; TransportShm makes Init fail
 // unless every rank can use it.
 //
@@ -81,8 +84,11 @@
 // fixed, but a rotation of rank order that differs from chunk to chunk, so
 // results may differ in the last bits from a sequential sum and from Mesh.
 //
-// ReduceScatter uses the same orders; AllGather, Broadcast and AllToAll only
-// move data. Results also depend on Size() (through the chunk boundaries
+// GroupAllReduce reduces in group order, ((x_g0 op x_g1) op x_g2) ...,
+// as Mesh does within the group; Mean divides by the group's size.
+//
+// ReduceScatter uses the same orders; AllGather, Broadcast, AllToAll and
+// Exchange only move data. Results also depend on Size() (through the chunk boundaries
 // for Ring), never on the segment size.
 //
 // # Algorithms and wire format
@@ -101,8 +107,11 @@
 // connections get fixed 1 MiB socket buffers (Config.SocketBuffer): with
 // kernel autotuning, eight Mesh ranks on one host let receive windows grow
 // until the host hit TCP memory pressure and dropped packets. Broadcast
-// pipelines the buffer along the ring from the root; Barrier and AllToAll
-// exchange directly between every pair.
+// pipelines the buffer along the ring from the root; Barrier, AllToAll and
+// Exchange send directly between every pair (Exchange sends each pair's
+// length in a header-only frame first, so a receiver that expects another
+// length fails at once, naming the sender); GroupAllReduce is Mesh among
+// the members of each group.
 //
 // # Failures
 //

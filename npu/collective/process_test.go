@@ -102,8 +102,35 @@ func helperMain() error {
 				fmt.Println("running")
 			}
 		}
+	case "exchange":
+		send, recv := make([][]float32, c.Size()), make([][]float32, c.Size())
+		for p := range send {
+			send[p], recv[p] = make([]float32, 1<<18), make([]float32, 1<<18)
+		}
+		return helperLoop(func() error { return c.Exchange(context.Background(), send, recv) })
+	case "group": // pairs of neighbours
+		buf, err := alloc(1 << 22)
+		if err != nil {
+			return err
+		}
+		pair := []int{rank &^ 1, rank | 1}
+		return helperLoop(func() error { return c.GroupAllReduce(context.Background(), buf, Sum, pair) })
 	}
 	return fmt.Errorf("unknown MODE %q", os.Getenv("MODE"))
+}
+
+// helperLoop prints "ready", calls f until it fails and prints "running"
+// after the first call.
+func helperLoop(f func() error) error {
+	fmt.Println("ready")
+	for i := 0; ; i++ {
+		if err := f(); err != nil {
+			return err
+		}
+		if i == 0 {
+			fmt.Println("running")
+		}
+	}
 }
 
 func hashFloats(f []float32) string {

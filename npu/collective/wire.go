@@ -19,7 +19,8 @@ import (
 //	8      8    count: the call's element count every rank must agree on
 //	16     8    offset: element offset of the payload in the call's buffer
 //	24     4    nbytes: payload length in bytes
-//	28     4    extra: the reduce op or the broadcast root
+//	28     4    extra: the reduce op or the broadcast root (a group's reduce
+//	            op in the low byte, a hash of its ranks above)
 //
 // Data frames carry float32 values, little-endian. A receiver knows exactly
 // which frame comes next from each peer, so it compares the whole header
@@ -48,6 +49,8 @@ const (
 	opBarrier
 	opAllToAll
 	opAlloc // shared-memory allocation (on the wire only between servers)
+	opExchange
+	opGroupAllReduce
 )
 
 // mayUseShm reports whether the collective can run through shared memory
@@ -78,6 +81,10 @@ func (o opCode) String() string {
 		return "alltoall"
 	case opAlloc:
 		return "alloc"
+	case opExchange:
+		return "exchange"
+	case opGroupAllReduce:
+		return "groupallreduce"
 	}
 	return "op" + strconv.Itoa(int(o))
 }
@@ -87,7 +94,8 @@ func (o opCode) String() string {
 const (
 	phaseReduce uint16 = 1
 	phaseGather uint16 = 2
-	phaseDirect uint16 = 3 // broadcast, barrier, all-to-all
+	phaseDirect uint16 = 3 // broadcast, barrier, all-to-all, exchange
+	phaseLength uint16 = 4 // exchange: a header-only frame whose offset is the pair's element count
 )
 
 type header struct {
@@ -132,8 +140,13 @@ func (h header) describeCall() string {
 	if h.kind != kindData {
 		return fmt.Sprintf("a frame of kind %d", h.kind)
 	}
+	if h.op == opExchange { // per-pair lengths: there is no call-wide count
+		return fmt.Sprintf("%s #%d", h.op, h.seq)
+	}
 	s := fmt.Sprintf("%s #%d of %d elements", h.op, h.seq, h.count)
 	switch h.op {
+	case opGroupAllReduce:
+		s += fmt.Sprintf(" (%s, group %06x)", Op(h.extra&0xff), h.extra>>8)
 	case opAllReduce, opReduceScatter:
 		s += " (" + Op(h.extra).String() + ")"
 	case opBroadcast:

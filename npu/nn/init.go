@@ -64,7 +64,15 @@ func initKaimingNormalFanOut(p *Param, seed uint64) {
 // initKaimingUniformFanIn fills a Dense weight [out, in] from U(−b, b) with
 // b = 1/√in: He uniform with a = √5, as MindSpore's ResNet builds end_point.
 func initKaimingUniformFanIn(p *Param, seed uint64) {
-	bound := 1 / math.Sqrt(float64(max(1, p.Shape()[1])))
+	InitUniformFanIn(p, p.Shape()[1], seed)
+}
+
+// InitUniformFanIn fills p from U(−b, b) with b = 1/√fanIn, drawn from p's
+// own stream (seed and name) as Dense weights are: for layers built outside
+// this package whose weight keeps its fan-in on another axis (a MatMul
+// weight [in, out]).
+func InitUniformFanIn(p *Param, fanIn int, seed uint64) {
+	bound := 1 / math.Sqrt(float64(max(1, fanIn)))
 	r := newInitRNG(seed, p.Name)
 	for i := range p.Value.Data() {
 		p.Value.Data()[i] = float32(bound * (2*r.float64() - 1))

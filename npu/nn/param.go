@@ -22,6 +22,12 @@ const DType = "Float32"
 // Shape returns the parameter's shape.
 func (p *Param) Shape() []int { return p.Value.Shape() }
 
+// NewParam returns a zero parameter of the given shape, with a zero
+// gradient when trainable: for layers built outside this package.
+func NewParam(name string, trainable bool, shape ...int) (*Param, error) {
+	return newParam(name, trainable, shape...)
+}
+
 func newParam(name string, trainable bool, shape ...int) (*Param, error) {
 	v, err := tensor.New(shape...)
 	if err != nil {

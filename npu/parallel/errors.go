@@ -10,4 +10,7 @@ var (
 	ErrLayout = errors.New("invalid layout")
 	// ErrStrategy is wrapped by errors about a shard strategy.
 	ErrStrategy = errors.New("invalid shard strategy")
+	// ErrStrategyFile is wrapped by errors about the content of a strategy
+	// file (strategy_ckpt_save_file) that is not about a layout or strategy.
+	ErrStrategyFile = errors.New("invalid strategy file")
 )

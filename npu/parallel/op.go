@@ -396,3 +396,25 @@ func sortedKeys(s Strategy) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// ParamLayouts returns the layout of every parameter of g laid out as ols
+// (from Graph.Shard): what a strategy file's parallel_layout_item holds.
+func ParamLayouts(g Graph, ols []*OpLayout) map[string]Layout {
+	out := map[string]Layout{}
+	for i, o := range g.Ops {
+		if i >= len(ols) || ols[i] == nil {
+			continue
+		}
+		for k, t := range o.Inputs {
+			if t.Name != "" {
+				out[t.Name] = ols[i].Inputs[k]
+			}
+		}
+		for k, t := range o.Extra {
+			if t.Name != "" {
+				out[t.Name] = ols[i].Extra[k]
+			}
+		}
+	}
+	return out
+}

@@ -111,3 +111,15 @@ func TestGraphShard(t *testing.T) {
 		t.Errorf("inconsistent shared parameter: %v", err)
 	}
 }
+
+func TestParamLayouts(t *testing.T) {
+	g := Graph{Model: "net", Ops: []OpSpec{seedsMatMul()}}
+	ols, err := g.Shard(Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := ParamLayouts(g, ols)
+	if len(ls) != 1 || !slices.Equal(ls["fc.weight"].TensorMap, []int{-1, 0}) || !slices.Equal(ls["fc.weight"].DeviceMatrix, []int{1, 1, 2}) {
+		t.Errorf("layouts %+v", ls)
+	}
+}

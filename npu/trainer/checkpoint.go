@@ -11,15 +11,23 @@ import (
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/optim"
+	"github.com/mspipe/mspipe/npu/parallel"
 )
 
 // ErrMismatch is wrapped by the error of Restore when a checkpoint does not
 // fit the model.
 var ErrMismatch = errors.New("checkpoint does not match the model")
 
+// Parameterized is a network with named parameters: an nn.Model, or one
+// rank's part of a sharded network (its slices).
+type Parameterized interface {
+	Name() string
+	Params() []*nn.Param
+}
+
 // Snapshot returns the tensors a checkpoint holds: the model's parameters
 // in order, then the optimizer's state (nil opt: parameters only).
-func Snapshot(m *nn.Model, opt *optim.Momentum) ([]ckpt.Tensor, error) {
+func Snapshot(m Parameterized, opt *optim.Momentum) ([]ckpt.Tensor, error) {
 	var out []ckpt.Tensor
 	for _, p := range m.Params() {
 		t, err := ckpt.NewFloat32(p.Name, dims64(p.Shape()), p.Value.Data())
@@ -71,18 +79,45 @@ type RestoreOptions struct {
 	// RequireOptimizer fails when the checkpoint has no optimizer state
 	// (resuming an interrupted run needs it; starting from weights does not).
 	RequireOptimizer bool
+	// Layouts, for a sharded network, are its parameters' whole-tensor
+	// layouts: a checkpoint tensor holding a whole parameter (or moment)
+	// is then cut to Rank's slice.
+	Layouts map[string]parallel.Layout
+	Rank    int
 }
 
 // Restore loads tensors into the model (and optimizer). Every model
 // parameter must be present with the same shape and dtype "Float32";
 // tensors the model does not know are errors too. All mismatches are
 // reported at once.
-func Restore(m *nn.Model, tensors []ckpt.Tensor, opts RestoreOptions) error {
+func Restore(m Parameterized, tensors []ckpt.Tensor, opts RestoreOptions) error {
 	byName := make(map[string]ckpt.Tensor, len(tensors))
 	for _, t := range tensors {
 		byName[t.Name] = t
 	}
 	var problems []string
+	if opts.Layouts != nil {
+		slices := map[string][]int{}
+		for _, p := range m.Params() {
+			slices[p.Name] = p.Shape()
+			slices["moments."+p.Name] = p.Shape()
+		}
+		for name, t := range byName {
+			l, ok := layoutOf(opts.Layouts, name)
+			if !ok || sameDims(t.Dims, slices[name]) {
+				continue
+			}
+			cut, err := wholeToSlice(t, l, opts.Rank, slices[name])
+			switch {
+			case errors.Is(err, errNotWhole):
+				// Restore reports the shape below.
+			case err != nil:
+				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+			default:
+				byName[name] = cut
+			}
+		}
+	}
 	used := map[string]bool{}
 	load := func(name string, shape []int, dtype string, set func(ckpt.Tensor) error) {
 		t, ok := byName[name]

@@ -95,6 +95,23 @@ type Config struct {
 	// Broadcast, when set, is called once after initialisation with all
 	// parameter values (parameter_broadcast from rank 0).
 	Broadcast func(ctx context.Context, values []float32) error
+	// Sharded, when set, builds this rank's part of a network split across
+	// ranks (semi_auto_parallel, auto_parallel, hybrid_parallel) on a device
+	// of the given memory capacity, instead of a whole Model; the network
+	// does its own communication, so Reduce, AllocGrads and Broadcast must
+	// be nil. Checkpoints hold this rank's slices, or with IntegratedSave
+	// the whole tensors, gathered through Exchange and written by rank 0.
+	Sharded func(memory int64) (ShardedNet, error)
+	// IntegratedSave is CheckpointConfig's integrated_save for a sharded
+	// network: rank 0 writes whole tensors (the other ranks write none).
+	IntegratedSave bool
+	// Exchange is the collective's AllToAllv, used to gather whole tensors
+	// for IntegratedSave; Rank is this rank.
+	Exchange func(ctx context.Context, send, recv [][]float32) error
+	Rank     int
+	// ResumeDir, when set, is where Resume looks for checkpoints instead
+	// of CkptDir: with IntegratedSave, every rank resumes from rank 0's.
+	ResumeDir string
 	// OnStep is called after every step.
 	OnStep func(StepInfo)
 	// StepRange, when set, returns the smallest and the largest of every
@@ -257,13 +274,28 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	memory := cfg.DeviceMemory
-	model, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: memory})
-	if err != nil {
-		return nil, err
+	var net network
+	var model *nn.Model // the whole model, when it is not sharded
+	if cfg.Sharded != nil {
+		if cfg.Reduce != nil || cfg.AllocGrads != nil || cfg.Broadcast != nil {
+			return nil, fmt.Errorf("%w: a sharded network does its own communication", ErrConfig)
+		}
+		sn, err := cfg.Sharded(memory)
+		if err != nil {
+			return nil, err
+		}
+		net = &shardedNet{ShardedNet: sn, name: cfg.Model}
+	} else {
+		m, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: memory})
+		if err != nil {
+			return nil, err
+		}
+		model = m
+		net = &wholeModel{Model: m, loss: nn.NewSoftmaxCrossEntropyExpand()}
 	}
-	defer model.Close()
+	defer net.Close()
 	c, h, w := pipe.ImageShape()
-	if err := model.Device().Reserve(fmt.Sprintf("input batch float32[%d %d %d %d]", cfg.BatchSize, c, h, w), 4*int64(cfg.BatchSize*c*h*w)); err != nil {
+	if err := net.Device().Reserve(fmt.Sprintf("input batch float32[%d %d %d %d]", cfg.BatchSize, c, h, w), 4*int64(cfg.BatchSize*c*h*w)); err != nil {
 		return nil, err
 	}
 	if cfg.AllocGrads != nil {
@@ -282,20 +314,27 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.NewMomentum(model.TrainableParams(), optim.MomentumConfig{
+	opt, err := optim.NewMomentum(net.TrainableParams(), optim.MomentumConfig{
 		LearningRates: lrs, Momentum: float32(cfg.Momentum), WeightDecay: float32(cfg.WeightDecay),
 	})
 	if err != nil {
 		return nil, err
 	}
 	// Momentum keeps one moment per gradient element on the device.
-	if err := model.Device().Reserve("optimizer moments", 4*int64(len(model.Grads()))); err != nil {
+	gradBytes := 4 * int64(gradLen(net.TrainableParams()))
+	if err := net.Device().Reserve("optimizer moments", gradBytes); err != nil {
 		return nil, err
 	}
 	if accum > 1 {
-		if err := model.Device().Reserve("gradient accumulation", 4*int64(len(model.Grads()))); err != nil {
+		if err := net.Device().Reserve("gradient accumulation", gradBytes); err != nil {
 			return nil, err
 		}
+	}
+	restoreOpts := func(o RestoreOptions) RestoreOptions {
+		if sn, ok := net.(*shardedNet); ok {
+			o.Layouts, o.Rank = sn.Layouts(), cfg.Rank
+		}
+		return o
 	}
 	res := &Result{StepsPerEpoch: steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
 
@@ -304,7 +343,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("init: %w", err)
 		}
-		if err := Restore(model, tensors, RestoreOptions{Optimizer: opt}); err != nil {
+		if err := Restore(net, tensors, restoreOpts(RestoreOptions{Optimizer: opt})); err != nil {
 			return nil, fmt.Errorf("init from %s: %w", cfg.Init, err)
 		}
 	}
@@ -328,7 +367,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Resume {
 		latest, tensors, err := resumePoint(ctx, cfg, mc.Prefix(), steps)
 		if err == nil && latest != "" {
-			if err := Restore(model, tensors, RestoreOptions{Optimizer: opt, RequireOptimizer: true}); err != nil {
+			if err := Restore(net, tensors, restoreOpts(RestoreOptions{Optimizer: opt, RequireOptimizer: true})); err != nil {
 				return nil, fmt.Errorf("resume from %s: %w", latest, err)
 			}
 			start = opt.GlobalStep()
@@ -338,13 +377,12 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	if cfg.Broadcast != nil && start == 0 {
+	if cfg.Broadcast != nil && start == 0 && model != nil {
 		if err := cfg.Broadcast(ctx, model.Values()); err != nil {
 			return nil, fmt.Errorf("parameter broadcast: %w", err)
 		}
 	}
 
-	net := &wholeModel{Model: model, loss: nn.NewSoftmaxCrossEntropyExpand()}
 	loader := pipe.NewLoader()
 	batch := pipe.NewBatch()
 	total := cfg.Epochs * steps
@@ -353,13 +391,16 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var acc [][]float32 // gradient sums over the micro-batches of a step
 	if accum > 1 {
-		trainable := model.TrainableParams()
+		trainable := net.TrainableParams()
 		acc = make([][]float32, len(trainable))
 		for i, p := range trainable {
 			acc[i] = make([]float32, p.Grad.Len())
 		}
 	}
-	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(model, opt) }
+	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(net, opt) }
+	if sn, ok := net.(*shardedNet); ok && cfg.IntegratedSave {
+		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, opt, cfg.Exchange, cfg.Rank) }
+	}
 	began := time.Now()
 	epochBegan, epochSteps := began, 0
 	for g := start; g < total; g++ {
@@ -391,7 +432,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 				accumulate(acc, net.TrainableParams(), micro, accum)
 			}
 		}
-		if cfg.Reduce != nil {
+		if cfg.Reduce != nil && model != nil {
 			if err := cfg.Reduce(ctx, model.Grads()); err != nil {
 				return res, fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
 			}
@@ -418,7 +459,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 			if secs := time.Since(epochBegan).Seconds(); secs > 0 {
 				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize*accum) / secs
 			}
-			info.DeviceMemory, _ = model.Device().MemoryInUse()
+			info.DeviceMemory, _ = net.Device().MemoryInUse()
 			cfg.OnStep(info)
 		}
 	}
@@ -434,13 +475,13 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		res.Checkpoint = mc.Latest()
 	}
 	if cfg.Eval {
-		acc, el, err := Evaluate(ctx, model, cfg.DataDir, max(cfg.BatchSize, 100))
+		acc, el, err := evaluate(ctx, net.predict, cfg.DataDir, max(cfg.BatchSize, 100))
 		if err != nil {
 			return res, err
 		}
 		res.Accuracy, res.EvalLoss = acc, el
 	}
-	_, res.PeakDeviceMemory = model.Device().MemoryInUse()
+	_, res.PeakDeviceMemory = net.Device().MemoryInUse()
 	res.DeviceMemory = memory
 	return res, nil
 }
@@ -458,6 +499,11 @@ func LossMonitorLine(w io.Writer, epoch, step int, loss float32) {
 // Evaluate returns the accuracy and mean loss of model on the test split of
 // dataDir, without augmentation.
 func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
+	return evaluate(ctx, func(_ context.Context, x *tensor.Tensor) (*tensor.Tensor, error) { return model.Forward(x, false) }, dataDir, batchSize)
+}
+
+// evaluate is Evaluate with a network's inference: logits for a batch.
+func evaluate(ctx context.Context, predict func(context.Context, *tensor.Tensor) (*tensor.Tensor, error), dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
 	set, err := data.ReadDir(dataDir, data.SplitTest)
 	if err != nil {
 		return 0, 0, err
@@ -483,7 +529,7 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 		if err != nil {
 			return 0, 0, err
 		}
-		logits, err := model.Forward(x, false)
+		logits, err := predict(ctx, x)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -522,7 +568,11 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 // smallest; when smallest and largest meet, all hold that step (or all
 // start afresh at 0).
 func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch int) (string, []ckpt.Tensor, error) {
-	files, err := ckpt.NewestFirst(cfg.CkptDir, prefix)
+	dir := cfg.CkptDir
+	if cfg.ResumeDir != "" {
+		dir = cfg.ResumeDir
+	}
+	files, err := ckpt.NewestFirst(dir, prefix)
 	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) {
 		return "", nil, err
 	}
@@ -570,6 +620,34 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 		}
 		limit = lo
 	}
+}
+
+// network is what the training loop drives: a whole model on this device
+// or this rank's part of a sharded one.
+type network interface {
+	Name() string
+	Params() []*nn.Param
+	TrainableParams() []*nn.Param
+	Device() *nn.Device
+	Close()
+	// step runs one (micro-)batch forward and backward, leaving its
+	// gradients in the trainable parameters' Grad.
+	step(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error)
+	// predict returns the logits of a batch (every rank of a sharded
+	// network calls it together).
+	predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error)
+}
+
+func (m *wholeModel) predict(_ context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	return m.Forward(x, false)
+}
+
+func gradLen(params []*nn.Param) int {
+	n := 0
+	for _, p := range params {
+		n += p.Value.Len()
+	}
+	return n
 }
 
 // wholeModel is a network held whole on this device (stand_alone and

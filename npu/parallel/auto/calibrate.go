@@ -1,0 +1,36 @@
+package auto
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// MeasureFLOPS times the training core's GEMM on the calling goroutine for
+// at least d and returns its FLOP/s: the FLOPS of a device that has a core
+// to itself on this machine (DefaultMachine's figure was measured the
+// same way). The product has the shape of a convolution's forward pass,
+// 16 output channels × 16384 pixels × 144 taps, where most of a step's
+// FLOPs go.
+func MeasureFLOPS(ctx context.Context, d time.Duration) (float64, error) {
+	const m, n, k = 16, 16384, 144
+	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	for i := range a {
+		a[i] = float32(i%7) / 7
+	}
+	for i := range b {
+		b[i] = float32(i%5) / 5
+	}
+	start := time.Now()
+	calls := 0
+	for calls == 0 || time.Since(start) < d {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("measure FLOP/s: %w", err)
+		}
+		tensor.Gemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+		calls++
+	}
+	return 2 * m * n * k * float64(calls) / time.Since(start).Seconds(), nil
+}

@@ -1,0 +1,357 @@
+package auto
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// OpCost is the predicted cost of one operator on one rank per training
+// step.
+type OpCost struct {
+	Op       string
+	Kind     parallel.OpKind
+	Strategy [][]int
+	// Used is the number of devices the strategy splits over; the others
+	// repeat the calculation.
+	Used int
+	// ComputeSeconds is the forward and backward FLOPs over Used devices.
+	ComputeSeconds float64
+	// CommSeconds covers the AllReduce of a partial output, the
+	// reductions of partial gradients (of the input and of the parameters
+	// this operator is the first to use) and the redistribution of its
+	// input from the previous operator's output, forward and backward.
+	CommSeconds float64
+	// CommBytes is what one rank moves for that: ring traffic
+	// (2(g−1)/g·bytes per AllReduce) plus the most any rank receives in
+	// a redistribution.
+	CommBytes int64
+	// Collectives is the number of collective calls (each costs a
+	// latency).
+	Collectives int
+	// ParamMemory is value, gradient and momentum of the slices of the
+	// parameters this operator is the first to use; ActivationMemory its
+	// output slice kept for the backward pass, plus the input batch slice
+	// it reads (the first operator's input, labels). Memory is their sum.
+	ParamMemory, ActivationMemory, Memory int64
+	// Largest names the biggest tensor counted in Memory, with its bytes.
+	Largest      string
+	LargestBytes int64
+}
+
+// Plan is a strategy for every operator of a graph with its predicted
+// cost per training step.
+type Plan struct {
+	Model   string
+	Devices int
+	Machine Machine
+	// Strategy names every operator, including those that run data
+	// parallel.
+	Strategy parallel.Strategy
+	Ops      []OpCost
+	// StepSeconds = ComputeSeconds + CommSeconds: the model does not
+	// overlap communication with computation.
+	StepSeconds, ComputeSeconds, CommSeconds float64
+	// PeakMemory is the most memory one rank holds: every operator's
+	// Memory, all alive at the end of the forward pass.
+	PeakMemory int64
+	// Candidates is the number of operator strategies the search priced
+	// (0 for Evaluate).
+	Candidates int
+}
+
+// Fits reports whether the plan's peak memory is within a device's memory.
+func (p *Plan) Fits() bool { return p.PeakMemory <= p.Machine.Memory }
+
+// Evaluate prices strategy s for graph g on devices devices of machine m;
+// operators s does not name run data parallel, so an empty strategy is
+// pure data parallel. The plan is returned even when it does not fit the
+// device memory (see [Plan.Fits]).
+func Evaluate(g parallel.Graph, s parallel.Strategy, devices int, m Machine) (*Plan, error) {
+	p, err := newPricer(g, devices, m)
+	if err != nil {
+		return nil, err
+	}
+	ols, err := g.Shard(s, devices)
+	if err != nil {
+		return nil, fmt.Errorf("price %s on %d devices: %w", g.Model, devices, err)
+	}
+	return p.plan(ols)
+}
+
+// pricer prices operators of one graph on one machine. A parameter used
+// by several operators is charged (memory, gradient reduction) to the
+// first of them only.
+type pricer struct {
+	g         parallel.Graph
+	devices   int
+	m         Machine
+	firstUser map[string]int
+	groups    map[string]group
+	// Caches for the search, which prices the same layouts and pairs of
+	// layouts many times: spreads by layout, one spread per distinct set
+	// of boxes, and redistributions by pair of spreads.
+	spreads   map[string]*spread
+	byBoxes   map[string]*spread
+	transfers map[[2]*spread]Transfer
+}
+
+type group struct {
+	size   int
+	across bool // the group's ranks span servers
+}
+
+func newPricer(g parallel.Graph, devices int, m Machine) (*pricer, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if devices < 1 {
+		return nil, fmt.Errorf("%w: %d devices, want at least 1", ErrGraph, devices)
+	}
+	if len(g.Ops) == 0 {
+		return nil, fmt.Errorf("%w: %s has no operators", ErrGraph, g.Model)
+	}
+	p := &pricer{g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
+		spreads: map[string]*spread{}, byBoxes: map[string]*spread{}, transfers: map[[2]*spread]Transfer{}}
+	for i, o := range g.Ops {
+		if len(o.Inputs) == 0 {
+			return nil, fmt.Errorf("%w: operator %s has no inputs", ErrGraph, o.Name)
+		}
+		if i > 0 {
+			prev := g.Ops[i-1]
+			if !slices.Equal(prev.Output.Shape, o.Inputs[0].Shape) {
+				return nil, fmt.Errorf("%w: operator %s's output %v does not match the input %v of %s, which follows it", ErrGraph, prev.Name, prev.Output.Shape, o.Inputs[0].Shape, o.Name)
+			}
+		}
+		for _, t := range o.Params() {
+			if _, ok := p.firstUser[t.Name]; !ok {
+				p.firstUser[t.Name] = i
+			}
+		}
+	}
+	return p, nil
+}
+
+// group returns the size of the groups that reduce over axes of l's device
+// matrix, and whether any of them spans servers.
+func (p *pricer) group(l parallel.Layout, axes []int) (group, error) {
+	if len(axes) == 0 {
+		return group{size: 1}, nil
+	}
+	key := fmt.Sprint(l.DeviceMatrix, axes)
+	if g, ok := p.groups[key]; ok {
+		return g, nil
+	}
+	g := group{size: 1}
+	for _, a := range axes {
+		g.size *= l.DeviceMatrix[a]
+	}
+	for r := 0; r < l.Devices() && !g.across; r++ {
+		members, err := l.Group(r, axes)
+		if err != nil {
+			return group{}, err
+		}
+		for _, q := range members {
+			if p.m.server(q) != p.m.server(r) {
+				g.across = true
+				break
+			}
+		}
+	}
+	p.groups[key] = g
+	return g, nil
+}
+
+func sliceBytes(l parallel.Layout) (int64, error) {
+	shape, err := l.SliceShape()
+	if err != nil {
+		return 0, err
+	}
+	return elements(shape) * BytesPerElement, nil
+}
+
+// op prices operator i laid out as ol, except the redistribution of its
+// input (which depends on the previous operator).
+func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
+	o := p.g.Ops[i]
+	c := OpCost{Op: o.Name, Kind: o.Kind, Strategy: ol.Strategy, Used: ol.Used}
+	// The backward pass computes the input gradient and, for an operator
+	// with parameters, the parameter gradients too: one or two products
+	// the size of the forward one.
+	flops := 2 * float64(o.FLOPs)
+	if len(o.Params()) > 0 {
+		flops += float64(o.FLOPs)
+	}
+	c.ComputeSeconds = flops / float64(ol.Used) / p.m.FLOPS
+
+	allReduce := func(l parallel.Layout, axes []int, bytes int64) error {
+		g, err := p.group(l, axes)
+		if err != nil || g.size <= 1 || bytes == 0 {
+			return err
+		}
+		c.CommSeconds += p.m.AllReduceSeconds(bytes, g.size, g.across)
+		c.CommBytes += 2 * int64(g.size-1) * bytes / int64(g.size)
+		c.Collectives++
+		return nil
+	}
+	keep := func(name string, bytes int64) {
+		if bytes > c.LargestBytes {
+			c.Largest, c.LargestBytes = name, bytes
+		}
+	}
+	out, err := sliceBytes(ol.Output)
+	if err != nil {
+		return OpCost{}, err
+	}
+	if err := allReduce(ol.Output, ol.OutputPartial, out); err != nil {
+		return OpCost{}, err
+	}
+	c.ActivationMemory += out
+	keep(o.Name+" output", out)
+
+	// Gradients of parameters over the same group are reduced in one
+	// fused call, as the trainer reduces one flat buffer.
+	fused := map[string]int64{}
+	var fusedOrder []string
+	fusedLayout := map[string]parallel.Layout{}
+	fusedAxes := map[string][]int{}
+	param := func(t parallel.TensorSpec, l parallel.Layout, axes []int) error {
+		if p.firstUser[t.Name] != i {
+			return nil
+		}
+		bytes, err := sliceBytes(l)
+		if err != nil {
+			return err
+		}
+		c.ParamMemory += 3 * bytes // value, gradient, momentum
+		keep("parameter "+t.Name, 3*bytes)
+		key := fmt.Sprint(axes)
+		if _, ok := fused[key]; !ok {
+			fusedOrder = append(fusedOrder, key)
+			fusedLayout[key], fusedAxes[key] = l, axes
+		}
+		fused[key] += bytes
+		return nil
+	}
+	for k, t := range o.Inputs {
+		l := ol.Inputs[k]
+		switch {
+		case t.Name != "":
+			if err := param(t, l, ol.GradPartial[k]); err != nil {
+				return OpCost{}, err
+			}
+		case k == 0 && i > 0:
+			// The activation gradient flows back to the previous operator.
+			bytes, err := sliceBytes(l)
+			if err != nil {
+				return OpCost{}, err
+			}
+			if err := allReduce(l, ol.GradPartial[k], bytes); err != nil {
+				return OpCost{}, err
+			}
+		default:
+			// Data the loader supplies in this layout: the batch, labels.
+			bytes, err := sliceBytes(l)
+			if err != nil {
+				return OpCost{}, err
+			}
+			c.ActivationMemory += bytes
+			keep(o.Name+" input batch", bytes)
+		}
+	}
+	for k, t := range o.Extra {
+		if err := param(t, ol.Extra[k], ol.ExtraGradPartial[k]); err != nil {
+			return OpCost{}, err
+		}
+	}
+	for _, key := range fusedOrder {
+		if err := allReduce(fusedLayout[key], fusedAxes[key], fused[key]); err != nil {
+			return OpCost{}, err
+		}
+	}
+	c.Memory = c.ParamMemory + c.ActivationMemory
+	return c, nil
+}
+
+// redistribution is the cost of moving prev's output into next's first
+// input layout in the forward pass and the gradient back in the backward
+// pass.
+type redistribution struct {
+	seconds     float64
+	bytes       int64
+	collectives int
+}
+
+func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, error) {
+	if !slices.Equal(prev.Output.Shape, next.Inputs[0].Shape) {
+		return redistribution{}, fmt.Errorf("%w: %s's output %v does not match %s's input %v", ErrGraph, prev.Op, prev.Output.Shape, next.Op, next.Inputs[0].Shape)
+	}
+	out, err := p.spread(prev.Output)
+	if err != nil {
+		return redistribution{}, fmt.Errorf("%s output: %w", prev.Op, err)
+	}
+	in, err := p.spread(next.Inputs[0])
+	if err != nil {
+		return redistribution{}, fmt.Errorf("%s input: %w", next.Op, err)
+	}
+	var r redistribution
+	for _, dir := range [2][2]*spread{{out, in}, {in, out}} {
+		t, ok := p.transfers[dir]
+		if !ok {
+			t = p.m.transfer(dir[0], dir[1])
+			p.transfers[dir] = t
+		}
+		if s := t.Seconds(p.m); s > 0 {
+			r.seconds += s
+			r.bytes += t.MaxBytes()
+			r.collectives++
+		}
+	}
+	return r, nil
+}
+
+func (p *pricer) spread(l parallel.Layout) (*spread, error) {
+	key := fmt.Sprint(l.DeviceMatrix, l.TensorMap, l.Shape)
+	if s, ok := p.spreads[key]; ok {
+		return s, nil
+	}
+	s, err := p.m.spread(l)
+	if err != nil {
+		return nil, err
+	}
+	if same, ok := p.byBoxes[s.key]; ok {
+		s = same
+	} else {
+		p.byBoxes[s.key] = s
+	}
+	p.spreads[key] = s
+	return s, nil
+}
+
+// plan prices a whole layout of the graph.
+func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
+	plan := &Plan{Model: p.g.Model, Devices: p.devices, Machine: p.m, Strategy: parallel.Strategy{}}
+	for i, ol := range ols {
+		c, err := p.op(i, ol)
+		if err != nil {
+			return nil, fmt.Errorf("price operator %s: %w", ol.Op, err)
+		}
+		if i > 0 {
+			r, err := p.redistribute(ols[i-1], ol)
+			if err != nil {
+				return nil, fmt.Errorf("price operator %s: %w", ol.Op, err)
+			}
+			c.CommSeconds += r.seconds
+			c.CommBytes += r.bytes
+			c.Collectives += r.collectives
+		}
+		plan.Strategy[ol.Op] = ol.Strategy
+		plan.Ops = append(plan.Ops, c)
+		plan.ComputeSeconds += c.ComputeSeconds
+		plan.CommSeconds += c.CommSeconds
+		plan.PeakMemory += c.Memory
+	}
+	plan.StepSeconds = plan.ComputeSeconds + plan.CommSeconds
+	return plan, nil
+}

@@ -1,0 +1,214 @@
+package auto
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// roundMachine has round figures, so expected costs can be worked out by
+// hand.
+func roundMachine() Machine {
+	return Machine{
+		FLOPS:            1e12,
+		IntraServer:      Link{Bandwidth: 1e10, Latency: 500 * time.Microsecond},
+		InterServer:      Link{Bandwidth: 1e9, Latency: 2 * time.Millisecond},
+		DevicesPerServer: 8,
+		Memory:           1 << 30,
+	}
+}
+
+func near(got, want float64) bool {
+	return math.Abs(got-want) <= 1e-12*math.Max(1, math.Abs(want))
+}
+
+func TestAllReduceSeconds(t *testing.T) {
+	m := roundMachine()
+	// 8 MiB over 4 ranks: each moves 2·3/4 of the buffer.
+	if got, want := m.AllReduceSeconds(8<<20, 4, false), 1.5*8388608/1e10+0.0005; !near(got, want) {
+		t.Errorf("within a server: %v s, want %v", got, want)
+	}
+	if got, want := m.AllReduceSeconds(8<<20, 4, true), 1.5*8388608/1e9+0.002; !near(got, want) {
+		t.Errorf("across servers: %v s, want %v", got, want)
+	}
+	if got := m.AllReduceSeconds(8<<20, 1, false); got != 0 {
+		t.Errorf("group of one: %v s, want 0", got)
+	}
+}
+
+func layout(t *testing.T, shape, shard []int, devices int) parallel.Layout {
+	t.Helper()
+	l, err := parallel.SplitLayout(shape, shard, devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestRedistribution(t *testing.T) {
+	m := roundMachine()
+	shape := []int{32, 128}
+	rows := layout(t, shape, []int{4, 1}, 4)
+	whole := layout(t, shape, []int{1, 1}, 4)
+	cols := layout(t, shape, []int{1, 4}, 4)
+	for _, tc := range []struct {
+		name     string
+		from, to parallel.Layout
+		each     int64 // bytes every rank receives
+	}{
+		// AllGather: the three row blocks of 8×128 a rank lacks.
+		{"batch split to replicated", rows, whole, 3 * 8 * 128 * 4},
+		// Split: every rank already holds its part.
+		{"replicated to batch split", whole, rows, 0},
+		// AllToAll: of its 32×32 column block a rank holds 8 rows.
+		{"rows to columns", rows, cols, 24 * 32 * 4},
+		{"unchanged", rows, rows, 0},
+	} {
+		tr, err := m.Redistribution(tc.from, tc.to)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for r := range 4 {
+			if tr.Intra[r] != tc.each || tr.Inter[r] != 0 {
+				t.Errorf("%s: rank %d receives %d within its server and %d from others, want %d and 0", tc.name, r, tr.Intra[r], tr.Inter[r], tc.each)
+			}
+		}
+		want := 0.0
+		if tc.each > 0 {
+			want = float64(tc.each)/1e10 + 0.0005
+		}
+		if got := tr.Seconds(m); !near(got, want) {
+			t.Errorf("%s: %v s, want %v", tc.name, got, want)
+		}
+	}
+
+	// Two servers of 4: gathering 8 row blocks of 4×128 brings 3 from the
+	// rank's own server and 4 from the other.
+	m.DevicesPerServer = 4
+	tr, err := m.Redistribution(layout(t, shape, []int{8, 1}, 8), layout(t, shape, []int{1, 1}, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := int64(4 * 128 * 4)
+	for r := range 8 {
+		if tr.Intra[r] != 3*block || tr.Inter[r] != 4*block {
+			t.Errorf("rank %d receives %d and %d, want %d within its server and %d from the other", r, tr.Intra[r], tr.Inter[r], 3*block, 4*block)
+		}
+	}
+	if got, want := tr.Seconds(m), float64(3*block)/1e10+float64(4*block)/1e9+0.002; !near(got, want) {
+		t.Errorf("across servers: %v s, want %v", got, want)
+	}
+
+	if _, err := m.Redistribution(rows, layout(t, []int{32, 64}, []int{4, 1}, 4)); !errors.Is(err, ErrGraph) {
+		t.Errorf("different shapes: %v", err)
+	}
+}
+
+// TestEvaluateSeedsNet prices the seeds' network by hand: x[32,512]·w[512,128]
+// then ReduceSum, on 4 devices of one server.
+func TestEvaluateSeedsNet(t *testing.T) {
+	m := roundMachine()
+	g := seedsNet(32)
+	const matmulFLOPs = 2 * 32 * 512 * 128
+	weight := 512 * 128 * 4.0
+
+	t.Run("data parallel", func(t *testing.T) {
+		p, err := Evaluate(g, nil, 4, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := FormatStrategy(p.Strategy["fc.matmul"]); got != "[[4, 1], [1, 1]]" {
+			t.Errorf("data parallel strategy %s", got)
+		}
+		fc, red := p.Ops[0], p.Ops[1]
+		// Forward, input gradient and weight gradient over 4 devices.
+		if want := 3.0 * matmulFLOPs / 4 / 1e12; !near(fc.ComputeSeconds, want) {
+			t.Errorf("matmul compute %v s, want %v", fc.ComputeSeconds, want)
+		}
+		// The weight gradient is all-reduced over the 4 devices.
+		if want := 1.5*weight/1e10 + 0.0005; !near(fc.CommSeconds, want) || fc.Collectives != 1 || fc.CommBytes != int64(1.5*weight) {
+			t.Errorf("matmul comm %v s %d bytes %d calls, want %v s", fc.CommSeconds, fc.CommBytes, fc.Collectives, want)
+		}
+		// Weight, its gradient and momentum; the 8×128 output; the 8×512 batch.
+		if want := int64(3*weight + 8*128*4 + 8*512*4); fc.Memory != want {
+			t.Errorf("matmul memory %d, want %d", fc.Memory, want)
+		}
+		if want := 2.0 * 32 * 128 / 4 / 1e12; !near(red.ComputeSeconds, want) || red.CommSeconds != 0 || red.Memory != 8*4 {
+			t.Errorf("reduce: compute %v s (want %v), comm %v s, memory %d", red.ComputeSeconds, want, red.CommSeconds, red.Memory)
+		}
+		if !near(p.StepSeconds, fc.ComputeSeconds+fc.CommSeconds+red.ComputeSeconds) || p.PeakMemory != fc.Memory+red.Memory {
+			t.Errorf("totals %v s %d bytes", p.StepSeconds, p.PeakMemory)
+		}
+	})
+
+	t.Run("seeds strategy", func(t *testing.T) {
+		p, err := Evaluate(g, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, 4, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc, red := p.Ops[0], p.Ops[1]
+		// Two devices split the columns; two repeat: no gradient reduction.
+		if want := 3.0 * matmulFLOPs / 2 / 1e12; !near(fc.ComputeSeconds, want) || fc.CommSeconds != 0 || fc.Used != 2 {
+			t.Errorf("matmul compute %v s (want %v), comm %v s, used %d", fc.ComputeSeconds, want, fc.CommSeconds, fc.Used)
+		}
+		if want := int64(3*weight/2 + 32*64*4 + 32*512*4); fc.Memory != want {
+			t.Errorf("matmul memory %d, want %d", fc.Memory, want)
+		}
+		// ReduceSum runs data parallel: forward, a rank holding 64 of
+		// the 128 columns fetches the other half of its 8 rows (8×64);
+		// backward, it fetches the 24×64 rows of its columns it lacks.
+		if want := (8*64*4+24*64*4)/1e10 + 2*0.0005; !near(red.CommSeconds, want) || red.Collectives != 2 {
+			t.Errorf("reduce comm %v s in %d calls, want %v s in 2", red.CommSeconds, red.Collectives, want)
+		}
+	})
+
+	t.Run("contraction split", func(t *testing.T) {
+		p, err := Evaluate(g, parallel.Strategy{"fc.matmul": {{1, 4}, {4, 1}}}, 4, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each rank sums a quarter of k: the 32×128 output is all-reduced.
+		if want := 1.5*32*128*4/1e10 + 0.0005; !near(p.Ops[0].CommSeconds, want) {
+			t.Errorf("partial output comm %v s, want %v", p.Ops[0].CommSeconds, want)
+		}
+	})
+}
+
+func TestEvaluateRefusals(t *testing.T) {
+	m := roundMachine()
+	if _, err := Evaluate(seedsNet(32), parallel.Strategy{"fc.matmul": {{1, 1}, {1, 3}}}, 4, m); !errors.Is(err, parallel.ErrStrategy) {
+		t.Errorf("bad strategy: %v", err)
+	}
+	broken := seedsNet(32)
+	broken.Ops[1] = reduceSum("reduce", 16, 128)
+	if _, err := Evaluate(broken, nil, 4, m); !errors.Is(err, ErrGraph) {
+		t.Errorf("mismatched chain: %v", err)
+	}
+	m.FLOPS = 0
+	if _, err := Evaluate(seedsNet(32), nil, 4, m); !errors.Is(err, ErrMachine) {
+		t.Errorf("no FLOP/s: %v", err)
+	}
+}
+
+// A parameter two operators use is counted once, at its first user.
+func TestSharedParameterCountedOnce(t *testing.T) {
+	a, b := matmul("a", 32, 64, 64), matmul("b", 32, 64, 64)
+	b.Inputs[1].Name = "a.weight"
+	g := parallel.Graph{Model: "tied", Ops: []parallel.OpSpec{a, b}}
+	p, err := Evaluate(g, nil, 2, roundMachine())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Ops[0].ParamMemory != 3*64*64*4 || p.Ops[1].ParamMemory != 0 {
+		t.Errorf("parameter memory %d and %d, want %d and 0", p.Ops[0].ParamMemory, p.Ops[1].ParamMemory, 3*64*64*4)
+	}
+	for _, st := range Candidates(b, 4, sharedParams(g)) {
+		if !slices.Equal(st[1], []int{1, 1}) {
+			t.Errorf("candidate %v splits the shared weight", st)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package auto
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+func TestPlanFormat(t *testing.T) {
+	p, err := Evaluate(seedsNet(32), parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, 4, roundMachine())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := p.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	// Figures worked out in TestEvaluateSeedsNet: 3·2·32·512·128 FLOPs over
+	// 2 devices at 1 TFLOP/s; 8 KiB moved and two latencies for ReduceSum;
+	// 3·128 KiB of weight slices, a 32×64 output and the 32×512 batch.
+	want := `operator   kind       strategy          devices used  compute  comm     memory
+fc.matmul  MatMul     [[1, 1], [1, 2]]  2             6.29 µs  0        456.0 KiB
+reduce     ReduceSum  [[4, 1]]          4             2.05 ns  1.00 ms  32 B
+semi_auto_parallel_net on 4 devices: predicted step 1.01 ms (compute 6.29 µs, communication 1.00 ms); peak memory 456.0 KiB per rank, fits the device's 1 GiB
+`
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestFormatStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		s    [][]int
+		want string
+	}{{[][]int{{1, 1}, {1, 2}}, "[[1, 1], [1, 2]]"}, {[][]int{{8}}, "[[8]]"}, {nil, "[]"}} {
+		if got := FormatStrategy(tc.s); got != tc.want {
+			t.Errorf("%v: %s, want %s", tc.s, got, tc.want)
+		}
+	}
+}
