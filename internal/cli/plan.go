@@ -19,7 +19,13 @@ they are already known, which stages would come from the cache and which
 would be skipped. No stage runs; inputs that depend on outputs of stages
 that would run are shown as known only at run time. Plugin binaries are
 started, as run starts them, to read their declaration and version (part
-of the cache key), so plan is not for specs you do not trust: use validate.`,
+of the cache key), so plan is not for specs you do not trust: use validate.
+
+For every npu/train stage in semi_auto_parallel, auto_parallel or
+hybrid_parallel, plan also prints how the network would be split: each
+operator's strategy with its predicted compute and communication time and
+memory per rank (the cost model auto_parallel searches with), then the
+predicted step time and peak memory. No rank process starts.`,
 		Example: `  mspipe plan examples/two-stage-training.yaml -p epochs=4`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +51,7 @@ of the cache key), so plan is not for specs you do not trust: use validate.`,
 					fmt.Fprintf(w, "   with %s\n", b)
 				}
 			}
+			planParallel(w, ls.p)
 			return nil
 		},
 	}

@@ -94,6 +94,11 @@ func NewConv2d(name string, cfg Conv2dConfig, seed uint64, dev *Device) (*Conv2d
 // Params returns weight (and bias).
 func (c *Conv2d) Params() []*Param { return c.params }
 
+// SkipInputGrad makes Backward leave dL/dx alone (its content is then
+// undefined): for the first layer of a network built outside this
+// package, whose input gradient nothing consumes.
+func (c *Conv2d) SkipInputGrad() { c.skipInputGrad = true }
+
 // Geometry returns the geometry of the last Forward.
 func (c *Conv2d) Geometry() tensor.ConvGeom { return c.geom }
 

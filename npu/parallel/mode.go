@@ -100,5 +100,7 @@ func (m Mode) ShardsData() bool { return m != StandAlone }
 // across devices by shard strategies.
 func (m Mode) SplitsOperators() bool { return m == SemiAutoParallel || m == AutoParallel }
 
-// Implemented reports whether this build can train in the mode.
-func (m Mode) Implemented() bool { return m == StandAlone || m == DataParallel }
+// Sharded reports whether the mode trains a network whose operators (and
+// parameters) are split across ranks: by strategies (semi_auto_parallel,
+// auto_parallel) or by the model itself (hybrid_parallel).
+func (m Mode) Sharded() bool { return m.SplitsOperators() || m == HybridParallel }

@@ -47,19 +47,19 @@ func TestModeDecodesFromJSON(t *testing.T) {
 
 func TestModeProperties(t *testing.T) {
 	for _, tc := range []struct {
-		m                                                  Mode
-		oneDevice, collective, shards, splits, implemented bool
+		m                                              Mode
+		oneDevice, collective, shards, splits, sharded bool
 	}{
-		{StandAlone, true, false, false, false, true},
-		{DataParallel, false, true, true, false, true},
-		{SemiAutoParallel, false, true, true, true, false},
-		{AutoParallel, false, true, true, true, false},
-		{HybridParallel, false, true, true, false, false},
+		{StandAlone, true, false, false, false, false},
+		{DataParallel, false, true, true, false, false},
+		{SemiAutoParallel, false, true, true, true, true},
+		{AutoParallel, false, true, true, true, true},
+		{HybridParallel, false, true, true, false, true},
 	} {
-		got := [5]bool{tc.m.OneDevice(), tc.m.Collective(), tc.m.ShardsData(), tc.m.SplitsOperators(), tc.m.Implemented()}
-		want := [5]bool{tc.oneDevice, tc.collective, tc.shards, tc.splits, tc.implemented}
+		got := [5]bool{tc.m.OneDevice(), tc.m.Collective(), tc.m.ShardsData(), tc.m.SplitsOperators(), tc.m.Sharded()}
+		want := [5]bool{tc.oneDevice, tc.collective, tc.shards, tc.splits, tc.sharded}
 		if got != want {
-			t.Errorf("%s: one device, collective, shards data, splits operators, implemented = %v, want %v", tc.m, got, want)
+			t.Errorf("%s: one device, collective, shards data, splits operators, sharded = %v, want %v", tc.m, got, want)
 		}
 	}
 }

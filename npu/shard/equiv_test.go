@@ -99,8 +99,9 @@ func TestCNNOneDeviceEqualsModel(t *testing.T) {
 	checkMoved(t, res.gathered, initial(t, "cnn", seed))
 }
 
-// TestCNNConvSplitEqualsStandAlone splits conv1 along the batch and the
-// output channels (the seeds' Conv2D strategies) on 4 and 8 ranks.
+// TestCNNConvSplitEqualsStandAlone splits conv1 along the output channels
+// (2 ranks), and the batch and the output channels (the seeds' Conv2D
+// strategies, 4 and 8 ranks).
 func TestCNNConvSplitEqualsStandAlone(t *testing.T) {
 	const global, steps = 16, 10
 	xs, ys := batches(steps, global, 12)
@@ -112,6 +113,7 @@ func TestCNNConvSplitEqualsStandAlone(t *testing.T) {
 		strategy  parallel.Strategy
 		transport collective.Transport
 	}{
+		{2, parallel.Strategy{"conv1": {{1, 1, 1, 1}, {2, 1, 1, 1}}}, collective.TransportTCP},
 		{4, parallel.Strategy{"conv1": {{2, 1, 1, 1}, {2, 1, 1, 1}}}, collective.TransportTCP},
 		{8, parallel.Strategy{"conv1": {{2, 1, 1, 1}, {2, 1, 1, 1}}, "conv2": {{1, 1, 1, 1}, {4, 1, 1, 1}}}, collective.TransportShm},
 	} {

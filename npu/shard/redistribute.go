@@ -142,7 +142,7 @@ func (p *plan) run(ctx context.Context, comm Comm, src *tensor.Tensor) (*tensor.
 	for q, pieces := range p.send {
 		off := 0
 		for _, pc := range pieces {
-			copyBox(p.sendBuf[q][off:], pc.shape, zeros(len(pc.shape)), s, p.srcShape, pc.from, pc.shape)
+			copyBox(p.sendBuf[q][off:], pc.shape, nil, s, p.srcShape, pc.from, pc.shape)
 			off += volume(pc.shape)
 		}
 	}
@@ -155,7 +155,7 @@ func (p *plan) run(ctx context.Context, comm Comm, src *tensor.Tensor) (*tensor.
 	for q, pieces := range p.recv {
 		off := 0
 		for _, pc := range pieces {
-			copyBox(d, p.dstShape, pc.to, p.recvBuf[q][off:], pc.shape, zeros(len(pc.shape)), pc.shape)
+			copyBox(d, p.dstShape, pc.to, p.recvBuf[q][off:], pc.shape, nil, pc.shape)
 			off += volume(pc.shape)
 		}
 	}

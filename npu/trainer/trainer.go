@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -573,7 +574,8 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 		dir = cfg.ResumeDir
 	}
 	files, err := ckpt.NewestFirst(dir, prefix)
-	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) {
+	// Rank 0 may not have made its directory yet: no checkpoint either.
+	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) && !(cfg.ResumeDir != "" && errors.Is(err, fs.ErrNotExist)) {
 		return "", nil, err
 	}
 	type loaded struct {

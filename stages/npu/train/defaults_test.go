@@ -108,22 +108,42 @@ func mustJSON(t *testing.T, v any) []byte {
 	return raw
 }
 
-// A mode this build cannot train in is refused before anything runs, with
-// the message tests and users know.
-func TestCheckRefusesModesNotImplemented(t *testing.T) {
+// Options that do not fit the mode are refused before anything runs, each
+// at its field.
+func TestCheckRefusesOptionsOfOtherModes(t *testing.T) {
+	for _, tc := range []struct {
+		w    With
+		path string
+		want string
+	}{
+		{With{Mode: parallel.DataParallel, Strategy: map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}}, "/strategy", "mode data_parallel takes none: it does not split operators"},
+		{With{Mode: parallel.AutoParallel, Strategy: map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}}, "/strategy", "it searches every operator's strategy itself"},
+		{With{Mode: parallel.HybridParallel, Strategy: map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}}, "/strategy", "the model declares its own split"},
+		{With{Mode: parallel.DataParallel, FullBatch: true}, "/full_batch", "not data_parallel"},
+		{With{Mode: parallel.SemiAutoParallel, Model: "hybrid_net"}, "/model", "it runs in mode hybrid_parallel"},
+	} {
+		problems := check(tc.w)
+		if len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.want) {
+			t.Errorf("%+v: problems %v, want one at %s saying %q", tc.w, problems, tc.path, tc.want)
+		}
+	}
 	for _, m := range parallel.Modes() {
-		problems := check(With{Mode: m})
-		if m.Implemented() != (len(problems) == 0) {
-			t.Errorf("%s: problems %v", m, problems)
+		if problems := check(With{Mode: m}); len(problems) != 0 {
+			t.Errorf("mode %s alone: %v", m, problems)
 		}
-		if !m.Implemented() && (problems[0].Path != "/mode" || problems[0].Message != "mode "+m.String()+" is not implemented in this build (stand_alone and data_parallel are)") {
-			t.Errorf("%s: %+v", m, problems[0])
-		}
+	}
+	if problems := check(With{Mode: parallel.SemiAutoParallel, Strategy: map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}, FullBatch: true}); len(problems) != 0 {
+		t.Errorf("semi_auto_parallel with a strategy and full_batch: %v", problems)
 	}
 	// data_parallel shards the data over the job's ranks.
 	tc, err := trainerConfig(WorkerConfig{With: With{Mode: parallel.DataParallel}}, 3, 8, nil)
 	if err != nil || tc.NumShards != 8 || tc.ShardID != 3 {
 		t.Errorf("data_parallel rank 3 of 8: shards %d, id %d, %v", tc.NumShards, tc.ShardID, err)
+	}
+	// full_batch: every rank loads the whole global batch, unsharded.
+	tc, err = trainerConfig(WorkerConfig{With: With{Mode: parallel.SemiAutoParallel, FullBatch: true, BatchSize: 4}}, 3, 8, nil)
+	if err != nil || tc.NumShards != 1 || tc.BatchSize != 32 {
+		t.Errorf("full_batch rank 3 of 8: shards %d, batch %d, %v", tc.NumShards, tc.BatchSize, err)
 	}
 }
 

@@ -13,40 +13,45 @@ import (
 	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
-// Every option this build does not have is refused at validation, naming
-// the field, instead of training something else.
-func TestValidateRefusesWhatIsNotImplemented(t *testing.T) {
-	dataDir := t.TempDir()
+// Options that do not fit the mode are refused at validation, naming the
+// field; a strategy that cannot run on the stage's cluster is refused by
+// Run before any rank starts, and the job leaves nothing behind.
+func TestRefusals(t *testing.T) {
+	dataDir := synthData(t, 4)
+	matmul := map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}
 	for _, tc := range []struct {
 		name, path, what string
 		with             map[string]any
+		atValidate       bool
 	}{
-		{"semi_auto_parallel", "/mode", "semi_auto_parallel", map[string]any{"mode": "semi_auto_parallel"}},
-		{"auto_parallel", "/mode", "auto_parallel", map[string]any{"mode": "auto_parallel"}},
-		{"hybrid_parallel", "/mode", "hybrid_parallel", map[string]any{"mode": "hybrid_parallel"}},
-		{"strategy", "/strategy", "strateg",
-			map[string]any{"mode": "data_parallel", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}},
+		{"strategy in data_parallel", "/strategy", "shard strategies are for semi_auto_parallel",
+			map[string]any{"mode": "data_parallel", "strategy": matmul}, true},
+		{"unknown operator", "/strategy", `semi_auto_net has no operator "fc.matmull" (operators: flatten, fc.matmul, relu, end_point.matmul, end_point.bias_add, loss)`,
+			map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "strategy": map[string]any{"fc.matmull": []any{[]any{1, 1}, []any{1, 2}}}}, false},
+		{"devices not divided", "/strategy", "operator fc.matmul (MatMul): the strategy uses 3 devices, which does not divide the job's 2",
+			map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 3}}}}, false},
+		{"hybrid_net elsewhere", "/model", "it runs in mode hybrid_parallel",
+			map[string]any{"mode": "semi_auto_parallel", "model": "hybrid_net"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			says := func(msg string) bool {
-				return strings.Contains(msg, tc.what) && strings.Contains(msg, "not implemented in this build")
-			}
 			problems := validate(t, withBlock(dataDir, tc.with))
-			if len(problems) != 1 || problems[0].Path != tc.path || !says(problems[0].Message) {
-				t.Errorf("problems %+v, want one at %s saying %s is not implemented in this build", problems, tc.path, tc.what)
+			if tc.atValidate && (len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.what)) {
+				t.Errorf("problems %+v, want one at %s saying %s", problems, tc.path, tc.what)
 			}
-			// Run refuses the same block before starting any rank.
 			work := t.TempDir()
 			r := runStage(context.Background(), work, 2, 1, withBlock(dataDir, tc.with))
-			if r.err == nil || !says(r.err.Error()) {
-				t.Errorf("Run: %v, want an error saying %s is not implemented in this build", r.err, tc.what)
+			if r.err == nil || !strings.Contains(r.err.Error(), tc.what) {
+				t.Errorf("Run: %v, want an error saying %s", r.err, tc.what)
+			}
+			if !tc.atValidate && !strings.Contains(r.err.Error(), "with."+strings.TrimPrefix(tc.path, "/")) {
+				t.Errorf("Run: %v, want the field with.%s named", r.err, strings.TrimPrefix(tc.path, "/"))
 			}
 			if entries, _ := os.ReadDir(work); len(entries) != 0 {
 				t.Errorf("a refused job left %d entries in its work dir", len(entries))
 			}
 		})
 	}
-	for _, mode := range []string{"stand_alone", "data_parallel"} {
+	for _, mode := range []string{"stand_alone", "data_parallel", "semi_auto_parallel", "auto_parallel", "hybrid_parallel"} {
 		if problems := validate(t, withBlock(dataDir, map[string]any{"mode": mode})); len(problems) != 0 {
 			t.Errorf("mode %s: problems %+v, want none", mode, problems)
 		}

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -62,9 +63,12 @@ const WorkerCommand = "__npu-worker"
 // With is the stage's `with` block.
 type With struct {
 	Data                string             `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
-	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly)"`
-	Mode                parallel.Mode      `json:"mode,omitempty" description:"MindSpore parallel_mode; stand_alone and data_parallel are implemented in this build"`
-	Strategy            map[string][][]int `json:"strategy,omitempty" description:"shard strategy per operator (semi_auto_parallel; not implemented in this build)"`
+	Model               string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly); semi_auto_net: the seeds' SemiAutoParallelNet as a CIFAR classifier (fc.matmul, relu, end_point); hybrid_net: the seeds' HybridParallelNet (hybrid_parallel only); wide_net: a 3072x4096 layer that does not fit a small device whole"`
+	Mode                parallel.Mode      `json:"mode,omitempty" description:"MindSpore parallel_mode: stand_alone (one device), data_parallel (a replica per device, gradients all-reduced), semi_auto_parallel (operators split by strategy), auto_parallel (strategies searched by a cost model; see mspipe plan), hybrid_parallel (the model's own split, e.g. hybrid_net)"`
+	Strategy            map[string][][]int `json:"strategy,omitempty" description:"semi_auto_parallel: shard strategy per operator, as MindSpore's shard(), e.g. {fc.matmul: [[1, 1], [1, 2]]}: one list per input, one split count per dimension; operators without one run data parallel"`
+	FullBatch           bool               `json:"full_batch,omitempty" description:"every device loads the whole global batch (batch_size × devices) instead of its shard"`
+	GradAccumulation    int                `json:"grad_accumulation_step,omitempty" jsonschema:"minimum=1" description:"micro-batches per step: the update is that of one batch this many times larger"`
+	StrategySaveFile    string             `json:"strategy_ckpt_save_file,omitempty" description:"where to write the strategy file (MindSpore's ParallelStrategyMap protobuf; .json for the JSON form), relative to the stage's work directory; default strategy.ckpt for split modes"`
 	Epochs              int                `json:"epochs,omitempty" jsonschema:"minimum=1"`
 	BatchSize           int                `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"batch size per device"`
 	LearningRate        float64            `json:"learning_rate,omitempty" jsonschema:"exclusiveMinimum=0"`
@@ -79,7 +83,7 @@ type With struct {
 	SaveCheckpointSteps int                `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
 	KeepCheckpointMax   int                `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
 	Prefix              string             `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
-	IntegratedSave      *bool              `json:"integrated_save,omitempty" description:"semi/auto parallel: save whole tensors (not implemented in this build)"`
+	IntegratedSave      *bool              `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
 	DeviceMemory        string             `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
 	Eval                *bool              `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
@@ -122,6 +126,7 @@ func New() plugins.Stage {
 			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
 			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
+			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices), or \"\""},
 		},
 		Defaults: defaults(),
 		Check:    check,
@@ -134,11 +139,21 @@ var ErrNotImplemented = errors.New("not implemented in this build")
 
 func check(w With) []plugins.Problem {
 	var out []plugins.Problem
-	if !w.Mode.Implemented() {
-		out = append(out, plugins.Problem{Path: "/mode", Message: fmt.Sprintf("mode %s is %v (%s are)", w.Mode, ErrNotImplemented, implementedModes())})
+	if len(w.Strategy) > 0 && w.Mode != parallel.SemiAutoParallel {
+		why := "it does not split operators"
+		switch w.Mode {
+		case parallel.AutoParallel:
+			why = "it searches every operator's strategy itself (see mspipe plan)"
+		case parallel.HybridParallel:
+			why = "the model declares its own split"
+		}
+		out = append(out, plugins.Problem{Path: "/strategy", Message: fmt.Sprintf("shard strategies are for %s; mode %s takes none: %s", parallel.SemiAutoParallel, w.Mode, why)})
 	}
-	if len(w.Strategy) > 0 {
-		out = append(out, plugins.Problem{Path: "/strategy", Message: "shard strategies need semi_auto_parallel, which is " + ErrNotImplemented.Error()})
+	if w.FullBatch && !w.Mode.Sharded() {
+		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
+	}
+	if w.Model == "hybrid_net" && w.Mode != parallel.HybridParallel {
+		out = append(out, plugins.Problem{Path: "/model", Message: "hybrid_net splits itself (layerwise_parallel parameters, an explicit AllReduce): it runs in mode hybrid_parallel"})
 	}
 	if _, err := parseMemory(w.DeviceMemory); err != nil {
 		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
@@ -156,6 +171,11 @@ type WorkerConfig struct {
 	// BasePort is the port of rank 0's collective endpoint; rank r listens
 	// on its rank table device_ip, port BasePort+r.
 	BasePort int `json:"base_port,omitempty"`
+	// Strategy is what split ranks run: the user's (semi_auto_parallel)
+	// or the searched one (auto_parallel).
+	Strategy parallel.Strategy `json:"strategy,omitempty"`
+	// StrategyFile is where rank 0 writes the strategy file ("" for none).
+	StrategyFile string `json:"strategy_file,omitempty"`
 	// SecretFile holds the job secret (mode 0600) that lets ranks
 	// authenticate each other; it is not in the environment, because
 	// env{i}.log records the environment.
@@ -184,6 +204,16 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err := checkData(w.Data); err != nil {
 		return nil, err
 	}
+	memory, err := parseMemory(w.DeviceMemory)
+	if err != nil {
+		return nil, err
+	}
+	// A strategy that cannot run on this cluster fails here, before any
+	// rank process starts; auto_parallel's search runs here too, once.
+	plan, err := planParallel(w, devices, memory)
+	if err != nil {
+		return nil, err
+	}
 	jobDir := sc.WorkDir()
 	rankTable := req.Cluster.RankTable
 	if rankTable == "" {
@@ -192,7 +222,23 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			return nil, err
 		}
 	}
-	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads}
+	cfg := WorkerConfig{With: w, Seed: uint64(w.Seed), Threads: w.Threads, Strategy: plan.Strategy}
+	if plan.Auto != nil {
+		var table strings.Builder
+		if err := plan.Auto.Format(&table); err == nil {
+			sc.Info("auto_parallel chose (predicted by its cost model):\n" + strings.TrimRight(table.String(), "\n"))
+		}
+	}
+	if usesEngine(w) && devices > 1 {
+		name := w.StrategySaveFile
+		if name == "" {
+			name = defaultStrategyFile
+		}
+		if cfg.StrategyFile, err = userfile.Within(jobDir, name); err != nil {
+			return nil, withError("/strategy_ckpt_save_file", err)
+		}
+		_ = os.Remove(cfg.StrategyFile)
+	}
 	if w.Mode.Collective() {
 		t, problems, err := ranktable.Load(rankTable)
 		if err != nil {
@@ -305,7 +351,23 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		"wall_time":          r0.Seconds,
 		"images_per_second":  ips,
 		"peak_device_memory": peak,
+		"strategy":           strategyOutput(cfg.StrategyFile),
 	}, nil
+}
+
+// defaultStrategyFile is the strategy file a split job writes in its work
+// directory when with.strategy_ckpt_save_file does not name one.
+const defaultStrategyFile = "strategy.ckpt"
+
+// strategyOutput returns path when rank 0 wrote it, else "".
+func strategyOutput(path string) string {
+	if path == "" {
+		return ""
+	}
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
 }
 
 func checkData(dir string) error {
@@ -316,17 +378,6 @@ func checkData(dir string) error {
 		return fmt.Errorf("data %s: not a directory", dir)
 	}
 	return nil
-}
-
-// implementedModes lists the modes this build trains in, for messages.
-func implementedModes() string {
-	var names []string
-	for _, m := range parallel.Modes() {
-		if m.Implemented() {
-			names = append(names, m.String())
-		}
-	}
-	return strings.Join(names, " and ")
 }
 
 // parseMemory reads a device memory size: bytes, or a number with KiB, MiB,

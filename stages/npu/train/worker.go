@@ -17,6 +17,8 @@ import (
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/trainer"
 )
 
@@ -63,12 +65,15 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	if events != nil {
 		tc.OnStep = events.step
 	}
+	var comm *collective.Comm
 	if cfg.With.Mode.Collective() {
-		comm, err := joinCollective(ctx, cfg, rank, &tc, say)
-		if err != nil {
+		if comm, err = joinCollective(ctx, cfg, rank, &tc, say); err != nil {
 			return fmt.Errorf("rank %d: join the collective: %w", rank, err)
 		}
 		defer comm.Close()
+	}
+	if usesEngine(cfg.With) {
+		wireEngine(cfg, rank, size, comm, filepath.Dir(cfgPath), &tc)
 	}
 	res, err := trainer.Train(ctx, tc)
 	if err != nil {
@@ -77,6 +82,9 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	}
 	if res.ResumedFrom != "" {
 		fmt.Fprintf(say, "resumed from %s\n", res.ResumedFrom)
+	}
+	if cfg.StrategyFile != "" && rank == 0 {
+		fmt.Fprintf(say, "strategy file: %s\n", cfg.StrategyFile)
 	}
 	out := WorkerResult{
 		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
@@ -155,6 +163,9 @@ func trainerConfig(cfg WorkerConfig, rank, size int, out io.Writer) (trainer.Con
 		}
 	}
 	eval := w.Eval == nil || *w.Eval
+	// A split network evaluates on every rank together (each holds a
+	// part of it); rank 0 reports.
+	evalHere := eval && (rank == 0 || usesEngine(w) && w.Mode.Collective())
 	tc := trainer.Config{
 		DataDir: w.Data, Model: w.Model, Epochs: w.Epochs, BatchSize: w.BatchSize,
 		LearningRate: w.LearningRate, Momentum: w.Momentum, NoMomentum: w.Momentum == 0,
@@ -163,10 +174,14 @@ func trainerConfig(cfg WorkerConfig, rank, size int, out io.Writer) (trainer.Con
 		NumShards: 1, ShardID: 0,
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: w.Prefix,
 		SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax,
-		Init: init, Resume: true, Eval: eval && rank == 0,
+		Init: init, Resume: true, Eval: evalHere, GradAccumulation: w.GradAccumulation,
 		LogSteps: w.LogSteps, Log: out, ShuffleBuffer: w.ShuffleBuffer,
 	}
-	if w.Mode.ShardsData() {
+	switch {
+	case w.FullBatch:
+		// Every device loads the whole global batch.
+		tc.BatchSize = globalBatch(w, size)
+	case w.Mode.ShardsData():
 		tc.NumShards, tc.ShardID = size, rank
 	}
 	var err error
@@ -186,4 +201,47 @@ func envInt(name string) (int, error) {
 		return 0, errors.New(name + "=" + v + " is not a rank number")
 	}
 	return n, nil
+}
+
+// wireEngine makes tc train this rank's part of a network on the
+// operator-parallel engine (npu/shard): the split modes, and models only
+// the engine builds. Rank 0 writes the strategy file once the network is
+// laid out; with integrated_save, rank 0 saves whole tensors and every rank
+// resumes from its checkpoints.
+func wireEngine(cfg WorkerConfig, rank, size int, comm *collective.Comm, jobDir string, tc *trainer.Config) {
+	w := cfg.With
+	sc := shard.Config{
+		Model: w.Model, Mode: w.Mode, Strategy: cfg.Strategy, Devices: size, Rank: rank,
+		BatchPerDevice: tc.BatchSize, FullBatch: w.FullBatch,
+		GradientsMean: w.GradientsMean == nil || *w.GradientsMean,
+		Seed:          cfg.Seed, Threads: tc.Threads,
+	}
+	if w.Mode.OneDevice() {
+		sc.Devices, sc.Rank = 1, 0
+	}
+	if comm != nil {
+		sc.Comm = comm
+		tc.Exchange, tc.Rank = comm.Exchange, rank
+	}
+	// The engine reduces the gradients itself.
+	tc.Reduce, tc.AllocGrads, tc.Broadcast = nil, nil, nil
+	tc.Sharded = func(memory int64) (trainer.ShardedNet, error) {
+		sc.Memory = memory
+		net, err := shard.New(sc)
+		if err != nil {
+			return nil, err
+		}
+		if rank == 0 && cfg.StrategyFile != "" {
+			f := strategyFile(net.OpLayouts(), net.Layouts())
+			if err := parallel.WriteStrategyFile(cfg.StrategyFile, f, strategyFormat(cfg.StrategyFile)); err != nil {
+				net.Close()
+				return nil, fmt.Errorf("strategy file: %w", err)
+			}
+		}
+		return net, nil
+	}
+	if comm != nil && (w.IntegratedSave == nil || *w.IntegratedSave) {
+		tc.IntegratedSave = true
+		tc.ResumeDir = filepath.Join(launch.DeviceDir(jobDir, 0), "ckpt_0")
+	}
 }

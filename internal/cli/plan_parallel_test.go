@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// mspipe plan shows how each split npu/train stage lays out its network:
+// auto_parallel's search fits wide_net into 128 MiB devices by splitting
+// its big MatMul eight ways, where data parallel (every device holding the
+// whole 3072×4096 weight, its gradient and moment) would not fit; a bad
+// semi_auto_parallel strategy is named; no rank or plugin starts.
+func TestPlanShowsParallelLayout(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "split.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: split
+cluster: {devices: 8}
+stages:
+  wide:
+    uses: npu/train
+    with: {data: /nonexistent, model: wide_net, mode: auto_parallel, device_memory: 128MiB}
+  seeds:
+    uses: npu/train
+    with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}}
+  typo:
+    uses: npu/train
+    with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmull: [[1, 1], [1, 2]]}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "plan", spec)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`parallel plan of wide:\n  wide_net in auto_parallel on 8 devices, global batch 256:`),
+		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 8\]\] +8 `),
+		regexp.MustCompile(`wide_net on 8 devices: predicted step [0-9.]+ m?s .*fits the device's 128\.0 MiB`),
+		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 2\]\] +2 `),
+		regexp.MustCompile(`parallel plan of typo:\n  with\.strategy: invalid shard strategy: semi_auto_net has no operator "fc\.matmull"`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("plan output lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "device0") {
+		t.Errorf("plan started a rank:\n%s", out)
+	}
+}

@@ -1,0 +1,97 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// paramReduce is one parameter whose gradient (trainable) or value after
+// a training forward (BatchNorm statistics) is summed, or averaged, over
+// the ranks of its bucket's group.
+type paramReduce struct {
+	p    *nn.Param
+	mean bool
+}
+
+// bucket is the parameters reduced over the same partition of the ranks,
+// packed into one GroupAllReduce per step.
+type bucket struct {
+	key     string // the partition, the same on every rank
+	group   []int  // this rank's part of it
+	entries []paramReduce
+	buf     []float32
+}
+
+// partition returns rank's group of the ranks that hold what it holds of l
+// except along axes, and a key naming the whole partition, which every
+// rank computes alike, so that all put the same parameters in the same
+// bucket and make the same calls.
+func partition(l parallel.Layout, axes []int, rank int) (string, []int, error) {
+	var key strings.Builder
+	var mine []int
+	for r := range l.Devices() {
+		g, err := l.Group(r, axes)
+		if err != nil {
+			return "", nil, err
+		}
+		if g[0] == r { // name each group once, by its first rank
+			fmt.Fprint(&key, g)
+		}
+		if r == rank {
+			mine = g
+		}
+	}
+	return key.String(), mine, nil
+}
+
+// addReduce puts red in the bucket of partition key (a new one, in order of
+// first use, if none has it).
+func (n *Net) addReduce(key string, group []int, red paramReduce) {
+	i := slices.IndexFunc(n.buckets, func(b *bucket) bool { return b.key == key })
+	if i < 0 {
+		n.buckets = append(n.buckets, &bucket{key: key, group: group})
+		i = len(n.buckets) - 1
+	}
+	n.buckets[i].entries = append(n.buckets[i].entries, red)
+}
+
+// reduceParams sums (or averages) the parameter gradients over the ranks
+// they are partial over, and averages the BatchNorm statistics a split
+// batch left different on each rank: one GroupAllReduce per bucket.
+func (n *Net) reduceParams(ctx context.Context) error {
+	for _, b := range n.buckets {
+		off := 0
+		for _, e := range b.entries {
+			off += copy(b.buf[off:], e.values())
+		}
+		if err := n.cfg.Comm.GroupAllReduce(ctx, b.buf, collective.Sum, b.group); err != nil {
+			return fmt.Errorf("parameter reduction over ranks %v: %w", b.group, err)
+		}
+		off = 0
+		size := float32(len(b.group))
+		for _, e := range b.entries {
+			v := e.values()
+			off += copy(v, b.buf[off:])
+			if e.mean { // as collective.Mean: the sum divided by the group size
+				for i := range v {
+					v[i] /= size
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// values returns what is reduced: the gradient, or a statistic's value.
+func (e paramReduce) values() []float32 {
+	if e.p.Trainable {
+		return e.p.Grad.Data()
+	}
+	return e.p.Value.Data()
+}

@@ -1,0 +1,198 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+func (n *Net) checkInput(x *tensor.Tensor) error {
+	if x.Rank() != 4 || x.Dim(1) != imageChannels || x.Dim(2) != imageSide || x.Dim(3) != imageSide || x.Dim(0) < 1 {
+		return fmt.Errorf("%s: input %v, want [N %d %d %d]: %w", n.cfg.Model, x.Shape(), imageChannels, imageSide, imageSide, tensor.ErrShape)
+	}
+	return nil
+}
+
+// forward runs every operator but the loss and returns the loss's input
+// slice (logits in the loss's layout) and the last operator's output.
+func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool) (lossIn, out *tensor.Tensor, err error) {
+	cur := x
+	last := len(n.stages) - 1
+	for i, st := range n.stages[:last] {
+		name := st.def.spec.Name
+		in, err := p.fwd[i].run(ctx, n.cfg.Comm, cur)
+		if err != nil {
+			return nil, nil, fmt.Errorf("operator %s: %w", name, err)
+		}
+		if st.def.spec.Kind == parallel.OpAllReduce {
+			if st.buf, err = alloc(n.dev, name+" output", st.buf, in.Shape()...); err != nil {
+				return nil, nil, fmt.Errorf("operator %s: %w", name, err)
+			}
+			copy(st.buf.Data(), in.Data())
+			if n.cfg.Devices == 1 {
+				cur = st.buf
+				continue
+			}
+			if err := n.cfg.Comm.GroupAllReduce(ctx, st.buf.Data(), collective.Sum, n.all); err != nil {
+				return nil, nil, fmt.Errorf("operator %s: %w", name, err)
+			}
+			cur = st.buf
+			continue
+		}
+		y, err := st.layer.Forward(in, train)
+		if err != nil {
+			return nil, nil, err
+		}
+		// Summed in place: no layer whose contraction can be split reads
+		// its output in Backward. hybrid_parallel leaves partial sums to
+		// the model's AllReduce.
+		if g := p.outGroup[i]; g != nil && !n.hybrid {
+			if err := n.cfg.Comm.GroupAllReduce(ctx, y.Data(), collective.Sum, g); err != nil {
+				return nil, nil, fmt.Errorf("operator %s output: %w", name, err)
+			}
+		}
+		cur = y
+	}
+	lossIn, err = p.fwd[last].run(ctx, n.cfg.Comm, cur)
+	if err != nil {
+		return nil, nil, fmt.Errorf("into the loss: %w", err)
+	}
+	return lossIn, cur, nil
+}
+
+// TrainStep runs forward, the loss, backward and every gradient reduction
+// on x and labels, this rank's batch as the data pipeline delivers it (its
+// shard, or the global batch with FullBatch). Afterwards the gradient of
+// each of Params is final; the returned loss is the mean over the global
+// batch, the same on every rank.
+func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
+	if err := n.checkInput(x); err != nil {
+		return 0, err
+	}
+	if len(labels) != x.Dim(0) {
+		return 0, fmt.Errorf("%s: %d labels for %d images: %w", n.cfg.Model, len(labels), x.Dim(0), tensor.ErrShape)
+	}
+	p, err := n.passFor(x.Dim(0))
+	if err != nil {
+		return 0, err
+	}
+	logits, _, err := n.forward(ctx, p, x, true)
+	if err != nil {
+		return 0, err
+	}
+	lab, err := n.labelsFor(ctx, p, labels)
+	if err != nil {
+		return 0, err
+	}
+	sum, err := n.loss.forward(logits, lab)
+	if err != nil {
+		return 0, err
+	}
+	loss := sum
+	if p.lossGroup != nil {
+		buf := []float32{float32(sum)}
+		if err := n.cfg.Comm.GroupAllReduce(ctx, buf, collective.Sum, p.lossGroup); err != nil {
+			return 0, fmt.Errorf("loss: %w", err)
+		}
+		loss = float64(buf[0])
+	}
+	if err := n.backward(ctx, p); err != nil {
+		return 0, err
+	}
+	if err := n.reduceParams(ctx); err != nil {
+		return 0, err
+	}
+	return float32(loss / float64(p.global)), nil
+}
+
+// labelsFor moves this rank's labels to the rows of the loss's slice.
+func (n *Net) labelsFor(ctx context.Context, p *pass, labels []int32) ([]int32, error) {
+	if p.labels.identity {
+		return labels, nil
+	}
+	f := make([]float32, len(labels))
+	for i, v := range labels {
+		f[i] = float32(v)
+	}
+	t, err := tensor.FromSlice(f, len(f))
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.labels.run(ctx, n.cfg.Comm, t)
+	if err != nil {
+		return nil, fmt.Errorf("labels: %w", err)
+	}
+	lab := make([]int32, out.Len())
+	for i, v := range out.Data() {
+		lab[i] = int32(v)
+	}
+	return lab, nil
+}
+
+// backward runs the loss's backward and every operator's, reducing partial
+// input gradients on the way.
+func (n *Net) backward(ctx context.Context, p *pass) error {
+	// The loss is a mean over the global batch: the gradient scale is
+	// 1/global (semi_auto, auto), times the device count for the sum of
+	// per-device means; hybrid_parallel divides by the rows each device's
+	// loss sees and leaves the rest to its reductions.
+	inv := 1 / float64(p.global)
+	switch {
+	case n.hybrid:
+		inv = 1 / float64(p.lossRows)
+	case !n.cfg.GradientsMean:
+		inv = float64(n.cfg.Devices) / float64(p.global)
+	}
+	d := n.loss.backward(inv)
+	for i := len(n.stages) - 2; i >= 0; i-- {
+		st := n.stages[i]
+		name := st.def.spec.Name
+		dy, err := p.bwd[i].run(ctx, n.cfg.Comm, d)
+		if err != nil {
+			return fmt.Errorf("gradient of operator %s: %w", name, err)
+		}
+		if st.def.spec.Kind == parallel.OpAllReduce {
+			d = dy // the gradient of a sum passes to every summand
+			continue
+		}
+		if d, err = st.layer.Backward(dy); err != nil {
+			return err
+		}
+		if g := p.gradGroup[i]; g != nil && i > 0 {
+			if err := n.cfg.Comm.GroupAllReduce(ctx, d.Data(), collective.Sum, g); err != nil {
+				return fmt.Errorf("input gradient of operator %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Predict returns the logits [rows classes] of x, this rank's batch as
+// the data pipeline delivers it, with the moving statistics of BatchNorm.
+// Every rank calls it.
+func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	if err := n.checkInput(x); err != nil {
+		return nil, err
+	}
+	p, err := n.passFor(x.Dim(0))
+	if err != nil {
+		return nil, err
+	}
+	_, out, err := n.forward(ctx, p, x, false)
+	if err != nil {
+		return nil, err
+	}
+	logits, err := p.logits.run(ctx, n.cfg.Comm, out)
+	if err != nil {
+		return nil, fmt.Errorf("logits: %w", err)
+	}
+	res, err := tensor.New(logits.Shape()...)
+	if err != nil {
+		return nil, err
+	}
+	copy(res.Data(), logits.Data())
+	return res, nil
+}
