@@ -9,12 +9,14 @@ import (
 )
 
 // alloc returns t when it already has the shape, else a new zeroed tensor
-// counted on dev as what (replacing what held before under that name).
-func alloc(dev *nn.Device, what string, t *tensor.Tensor, shape ...int) (*tensor.Tensor, error) {
+// counted on dev as owner's role (replacing what held before under that
+// name). owner and role are apart so that the steady state builds no
+// string.
+func alloc(dev *nn.Device, owner, role string, t *tensor.Tensor, shape ...int) (*tensor.Tensor, error) {
 	if t != nil && t.HasShape(shape...) {
 		return t, nil
 	}
-	if err := dev.Reserve(what, 4*int64(volume(shape))); err != nil {
+	if err := dev.Reserve(owner+" "+role, 4*int64(volume(shape))); err != nil {
 		return nil, err
 	}
 	return tensor.New(shape...)
@@ -55,10 +57,10 @@ func (l *matMul) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) {
 	}
 	n := x.Dim(0)
 	var err error
-	if l.y, err = alloc(l.dev, l.name+" output", l.y, n, l.m); err != nil {
+	if l.y, err = alloc(l.dev, l.name, "output", l.y, n, l.m); err != nil {
 		return nil, fmt.Errorf("matmul %s: %w", l.name, err)
 	}
-	if l.dx, err = alloc(l.dev, l.name+" input gradient", l.dx, n, l.k); err != nil {
+	if l.dx, err = alloc(l.dev, l.name, "input gradient", l.dx, n, l.k); err != nil {
 		return nil, fmt.Errorf("matmul %s: %w", l.name, err)
 	}
 	l.x = x
@@ -110,10 +112,10 @@ func (l *biasAdd) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error) 
 		return nil, fmt.Errorf("bias_add %s: input %v, want [N %d]: %w", l.name, x.Shape(), m, tensor.ErrShape)
 	}
 	var err error
-	if l.y, err = alloc(l.dev, l.name+" output", l.y, x.Shape()...); err != nil {
+	if l.y, err = alloc(l.dev, l.name, "output", l.y, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("bias_add %s: %w", l.name, err)
 	}
-	if l.dx, err = alloc(l.dev, l.name+" input gradient", l.dx, x.Shape()...); err != nil {
+	if l.dx, err = alloc(l.dev, l.name, "input gradient", l.dx, x.Shape()...); err != nil {
 		return nil, fmt.Errorf("bias_add %s: %w", l.name, err)
 	}
 	b, xd, y := l.bias.Value.Data(), x.Data(), l.y.Data()
@@ -162,10 +164,10 @@ func (l *reduceSum) Forward(x *tensor.Tensor, train bool) (*tensor.Tensor, error
 	}
 	n, m := x.Dim(0), x.Dim(1)
 	var err error
-	if l.y, err = alloc(l.dev, l.name+" output", l.y, n); err != nil {
+	if l.y, err = alloc(l.dev, l.name, "output", l.y, n); err != nil {
 		return nil, fmt.Errorf("reduce_sum %s: %w", l.name, err)
 	}
-	if l.dx, err = alloc(l.dev, l.name+" input gradient", l.dx, n, m); err != nil {
+	if l.dx, err = alloc(l.dev, l.name, "input gradient", l.dx, n, m); err != nil {
 		return nil, fmt.Errorf("reduce_sum %s: %w", l.name, err)
 	}
 	xd, y := x.Data(), l.y.Data()
@@ -229,7 +231,7 @@ func (l *crossEntropy) forward(logits *tensor.Tensor, labels []int32) (float64, 
 		}
 	}
 	var err error
-	if l.dx, err = alloc(l.dev, "loss input gradient", l.dx, n, c); err != nil {
+	if l.dx, err = alloc(l.dev, "loss", "input gradient", l.dx, n, c); err != nil {
 		return 0, fmt.Errorf("softmax cross entropy: %w", err)
 	}
 	if len(l.probs) != n*c {

@@ -295,3 +295,93 @@ func TestResNet20SplitStem(t *testing.T) {
 		t.Errorf("bn1.moving_mean never moved: %v", v)
 	}
 }
+
+// Every layout starts from the stand_alone initial values: gathered on any
+// root before training, the slices are the one-device parameters, bit for
+// bit.
+func TestGatherInitialValuesOnAnyRoot(t *testing.T) {
+	const d = 4
+	want := initial(t, "semi_auto_net", 12)
+	for _, root := range []int{0, 3} {
+		comms := memComms(d)
+		got := make([]map[string][]float32, d)
+		errs := make([]error, d)
+		var wg sync.WaitGroup
+		for r := range d {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				net, err := New(Config{Model: "semi_auto_net", Mode: parallel.SemiAutoParallel, Devices: d, Rank: r, Comm: comms[r],
+					Strategy: parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}, "end_point.matmul": {{1, 2}, {1, 2}}}, BatchPerDevice: 2, Seed: 12, Threads: 1})
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				defer net.Close()
+				got[r], errs[r] = net.Gather(context.Background(), root)
+			}(r)
+		}
+		wg.Wait()
+		for r := range d {
+			if errs[r] != nil {
+				t.Fatalf("rank %d: %v", r, errs[r])
+			}
+			if r != root && got[r] != nil {
+				t.Errorf("rank %d, not the root, got parameters", r)
+			}
+		}
+		for name, w := range want {
+			g := got[root][name]
+			if len(g) != len(w) {
+				t.Fatalf("root %d: %s has %d values, want %d", root, name, len(g), len(w))
+			}
+			for i := range w {
+				if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+					t.Fatalf("root %d: %s[%d] = %v, one device's %v", root, name, i, g[i], w[i])
+				}
+			}
+		}
+	}
+}
+
+// Once its buffers exist, a step allocates nothing on one device (fresh
+// memory is slow to touch on these machines).
+func TestStepAllocatesNothing(t *testing.T) {
+	net, err := New(Config{Model: "cnn", Devices: 1, BatchPerDevice: 4, GradientsMean: true, Seed: 1, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	xs, ys := batches(1, 4, 71)
+	x, y := rankBatch(Config{Devices: 1}, xs[0], ys[0])
+	step := func() {
+		if _, err := net.TrainStep(context.Background(), x, y); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step()
+	if allocs := testing.AllocsPerRun(3, step); allocs != 0 {
+		t.Errorf("a steady-state step allocates %v times", allocs)
+	}
+}
+
+// A step makes only the collective calls its layouts need: for the seeds'
+// fc.matmul [[1, 1], [1, 2]] on 4 ranks, the images gathered for fc.matmul,
+// its column slices spread over the batch for relu and back, the loss
+// summed, and one reduction of the data-parallel end_point's gradients;
+// nothing before fc.matmul in backward. One device makes none.
+func TestCommCallsPerStep(t *testing.T) {
+	const global, d = 8, 4
+	xs, ys := batches(1, global, 81)
+	cfg := Config{Model: "semi_auto_net", Mode: parallel.SemiAutoParallel, Strategy: parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}},
+		Devices: d, BatchPerDevice: global / d, GradientsMean: true, Seed: 1, Threads: 1}
+	for r, net := range stepGrads(t, cfg, xs[0], ys[0]) {
+		if calls, _ := net.CommStats(); calls != 5 {
+			t.Errorf("rank %d made %d collective calls in a step, want 5", r, calls)
+		}
+	}
+	one := stepGrads(t, Config{Model: "semi_auto_net", Devices: 1, BatchPerDevice: global, Seed: 1, Threads: 1}, xs[0], ys[0])[0]
+	if calls, elapsed := one.CommStats(); calls != 0 || elapsed != 0 {
+		t.Errorf("one device: %d calls, %v", calls, elapsed)
+	}
+}

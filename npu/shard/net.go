@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -53,6 +54,10 @@ type Net struct {
 	hybrid   bool
 	all      []int // every rank, for hybrid_parallel's reductions
 	buckets  []*bucket
+	comm     *timedComm // cfg.Comm, counted; nil on one device
+	// firstParam is the first operator with parameters, where backward
+	// ends.
+	firstParam int
 }
 
 // stage is one operator on this rank.
@@ -84,6 +89,10 @@ func New(cfg Config) (*Net, error) {
 	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}}
 	if n.strategy, err = cfg.strategy(def); err != nil {
 		return nil, err
+	}
+	if cfg.Comm != nil {
+		n.comm = &timedComm{Comm: cfg.Comm}
+		n.cfg.Comm = n.comm
 	}
 	n.hybrid = cfg.Mode == parallel.HybridParallel
 	for r := range cfg.Devices {
@@ -158,6 +167,12 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	if err := n.dev.SetMemory(cfg.Memory); err != nil {
 		return err
 	}
+	// Backward stops at the first operator with parameters: the gradients
+	// of what comes before it (the images, a flatten) have no consumer.
+	n.firstParam = slices.IndexFunc(n.def.ops, func(o opDef) bool { return len(o.spec.Params()) > 0 })
+	if n.firstParam < 0 {
+		return fmt.Errorf("%s has no parameters to train", n.def.name)
+	}
 	for i, o := range n.def.ops {
 		st := &stage{def: o}
 		n.stages = append(n.stages, st)
@@ -173,8 +188,8 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		if err != nil {
 			return err
 		}
-		if c, ok := layer.(interface{ SkipInputGrad() }); ok && i == 0 {
-			c.SkipInputGrad() // nothing consumes the gradient of the images
+		if c, ok := layer.(interface{ SkipInputGrad() }); ok && i == n.firstParam {
+			c.SkipInputGrad()
 		}
 		st.layer, st.params = layer, layer.Params()
 		if len(st.params) != len(specs) {
@@ -378,6 +393,16 @@ func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error
 		}
 	}
 	return out, nil
+}
+
+// CommStats returns how many collective calls (Exchange, GroupAllReduce)
+// this rank has made since New and the time it spent in them, waiting for
+// its peers included: a step's communication apart from its computation.
+func (n *Net) CommStats() (calls int, elapsed time.Duration) {
+	if n.comm == nil {
+		return 0, 0
+	}
+	return n.comm.calls, n.comm.elapsed
 }
 
 // Close stops the device's worker goroutines.

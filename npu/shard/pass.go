@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/tensor"
 )
 
 // pass is what a step over one global batch size needs: the layouts of
@@ -18,10 +19,13 @@ type pass struct {
 	// layout.
 	fwd, bwd  []*plan
 	labels    *plan // labels from the data layout to the loss's rows
+	labelsIn  *tensor.Tensor
+	labelsOut []int32
 	logits    *plan // Predict: the last output back to the data's rows
 	outGroup  [][]int
 	gradGroup [][]int
 	lossGroup []int
+	lossSum   [1]float32
 	lossRows  int // rows of the loss's slice on this rank
 }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/mspipe/mspipe/npu/tensor"
 )
 
+// checkInput checks that x is a batch of CIFAR images, the input of every
+// model.
 func (n *Net) checkInput(x *tensor.Tensor) error {
 	if x.Rank() != 4 || x.Dim(1) != imageChannels || x.Dim(2) != imageSide || x.Dim(3) != imageSide || x.Dim(0) < 1 {
 		return fmt.Errorf("%s: input %v, want [N %d %d %d]: %w", n.cfg.Model, x.Shape(), imageChannels, imageSide, imageSide, tensor.ErrShape)
@@ -28,7 +30,7 @@ func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool
 			return nil, nil, fmt.Errorf("operator %s: %w", name, err)
 		}
 		if st.def.spec.Kind == parallel.OpAllReduce {
-			if st.buf, err = alloc(n.dev, name+" output", st.buf, in.Shape()...); err != nil {
+			if st.buf, err = alloc(n.dev, name, "output", st.buf, in.Shape()...); err != nil {
 				return nil, nil, fmt.Errorf("operator %s: %w", name, err)
 			}
 			copy(st.buf.Data(), in.Data())
@@ -93,11 +95,11 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	}
 	loss := sum
 	if p.lossGroup != nil {
-		buf := []float32{float32(sum)}
-		if err := n.cfg.Comm.GroupAllReduce(ctx, buf, collective.Sum, p.lossGroup); err != nil {
+		p.lossSum[0] = float32(sum)
+		if err := n.cfg.Comm.GroupAllReduce(ctx, p.lossSum[:], collective.Sum, p.lossGroup); err != nil {
 			return 0, fmt.Errorf("loss: %w", err)
 		}
-		loss = float64(buf[0])
+		loss = float64(p.lossSum[0])
 	}
 	if err := n.backward(ctx, p); err != nil {
 		return 0, err
@@ -113,27 +115,29 @@ func (n *Net) labelsFor(ctx context.Context, p *pass, labels []int32) ([]int32, 
 	if p.labels.identity {
 		return labels, nil
 	}
-	f := make([]float32, len(labels))
+	// Class indices travel as float32, exact far beyond any class count.
+	var err error
+	if p.labelsIn == nil || p.labelsIn.Len() != len(labels) {
+		if p.labelsIn, err = tensor.New(len(labels)); err != nil {
+			return nil, err
+		}
+	}
 	for i, v := range labels {
-		f[i] = float32(v)
+		p.labelsIn.Data()[i] = float32(v)
 	}
-	t, err := tensor.FromSlice(f, len(f))
-	if err != nil {
-		return nil, err
-	}
-	out, err := p.labels.run(ctx, n.cfg.Comm, t)
+	out, err := p.labels.run(ctx, n.cfg.Comm, p.labelsIn)
 	if err != nil {
 		return nil, fmt.Errorf("labels: %w", err)
 	}
-	lab := make([]int32, out.Len())
-	for i, v := range out.Data() {
-		lab[i] = int32(v)
+	p.labelsOut = p.labelsOut[:0]
+	for _, v := range out.Data() {
+		p.labelsOut = append(p.labelsOut, int32(v))
 	}
-	return lab, nil
+	return p.labelsOut, nil
 }
 
-// backward runs the loss's backward and every operator's, reducing partial
-// input gradients on the way.
+// backward runs the loss's backward and every operator's back to the first
+// with parameters, reducing partial input gradients on the way.
 func (n *Net) backward(ctx context.Context, p *pass) error {
 	// The loss is a mean over the global batch: the gradient scale is
 	// 1/global (semi_auto, auto), times the device count for the sum of
@@ -147,7 +151,7 @@ func (n *Net) backward(ctx context.Context, p *pass) error {
 		inv = float64(n.cfg.Devices) / float64(p.global)
 	}
 	d := n.loss.backward(inv)
-	for i := len(n.stages) - 2; i >= 0; i-- {
+	for i := len(n.stages) - 2; i >= n.firstParam; i-- {
 		st := n.stages[i]
 		name := st.def.spec.Name
 		dy, err := p.bwd[i].run(ctx, n.cfg.Comm, d)
@@ -161,7 +165,7 @@ func (n *Net) backward(ctx context.Context, p *pass) error {
 		if d, err = st.layer.Backward(dy); err != nil {
 			return err
 		}
-		if g := p.gradGroup[i]; g != nil && i > 0 {
+		if g := p.gradGroup[i]; g != nil && i > n.firstParam {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, d.Data(), collective.Sum, g); err != nil {
 				return fmt.Errorf("input gradient of operator %s: %w", name, err)
 			}

@@ -1,0 +1,335 @@
+package reshard
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// ManifestName is the manifest's file name in an output directory.
+const ManifestName = "manifest.json"
+
+// ManifestFormat identifies the manifest's schema.
+const ManifestFormat = "mspipe-reshard/1"
+
+// maxManifestBytes bounds the manifest read by Verify.
+const maxManifestBytes = 64 << 20
+
+// Manifest describes a complete output set: its files and, per logical
+// tensor, the content hash of the whole tensor (ckpt.Tensor.Hash of it,
+// whatever the layout) and the box each rank holds.
+type Manifest struct {
+	Format         string           `json:"format"`
+	Ranks          int              `json:"ranks"`
+	ReplicatedRule string           `json:"replicated_rule"`
+	Files          []ManifestFile   `json:"files"`
+	Tensors        []ManifestTensor `json:"tensors"` // in file order
+	Stats          *RunStats        `json:"stats,omitempty"`
+}
+
+// ManifestFile is one rank's output file.
+type ManifestFile struct {
+	Rank  int    `json:"rank"`
+	Path  string `json:"path"` // relative to the manifest's directory, slash-separated
+	Bytes int64  `json:"bytes"`
+	CRC32 string `json:"crc32"` // the crc_num trailer's value, 8 hex digits
+}
+
+// ManifestTensor is one logical tensor of the set.
+type ManifestTensor struct {
+	Name   string `json:"name"`
+	DType  string `json:"dtype"`
+	Shape  []int  `json:"shape"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	// Rule says where the values came from: "split" for a placed tensor,
+	// "rank0" or "mean" for a replicated one.
+	Rule string `json:"rule"`
+	// Boxes holds each rank's box; absent when every rank holds the whole
+	// tensor.
+	Boxes []manifestBox `json:"boxes,omitempty"`
+}
+
+// manifestBox is a parallel.Box with lower-case JSON names.
+type manifestBox struct {
+	Offset []int `json:"offset"`
+	Shape  []int `json:"shape"`
+}
+
+// RunStats are what a run measured.
+type RunStats struct {
+	ReadBytes  int64 `json:"read_bytes"`
+	WriteBytes int64 `json:"write_bytes"`
+	PeakMemory int64 `json:"peak_memory"` // most tensor data held at once
+}
+
+// Placement returns the tensor's placement in the set.
+func (t ManifestTensor) Placement() Placement {
+	p := Placement{Shape: slices.Clone(t.Shape)}
+	for _, b := range t.Boxes {
+		p.Boxes = append(p.Boxes, parallel.Box{Offset: slices.Clone(b.Offset), Shape: slices.Clone(b.Shape)})
+	}
+	return p
+}
+
+// Source returns the set described by m in dir as a Source, to reshard it
+// again.
+func (m *Manifest) Source(dir string) Source {
+	s := Source{Placements: make(map[string]Placement)}
+	for _, f := range m.Files {
+		s.Files = append(s.Files, filepath.Join(dir, filepath.FromSlash(f.Path)))
+	}
+	for _, t := range m.Tensors {
+		if t.Boxes != nil {
+			s.Placements[t.Name] = t.Placement()
+		}
+	}
+	return s
+}
+
+func writeManifest(dir string, m *Manifest) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode manifest: %w", err)
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, ManifestName), append(data, '\n'), 0o644)
+}
+
+// ReadManifest reads the manifest of the output set in dir.
+func ReadManifest(dir string) (*Manifest, error) {
+	path := filepath.Join(dir, ManifestName)
+	data, err := userfile.ReadFile(context.Background(), path, maxManifestBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if m.Format != ManifestFormat {
+		return nil, fmt.Errorf("%s: format %q, want %q", path, m.Format, ManifestFormat)
+	}
+	if m.Ranks < 1 || len(m.Files) != m.Ranks {
+		return nil, fmt.Errorf("%s: %d files for %d ranks: %w", path, len(m.Files), m.Ranks, ErrVerify)
+	}
+	for r, f := range m.Files {
+		if f.Rank != r {
+			return nil, fmt.Errorf("%s: file %d is for rank %d: %w", path, r, f.Rank, ErrVerify)
+		}
+	}
+	return &m, nil
+}
+
+// Verify re-reads the output set in dir and checks it against its
+// manifest: file sizes and CRC trailers, every rank's tensors in order
+// with the shapes of their boxes, identical copies wherever ranks share a
+// box, and the hash of every reassembled tensor.
+func Verify(ctx context.Context, dir string, opt Options) (*Manifest, error) {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifySet(ctx, dir, m, opt, nil); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// verifySet checks the files in dir against m, with arena as its memory
+// for tensor data; nil means as much as it needs up to opt.MaxMemory.
+func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena []byte) error {
+	n := len(m.Files)
+	paths := make([]string, n)
+	for r, f := range m.Files {
+		p, err := userfile.Within(dir, filepath.FromSlash(f.Path))
+		if err != nil {
+			return fmt.Errorf("manifest file %q: %w", f.Path, err)
+		}
+		paths[r] = p
+	}
+	files := make([]*os.File, n)
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	index := make([]*ckpt.Index, n)
+	err := forEach(ctx, n, opt.Workers, func(r int) error {
+		f, info, err := userfile.Open(paths[r])
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		files[r] = f
+		if info.Size() != m.Files[r].Bytes {
+			return fmt.Errorf("%s: %d bytes, the manifest says %d: %w", paths[r], info.Size(), m.Files[r].Bytes, ErrVerify)
+		}
+		if err := ckpt.CheckCRC(paths[r], f, info.Size()); err != nil {
+			return err
+		}
+		var tail [4]byte
+		if _, err := f.ReadAt(tail[:], info.Size()-4); err != nil {
+			return fmt.Errorf("%s: read trailer: %w", paths[r], err)
+		}
+		if got := hex.EncodeToString(tail[:]); got != m.Files[r].CRC32 {
+			return fmt.Errorf("%s: crc32 %s, the manifest says %s: %w", paths[r], got, m.Files[r].CRC32, ErrVerify)
+		}
+		x, err := ckpt.IndexReader(paths[r], f, info.Size())
+		if err != nil {
+			return err
+		}
+		if !x.CRC {
+			return fmt.Errorf("%s: no crc_num trailer: %w", paths[r], ErrVerify)
+		}
+		if len(x.Tensors) != len(m.Tensors) {
+			return fmt.Errorf("%s: %d tensors, the manifest lists %d: %w", paths[r], len(x.Tensors), len(m.Tensors), ErrVerify)
+		}
+		for i, t := range x.Tensors {
+			if t.Name != m.Tensors[i].Name {
+				return fmt.Errorf("%s: tensor %d is %q, the manifest says %q: %w", paths[r], i, t.Name, m.Tensors[i].Name, ErrVerify)
+			}
+		}
+		index[r] = x
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Tensors are checked in parallel, each worker with an equal share of
+	// the memory, unless a tensor's rows need more than a share.
+	var widest, biggest int64 // row and tensor bytes
+	for _, t := range m.Tensors {
+		elem, _ := ckpt.DTypeSize(t.DType)
+		g := geom(t.Shape)
+		widest = max(widest, volume(g[1:])*int64(elem))
+		biggest = max(biggest, volume(g)*int64(elem))
+	}
+	if arena == nil {
+		size := min(opt.MaxMemory, 2*biggest*int64(max(1, min(opt.Workers, len(m.Tensors)))))
+		if 2*widest > size {
+			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", userfile.Size(widest), userfile.Size(opt.MaxMemory), ErrMemory)
+		}
+		arena = make([]byte, size)
+	}
+	workers := max(1, min(opt.Workers, len(m.Tensors)))
+	if 2*widest > int64(len(arena))/int64(workers) {
+		workers = 1
+	}
+	share := int64(len(arena)) / int64(workers)
+	return forEachWorker(ctx, len(m.Tensors), workers, func(w, i int) error {
+		mine := arena[int64(w)*share : int64(w+1)*share]
+		return verifyTensor(ctx, i, m.Tensors[i], paths, index, files, mine[:share/2], mine[share/2:], opt)
+	})
+}
+
+// verifyTensor checks tensor i of the set, reading bands into band; scratch
+// is as large.
+func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []*os.File, band, scratch []byte, opt Options) error {
+	n := len(paths)
+	elem, ok := ckpt.DTypeSize(t.DType)
+	if !ok {
+		return fmt.Errorf("manifest tensor %q: dtype %q: %w", t.Name, t.DType, ErrVerify)
+	}
+	p := t.Placement()
+	if p.Boxes == nil {
+		for range n {
+			p.Boxes = append(p.Boxes, wholeBox(t.Shape))
+		}
+	}
+	if len(p.Boxes) != n {
+		return fmt.Errorf("manifest tensor %q: %d boxes for %d files: %w", t.Name, len(p.Boxes), n, ErrVerify)
+	}
+	distinct, err := checkTiling(t.Shape, p.Boxes)
+	if err != nil {
+		return fmt.Errorf("manifest tensor %q: %w", t.Name, err)
+	}
+	var reads, copies []piece
+	for r := range n {
+		x := &index[r].Tensors[i]
+		if x.DType != t.DType || !slices.Equal(intShape(x.Dims), p.Boxes[r].Shape) {
+			return fmt.Errorf("%s: tensor %q is %s %v, the manifest says %s %v: %w", paths[r], t.Name, x.DType, x.Dims, t.DType, p.Boxes[r].Shape, ErrVerify)
+		}
+		pc := piece{rank: r, box: geomBox(p.Boxes[r]), t: x}
+		if slices.Contains(distinct, r) {
+			reads = append(reads, pc)
+		} else {
+			copies = append(copies, pc)
+		}
+	}
+	g := geom(t.Shape)
+	h := newTensorHash(t.DType, t.Shape)
+	rowBytes := volume(g[1:]) * int64(elem)
+	if volume(g) > 0 {
+		if rowBytes > int64(len(band)) {
+			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, %s is given: %w", t.Name, userfile.Size(rowBytes), userfile.Size(2*int64(len(band))), ErrMemory)
+		}
+		rows := int(min(int64(g[0]), int64(len(band))/rowBytes))
+		for lo := 0; lo < g[0]; lo += rows {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			hi := min(g[0], lo+rows)
+			box := bandBox(g, lo, hi)
+			buf := band[:int64(hi-lo)*rowBytes]
+			var sc []byte
+			if needsScratch(reads, g) {
+				sc = scratch[:len(buf)]
+			}
+			if err := fillBand(ctx, files, reads, g, box, buf, sc, elem, opt.Workers); err != nil {
+				return fmt.Errorf("verify: %w", err)
+			}
+			for _, c := range copies {
+				if err := compareCopy(c, box, buf, files, elem, scratch, paths); err != nil {
+					return err
+				}
+			}
+			h.Write(buf)
+		}
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != t.SHA256 {
+		return fmt.Errorf("tensor %q: content sha256 %s, the manifest says %s: %w", t.Name, got, t.SHA256, ErrVerify)
+	}
+	return nil
+}
+
+// compareCopy checks that rank c's copy of a shared box holds the band's
+// bytes.
+func compareCopy(c piece, box parallel.Box, buf []byte, files []*os.File, elem int, scratch []byte, paths []string) error {
+	common, ok := c.box.Intersect(box)
+	if !ok {
+		return nil
+	}
+	e := int64(elem)
+	size := volume(common.Shape) * e
+	sc := scratch[:size]
+	// The rows of a box are contiguous in its file.
+	start := int64(common.Offset[0]-c.box.Offset[0]) * volume(c.box.Shape[1:]) * e
+	if err := c.t.ReadAt(files[c.rank], sc, start); err != nil {
+		return fmt.Errorf("verify %s: %w", paths[c.rank], err)
+	}
+	return forEachRun(common, c.box, box, func(copyOff, bandOff, n int64) error {
+		at := copyOff*e - start
+		if !bytes.Equal(sc[at:at+n*e], buf[bandOff*e:(bandOff+n)*e]) {
+			return fmt.Errorf("%s (rank %d): tensor %q differs from the copy other ranks hold near element %s: %w", paths[c.rank], c.rank, c.t.Name, strconv.FormatInt(copyOff, 10), ErrVerify)
+		}
+		return nil
+	})
+}

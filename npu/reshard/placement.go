@@ -1,0 +1,178 @@
+package reshard
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// Placement is where one logical tensor lives: its whole shape and, for
+// each rank in rank order, the box that rank holds. Nil Boxes means every
+// rank holds the whole tensor.
+type Placement struct {
+	Shape []int
+	Boxes []parallel.Box
+}
+
+// Source is a checkpoint set to read: one file per rank, in rank order, and
+// the placements of the tensors that are not replicated.
+type Source struct {
+	Files      []string
+	Placements map[string]Placement // by tensor name; absent = replicated
+}
+
+// Target is the checkpoint set to write.
+type Target struct {
+	Ranks      int
+	Placements map[string]Placement // by tensor name; absent = replicated
+	// Files names each rank's output file relative to the output directory;
+	// empty means rank_{r}.ckpt.
+	Files []string
+}
+
+// Replicated-tensor rules (Options.ReplicatedRule).
+const (
+	RuleRank0 = "rank0" // rank 0's copy, as MindSpore users do
+	RuleMean  = "mean"  // the element-wise mean of all ranks' copies
+)
+
+// optimizerPrefixes name optimizer state that shares its parameter's layout.
+var optimizerPrefixes = []string{"moments.", "adam_m.", "adam_v.", "accum."}
+
+// lookupPlacement returns the placement of name, or of the parameter it
+// is optimizer state of; ok is false for a replicated tensor.
+func lookupPlacement(placements map[string]Placement, name string) (Placement, bool) {
+	if p, ok := placements[name]; ok {
+		return p, p.Boxes != nil
+	}
+	for _, prefix := range optimizerPrefixes {
+		if param, found := strings.CutPrefix(name, prefix); found {
+			if p, ok := placements[param]; ok {
+				return p, p.Boxes != nil
+			}
+		}
+	}
+	return Placement{}, false
+}
+
+// TargetForDevices is the target for m devices when no target strategy is
+// given (see "Target rule" in the package documentation). The placements
+// are the boxes of the layouts LayoutsForDevices returns.
+func TargetForDevices(src Source, m int) Target {
+	t := Target{Ranks: m, Placements: make(map[string]Placement)}
+	for name, l := range LayoutsForDevices(src, m) {
+		boxes := make([]parallel.Box, m)
+		for r := range boxes {
+			b, err := l.Box(r)
+			if err != nil {
+				panic(fmt.Sprintf("reshard: layout %+v of the target rule: %v", l, err)) // the rule only makes valid layouts
+			}
+			boxes[r] = b
+		}
+		t.Placements[name] = Placement{Shape: slices.Clone(l.Shape), Boxes: boxes}
+	}
+	return t
+}
+
+// LayoutsForDevices returns the layouts of the target rule for m devices,
+// for the tensors it splits: device matrix [m], the source's first split
+// dimension mapped to it. A tensor absent from the result is replicated;
+// this is what a target strategy file for the output should say.
+func LayoutsForDevices(src Source, m int) map[string]parallel.Layout {
+	layouts := make(map[string]parallel.Layout)
+	if m < 1 {
+		return layouts
+	}
+	for name, p := range src.Placements {
+		if p.Boxes == nil {
+			continue
+		}
+		dim := firstSplitDim(p)
+		if dim < 0 || p.Shape[dim]%m != 0 {
+			continue
+		}
+		tensorMap := make([]int, len(p.Shape))
+		for k := range tensorMap {
+			tensorMap[k] = -1
+		}
+		tensorMap[dim] = 0
+		l := parallel.Layout{DeviceMatrix: []int{m}, TensorMap: tensorMap, Shape: slices.Clone(p.Shape)}
+		if l.Validate() != nil {
+			continue // a bad shape; Plan and Run say what is wrong with it
+		}
+		layouts[name] = l
+	}
+	return layouts
+}
+
+// firstSplitDim returns the first dimension some box does not span whole,
+// or -1.
+func firstSplitDim(p Placement) int {
+	for k, n := range p.Shape {
+		for _, b := range p.Boxes {
+			if k < len(b.Shape) && b.Shape[k] != n {
+				return k
+			}
+		}
+	}
+	return -1
+}
+
+// wholeBox is the box of a whole tensor of the given shape.
+func wholeBox(shape []int) parallel.Box {
+	return parallel.Box{Offset: make([]int, len(shape)), Shape: slices.Clone(shape)}
+}
+
+func volume(shape []int) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+func sameBox(a, b parallel.Box) bool {
+	return slices.Equal(a.Offset, b.Offset) && slices.Equal(a.Shape, b.Shape)
+}
+
+// checkTiling checks that boxes, one per rank, tile a tensor of shape:
+// inside it, overlapping only when identical, covering every element. It
+// returns for every distinct box the lowest rank holding it, in rank order.
+func checkTiling(shape []int, boxes []parallel.Box) (distinct []int, err error) {
+	for _, d := range shape {
+		if d < 0 {
+			return nil, fmt.Errorf("shape %v has a negative dimension: %w", shape, ErrPlacement)
+		}
+	}
+	var covered int64
+	for r, b := range boxes {
+		if len(b.Offset) != len(shape) || len(b.Shape) != len(shape) {
+			return nil, fmt.Errorf("rank %d: box offset %v shape %v does not have the %d dimensions of %v: %w", r, b.Offset, b.Shape, len(shape), shape, ErrPlacement)
+		}
+		for k := range shape {
+			if b.Offset[k] < 0 || b.Shape[k] < 0 || b.Offset[k]+b.Shape[k] > shape[k] {
+				return nil, fmt.Errorf("rank %d: box offset %v shape %v is outside the tensor's shape %v: %w", r, b.Offset, b.Shape, shape, ErrPlacement)
+			}
+		}
+		dup := false
+		for _, q := range distinct {
+			if sameBox(boxes[q], b) {
+				dup = true
+				break
+			}
+			if _, overlap := boxes[q].Intersect(b); overlap {
+				return nil, fmt.Errorf("rank %d's box offset %v shape %v overlaps rank %d's offset %v shape %v: %w", r, b.Offset, b.Shape, q, boxes[q].Offset, boxes[q].Shape, ErrPlacement)
+			}
+		}
+		if !dup {
+			distinct = append(distinct, r)
+			covered += volume(b.Shape)
+		}
+	}
+	if total := volume(shape); covered != total {
+		return nil, fmt.Errorf("the boxes of %d ranks cover %d of the %d elements of %v (a hole): %w", len(boxes), covered, total, shape, ErrPlacement)
+	}
+	return distinct, nil
+}
