@@ -51,3 +51,38 @@ stages:
 		t.Errorf("plan started a rank:\n%s", out)
 	}
 }
+
+// A semi_auto_parallel strategy that cannot run on the stage's devices is
+// a validation error at its entry in the spec, before anything starts.
+func TestValidateStrategyAtItsLine(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: bad
+cluster: {devices: 8}
+stages:
+  train:
+    uses: npu/train
+    with:
+      data: /nonexistent
+      model: semi_auto_net
+      mode: semi_auto_parallel
+      strategy:
+        fc.matmul: [[1, 1], [1, 3]]
+        fc.matmull: [[1, 1], [1, 2]]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "validate", spec)
+	all := out + errOut
+	if code == 0 {
+		t.Fatalf("validate passed:\n%s", all)
+	}
+	for _, want := range []string{
+		"bad.yaml:12:20: error: stages.train.with.strategy.fc.matmul: invalid shard strategy: operator fc.matmul (MatMul): the strategy uses 3 devices, which does not divide the job's 8",
+		`bad.yaml:13:21: error: stages.train.with.strategy.fc.matmull: invalid shard strategy: semi_auto_net has no operator "fc.matmull"`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("validate output lacks %q:\n%s", want, all)
+		}
+	}
+}
