@@ -11,8 +11,8 @@ import (
 // mspipe plan shows how each split npu/train stage lays out its network:
 // auto_parallel's search fits wide_net into 128 MiB devices by splitting
 // its big MatMul eight ways, where data parallel (every device holding the
-// whole 3072×4096 weight, its gradient and moment) would not fit; a bad
-// semi_auto_parallel strategy is named; no rank or plugin starts.
+// whole 3072×4096 weight, its gradient and moment) would not fit; the
+// seeds' strategy uses 2 of 8 devices; no rank or plugin starts.
 func TestPlanShowsParallelLayout(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "split.yaml")
@@ -26,9 +26,6 @@ stages:
   seeds:
     uses: npu/train
     with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}}
-  typo:
-    uses: npu/train
-    with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmull: [[1, 1], [1, 2]]}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +38,6 @@ stages:
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 8\]\] +8 `),
 		regexp.MustCompile(`wide_net on 8 devices: predicted step [0-9.]+ m?s .*fits the device's 128\.0 MiB`),
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 2\]\] +2 `),
-		regexp.MustCompile(`parallel plan of typo:\n  with\.strategy: invalid shard strategy: semi_auto_net has no operator "fc\.matmull"`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("plan output lacks %s:\n%s", want, out)
