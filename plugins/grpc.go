@@ -39,12 +39,16 @@ func (c *RemoteStage) Describe(ctx context.Context) (Descriptor, error) {
 	return descriptorFromProto(resp), nil
 }
 
-func (c *RemoteStage) Validate(ctx context.Context, with map[string]any) ([]Problem, error) {
-	data, err := encodeObject(with)
+func (c *RemoteStage) Validate(ctx context.Context, req ValidateRequest) ([]Problem, error) {
+	data, err := encodeObject(req.With)
 	if err != nil {
 		return nil, fmt.Errorf("encode with: %w", err)
 	}
-	resp, err := c.client.Validate(ctx, &stagev1.ValidateRequest{With: data})
+	cluster, err := clusterToProto(req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.client.Validate(ctx, &stagev1.ValidateRequest{With: data, Cluster: cluster, Unknown: req.Unknown})
 	if err != nil {
 		return nil, fromStatus(ctx, err)
 	}
@@ -136,7 +140,7 @@ func (s *grpcServer) Validate(ctx context.Context, req *stagev1.ValidateRequest)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "decode with: %v", err)
 	}
-	problems, err := s.impl.Validate(ctx, with)
+	problems, err := s.impl.Validate(ctx, ValidateRequest{With: with, Cluster: clusterFromProto(req.GetCluster()), Unknown: req.GetUnknown()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -250,15 +254,16 @@ func runRequestToProto(r RunRequest) (*stagev1.RunRequest, error) {
 	if r.Attempt < 0 || r.Attempt > math.MaxInt32 {
 		return nil, fmt.Errorf("attempt %d out of range", r.Attempt)
 	}
-	if r.Cluster.Devices < 0 || r.Cluster.Devices > math.MaxInt32 {
-		return nil, fmt.Errorf("cluster devices %d out of range", r.Cluster.Devices)
+	cluster, err := clusterToProto(r.Cluster)
+	if err != nil {
+		return nil, err
 	}
 	return &stagev1.RunRequest{
 		RunId:   r.RunID,
 		StageId: r.StageID,
 		With:    with,
 		WorkDir: r.WorkDir,
-		Cluster: &stagev1.Cluster{Devices: int32(r.Cluster.Devices), RankTable: r.Cluster.RankTable},
+		Cluster: cluster,
 		Attempt: int32(r.Attempt),
 		Env:     r.Env,
 	}, nil
@@ -274,10 +279,22 @@ func runRequestFromProto(req *stagev1.RunRequest) (RunRequest, error) {
 		StageID: req.GetStageId(),
 		With:    with,
 		WorkDir: req.GetWorkDir(),
-		Cluster: Cluster{Devices: int(req.GetCluster().GetDevices()), RankTable: req.GetCluster().GetRankTable()},
+		Cluster: clusterFromProto(req.GetCluster()),
 		Attempt: int(req.GetAttempt()),
 		Env:     req.GetEnv(),
 	}, nil
+}
+
+func clusterToProto(c Cluster) (*stagev1.Cluster, error) {
+	if c.Devices < 0 || c.Devices > math.MaxInt32 {
+		return nil, fmt.Errorf("cluster devices %d out of range", c.Devices)
+	}
+	return &stagev1.Cluster{Devices: int32(c.Devices), RankTable: c.RankTable}, nil
+}
+
+// clusterFromProto reads a cluster, nil (an old host) as the zero Cluster.
+func clusterFromProto(c *stagev1.Cluster) Cluster {
+	return Cluster{Devices: int(c.GetDevices()), RankTable: c.GetRankTable()}
 }
 
 // eventToProto converts an event for sending; it returns nil for an event

@@ -26,16 +26,16 @@ type fakeStage struct {
 	problems []Problem
 	run      func(ctx context.Context, req RunRequest, emit func(Event)) (map[string]any, error)
 
-	mu       sync.Mutex
-	gotWith  map[string]any
-	gotRunRq RunRequest
+	mu          sync.Mutex
+	gotValidate ValidateRequest
+	gotRunRq    RunRequest
 }
 
 func (f *fakeStage) Describe(context.Context) (Descriptor, error) { return f.desc, nil }
 
-func (f *fakeStage) Validate(_ context.Context, with map[string]any) ([]Problem, error) {
+func (f *fakeStage) Validate(_ context.Context, req ValidateRequest) ([]Problem, error) {
 	f.mu.Lock()
-	f.gotWith = with
+	f.gotValidate = req
 	f.mu.Unlock()
 	return f.problems, nil
 }
@@ -95,7 +95,7 @@ func TestProtocolValidateKeepsIntsAndFloats(t *testing.T) {
 	fake := &fakeStage{problems: []Problem{{Path: "/b", Message: "too big"}, {Message: "whole block"}}}
 	gc := inProcess(t, fake)
 	with := map[string]any{"a": 1, "b": 2.0, "c": []any{int64(1), "x", 0.5}, "d": map[string]any{"e": true, "n": nil}}
-	problems, err := gc.Validate(context.Background(), with)
+	problems, err := gc.Validate(context.Background(), ValidateRequest{With: with})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +105,51 @@ func TestProtocolValidateKeepsIntsAndFloats(t *testing.T) {
 	want := map[string]any{"a": int64(1), "b": 2.0, "c": []any{int64(1), "x", 0.5}, "d": map[string]any{"e": true, "n": nil}}
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
-	if !reflect.DeepEqual(fake.gotWith, want) {
-		t.Errorf("plugin received %#v, want %#v", fake.gotWith, want)
+	if !reflect.DeepEqual(fake.gotValidate.With, want) {
+		t.Errorf("plugin received %#v, want %#v", fake.gotValidate.With, want)
+	}
+}
+
+func TestProtocolValidateCarriesClusterAndUnknownKeys(t *testing.T) {
+	fake := &fakeStage{problems: []Problem{{Path: "/strategy/fc.matmul", Message: "8 devices"}}}
+	gc := inProcess(t, fake)
+	req := ValidateRequest{
+		With:    map[string]any{"mode": "semi_auto_parallel"},
+		Cluster: Cluster{Devices: 8, RankTable: "/specs/rank_table_8pcs.json"},
+		Unknown: []string{"data", "init"},
+	}
+	problems, err := gc.Validate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(problems, fake.problems) {
+		t.Errorf("problems = %v, want %v", problems, fake.problems)
+	}
+	fake.mu.Lock()
+	got := fake.gotValidate
+	fake.mu.Unlock()
+	if !reflect.DeepEqual(got, req) {
+		t.Errorf("plugin received %+v, want %+v", got, req)
+	}
+
+	if _, err := gc.Validate(context.Background(), ValidateRequest{Cluster: Cluster{Devices: -1}}); err == nil || !strings.Contains(err.Error(), "cluster devices -1 out of range") {
+		t.Errorf("negative devices: err = %v", err)
+	}
+}
+
+// A host that predates the cluster and unknown fields sends only with: the
+// stage sees a zero cluster (devices unknown) and no unknown keys.
+func TestProtocolValidateFromAnOldHost(t *testing.T) {
+	fake := &fakeStage{}
+	srv := &grpcServer{impl: fake}
+	if _, err := srv.Validate(context.Background(), &stagev1.ValidateRequest{With: []byte(`{"epochs":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	want := ValidateRequest{With: map[string]any{"epochs": int64(2)}}
+	if !reflect.DeepEqual(fake.gotValidate, want) {
+		t.Errorf("stage received %+v, want %+v", fake.gotValidate, want)
 	}
 }
 

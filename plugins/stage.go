@@ -16,10 +16,11 @@ type Stage interface {
 	// Describe returns the stage's identity, the JSON Schema of its `with`
 	// block and its declared outputs.
 	Describe(ctx context.Context) (Descriptor, error)
-	// Validate checks a `with` block and lists every problem found; a nil
-	// error with no problems means it is acceptable. The error is for
-	// failures to check at all.
-	Validate(ctx context.Context, with map[string]any) ([]Problem, error)
+	// Validate checks a `with` block, as far as it is known before the run
+	// (see ValidateRequest), and lists every problem found; a nil error
+	// with no problems means it is acceptable. The error is for failures
+	// to check at all.
+	Validate(ctx context.Context, req ValidateRequest) ([]Problem, error)
 	// Run executes the stage. It calls emit for every event as it happens
 	// (emit is safe for concurrent use and must not be called after Run
 	// returns) and returns the outputs, whose keys and types match the
@@ -99,6 +100,19 @@ func JoinProblems(problems []Problem) string {
 		msgs[i] = p.String()
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// ValidateRequest is what the host knows of a stage before it runs.
+type ValidateRequest struct {
+	// With holds the static values of the `with` block and the `${{ }}`
+	// values the host resolved before the run (params, cluster).
+	With map[string]any
+	// Cluster is the cluster the stage will run on; Devices is 0 when it
+	// is known only at run time.
+	Cluster Cluster
+	// Unknown lists the top-level keys of the `with` block whose values
+	// are known only at run time; they are not in With.
+	Unknown []string
 }
 
 // RunRequest is everything a stage needs to run once.

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,6 +35,11 @@ type StageInfo struct {
 	// so Resolver.With passes expression values in it as environment
 	// variables (with.env) instead of pasting them into the script.
 	ShellCommand bool
+	// Check, if set, asks the stage itself to check a `with` block (its
+	// plugin's Validate), for what a schema cannot say. Validate calls it
+	// for every stage whose `with` fits the schema. The error is for a
+	// failure to check at all; Validate reports it as a warning.
+	Check func(ctx context.Context, req CheckRequest) ([]CheckProblem, error)
 }
 
 // Options tune Validate.
@@ -43,22 +49,29 @@ type Options struct {
 	// devices; problems are returned as errors positioned in that file.
 	// Nil skips the check.
 	CheckRankTable func(path string) (devices int, problems diag.List, err error)
+	// Params are param values given on the command line; they take the
+	// place of defaults when a stage's own check (StageInfo.Check) gets
+	// the `${{ params.* }}` values of its `with` block.
+	Params map[string]any
 }
 
 // Validate runs the semantic checks on a decoded pipeline: stage names,
 // needs and cycles, expressions (names, types, visibility through needs),
-// each stage's `with` against its schema, and rank tables. It compiles every
+// each stage's `with` against its schema, rank tables, and each stage's own
+// checks (StageInfo.Check) with its cluster. It compiles every
 // template, so Resolve can be used afterwards.
 func Validate(p *Pipeline, cat Catalog, opts Options) diag.List {
 	if p.tooComplex {
 		return nil // Parse reported it; walking aliases again could take exponential time
 	}
-	v := &validator{p: p, cat: cat, opts: opts, infos: map[string]*StageInfo{}, open: map[string]bool{}}
+	v := &validator{p: p, cat: cat, opts: opts, infos: map[string]*StageInfo{}, open: map[string]bool{},
+		schemaFailed: map[string]bool{}, tableDevices: map[*Cluster]int{}}
 	v.stages()
 	v.graph()
 	v.expressions()
 	v.withSchemas()
 	v.clusters()
+	v.stageChecks()
 	errs := diag.List(v.errs)
 	errs.Sort()
 	return errs
@@ -73,6 +86,11 @@ type validator struct {
 	byID  map[string]*Stage     // the first stage of each id
 	env   *envType
 	open  map[string]bool // stages whose plugin could not be described
+	// schemaFailed marks the stages whose `with` does not fit the schema:
+	// their own check is not asked.
+	schemaFailed map[string]bool
+	// tableDevices is the device count of each cluster's valid rank table.
+	tableDevices map[*Cluster]int
 }
 
 func (v *validator) stages() {
@@ -446,7 +464,9 @@ func (v *validator) clusters() {
 		}
 		if c.Devices != 0 && n != c.Devices {
 			v.errs.add(c.DevicesPos, "%s.devices: %d does not match the %d devices of rank table %s", what, c.Devices, n, c.RankTable)
+			return
 		}
+		v.tableDevices[c] = n
 	}
 	check(v.p.Cluster, "cluster")
 	for _, s := range v.p.Stages {

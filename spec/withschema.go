@@ -33,11 +33,13 @@ func (v *validator) withSchemas() {
 			if err != nil {
 				v.errs.add(s.UsesPos, "stages.%s.uses: stage %s declares an invalid schema for with: %v", s.ID, info.Name, err)
 				compiled[info.Name] = nil
+				v.schemaFailed[s.ID] = true
 				continue
 			}
 			compiled[info.Name] = ws
 		}
 		if ws == nil {
+			v.schemaFailed[s.ID] = true
 			continue
 		}
 		inst, templated := v.withInstance(s)
@@ -46,6 +48,7 @@ func (v *validator) withSchemas() {
 		if !errors.As(err, &ve) {
 			continue
 		}
+		before := len(v.errs)
 		reported := map[string]bool{}
 		for _, leaf := range schemaLeaves(ve) {
 			note := ""
@@ -62,6 +65,9 @@ func (v *validator) withSchemas() {
 			for _, pr := range ws.leafProblems(v.p.File, s, leaf) {
 				v.errs.add(pr.pos, "%s: %s%s", pr.place, note, pr.msg)
 			}
+		}
+		if len(v.errs) > before {
+			v.schemaFailed[s.ID] = true
 		}
 	}
 }
@@ -150,26 +156,7 @@ type withProblem struct {
 // leafProblems describes one failed keyword of a `with` block: one problem
 // per unknown input for additionalProperties, else one.
 func (ws *WithSchema) leafProblems(file string, s *Stage, leaf *jsonschema.ValidationError) []withProblem {
-	pos := s.keyPos["with"]
-	if pos.Line == 0 {
-		pos = s.Pos
-	}
-	// The value's node, or the nearest one above it for a place inside a
-	// value that came from an expression.
-	for i := len(leaf.InstanceLocation); i >= 0; i-- {
-		if n := lookupNode(s.With, leaf.InstanceLocation[:i]); n != nil {
-			pos = Pos{File: file, Line: n.Line, Col: n.Column}
-			break
-		}
-	}
-	place := "stages." + s.ID + ".with"
-	for _, tok := range leaf.InstanceLocation {
-		if _, err := strconv.Atoi(tok); err == nil {
-			place += "[" + tok + "]"
-		} else {
-			place += "." + tok
-		}
-	}
+	pos, place := withPlace(file, s, leaf.InstanceLocation)
 	ap, ok := leaf.ErrorKind.(*kind.AdditionalProperties)
 	if !ok {
 		return []withProblem{{pos: pos, place: place, msg: schemaMessage(leaf)}}
@@ -189,6 +176,33 @@ func (ws *WithSchema) leafProblems(file string, s *Stage, leaf *jsonschema.Valid
 		out = append(out, withProblem{pos: kpos, place: place, msg: fmt.Sprintf("unknown input %q for %s%s", prop, ws.stage, suggest(prop, known))})
 	}
 	return out
+}
+
+// withPlace is where the value at loc (JSON pointer tokens) of a stage's
+// `with` is in the spec file, and its place in the spec's terms
+// (stages.train.with.layers[1]). The position is the value's node, or the
+// nearest one above it for a place inside a value that came from an
+// expression or that the spec does not have.
+func withPlace(file string, s *Stage, loc []string) (Pos, string) {
+	pos := s.keyPos["with"]
+	if pos.Line == 0 {
+		pos = s.Pos
+	}
+	for i := len(loc); i >= 0; i-- {
+		if n := lookupNode(s.With, loc[:i]); n != nil {
+			pos = Pos{File: file, Line: n.Line, Col: n.Column}
+			break
+		}
+	}
+	place := "stages." + s.ID + ".with"
+	for _, tok := range loc {
+		if _, err := strconv.Atoi(tok); err == nil {
+			place += "[" + tok + "]"
+		} else {
+			place += "." + tok
+		}
+	}
+	return pos, place
 }
 
 // CompileSchema compiles a JSON Schema document (2020-12 unless it says

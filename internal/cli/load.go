@@ -40,7 +40,7 @@ func loadSpecFor(w io.Writer, path string, rawParams []string, policy host.ExecP
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
 	}
-	res := validateFile(path, policy)
+	res := validateFileParams(path, policy, rawParams)
 	if res.Err != nil {
 		return nil, usageErr(res.Err)
 	}
@@ -60,7 +60,7 @@ func loadSpecFor(w io.Writer, path string, rawParams []string, policy host.ExecP
 		return nil, err
 	}
 	env.UsePins(p)
-	if errs := spec.Validate(p, env, specOptions()); errs.Err() != nil {
+	if errs := spec.Validate(p, env, specOptionsFor(p, rawParams)); errs.Err() != nil {
 		return nil, errs.Err() // cannot happen: validateFile accepted it
 	}
 	params, err := paramValues(p, rawParams)

@@ -11,8 +11,8 @@ import (
 // mspipe plan shows how each split npu/train stage lays out its network:
 // auto_parallel's search fits wide_net into 128 MiB devices by splitting
 // its big MatMul eight ways, where data parallel (every device holding the
-// whole 3072×4096 weight, its gradient and moment) would not fit; a bad
-// semi_auto_parallel strategy is named; no rank or plugin starts.
+// whole 3072×4096 weight, its gradient and moment) would not fit; the
+// seeds' strategy uses 2 of 8 devices; no rank or plugin starts.
 func TestPlanShowsParallelLayout(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "split.yaml")
@@ -26,9 +26,6 @@ stages:
   seeds:
     uses: npu/train
     with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}}
-  typo:
-    uses: npu/train
-    with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmull: [[1, 1], [1, 2]]}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +38,6 @@ stages:
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 8\]\] +8 `),
 		regexp.MustCompile(`wide_net on 8 devices: predicted step [0-9.]+ m?s .*fits the device's 128\.0 MiB`),
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 2\]\] +2 `),
-		regexp.MustCompile(`parallel plan of typo:\n  with\.strategy: invalid shard strategy: semi_auto_net has no operator "fc\.matmull"`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("plan output lacks %s:\n%s", want, out)
@@ -49,5 +45,40 @@ stages:
 	}
 	if strings.Contains(out, "device0") {
 		t.Errorf("plan started a rank:\n%s", out)
+	}
+}
+
+// A semi_auto_parallel strategy that cannot run on the stage's devices is
+// a validation error at its entry in the spec, before anything starts.
+func TestValidateStrategyAtItsLine(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: bad
+cluster: {devices: 8}
+stages:
+  train:
+    uses: npu/train
+    with:
+      data: /nonexistent
+      model: semi_auto_net
+      mode: semi_auto_parallel
+      strategy:
+        fc.matmul: [[1, 1], [1, 3]]
+        fc.matmull: [[1, 1], [1, 2]]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "validate", spec)
+	all := out + errOut
+	if code == 0 {
+		t.Fatalf("validate passed:\n%s", all)
+	}
+	for _, want := range []string{
+		"bad.yaml:12:20: error: stages.train.with.strategy.fc.matmul: invalid shard strategy: operator fc.matmul (MatMul): the strategy uses 3 devices, which does not divide the job's 8",
+		`bad.yaml:13:21: error: stages.train.with.strategy.fc.matmull: invalid shard strategy: semi_auto_net has no operator "fc.matmull"`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("validate output lacks %q:\n%s", want, all)
+		}
 	}
 }

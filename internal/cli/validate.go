@@ -22,8 +22,12 @@ func newValidateCmd() *cobra.Command {
 		Short: "Check pipeline specs without running anything",
 		Long: `Check pipeline specs: YAML syntax, structure, types, needs (unknown stages,
 cycles), expressions (unknown names, types, reading a stage's outputs without
-needing it), each stage's inputs against the schema its plugin declares, and
-rank table files named by a cluster.
+needing it), each stage's inputs against the schema its plugin declares, rank
+table files named by a cluster, and then each stage's own checks (its plugin's
+Validate), given the stage's cluster (its devices and rank table) and the
+inputs known before a run: static values and expressions of params (their
+defaults) and cluster; inputs that need other stages' outputs or run data are
+named to the plugin as unknown. A plugin that fails to check is a warning.
 
 Built-in stages are part of mspipe and always checked. A plugin binary
 (uses: ./path, or a name found in ./plugins, $MSPIPE_PLUGIN_PATH or the user
@@ -98,6 +102,13 @@ var execPolicies = map[string]host.ExecPolicy{"pinned": host.ExecPinned, "all": 
 // validateFile decodes and checks one spec, starting the plugin binaries
 // policy allows to read what they declare.
 func validateFile(path string, policy host.ExecPolicy) diag.Result {
+	return validateFileParams(path, policy, nil)
+}
+
+// validateFileParams is validateFile for a command given -p name=value
+// params (run, plan): the stages' own checks see those values instead of
+// the defaults.
+func validateFileParams(path string, policy host.ExecPolicy, rawParams []string) diag.Result {
 	p, problems, err := spec.Load(path)
 	if err != nil {
 		return diag.Result{File: path, Err: err}
@@ -107,8 +118,9 @@ func validateFile(path string, policy host.ExecPolicy) diag.Result {
 		if err != nil {
 			return diag.Result{File: path, Err: err}
 		}
+		defer env.Close() // the plugin processes kept for the stages' own checks
 		env.UsePins(p)
-		problems = append(problems, spec.Validate(p, env, specOptions())...)
+		problems = append(problems, spec.Validate(p, env, specOptionsFor(p, rawParams))...)
 	}
 	problems.Sort()
 	return diag.Result{File: path, Diagnostics: problems}
@@ -117,6 +129,27 @@ func validateFile(path string, policy host.ExecPolicy) diag.Result {
 // specOptions wires the checks spec delegates to other packages.
 func specOptions() spec.Options {
 	return spec.Options{CheckRankTable: checkRankTableForSpec}
+}
+
+// specOptionsFor is specOptions with the values of -p name=value params.
+// A -p that names no param or does not parse is left out: paramValues
+// reports it to the user.
+func specOptionsFor(p *spec.Pipeline, rawParams []string) spec.Options {
+	opts := specOptions()
+	for _, kv := range rawParams {
+		name, value, _ := strings.Cut(kv, "=")
+		prm := p.Param(name)
+		if prm == nil {
+			continue
+		}
+		if v, err := spec.ParseParam(prm, value); err == nil {
+			if opts.Params == nil {
+				opts.Params = map[string]any{}
+			}
+			opts.Params[name] = v
+		}
+	}
+	return opts
 }
 
 // expandSpecPaths turns files, directories and globs into a sorted list of

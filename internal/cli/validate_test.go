@@ -83,6 +83,81 @@ func TestValidateExamples(t *testing.T) {
 	}
 }
 
+// TestValidateAsksTheStage checks that the stages' own checks run, with the
+// cluster, and that their problems point into the spec: npu/train refuses
+// a device memory it cannot parse at the value of with.device_memory.
+func TestValidateAsksTheStage(t *testing.T) {
+	src := `version: 1
+name: stage-checks
+params:
+  memory: {type: string, default: 12XB}
+cluster: {devices: 2}
+stages:
+  prepare:
+    uses: cifar/prepare
+    with: {source: synthetic, shards: "${{ cluster.devices }}"}
+  train:
+    uses: npu/train
+    needs: [prepare]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      mode: data_parallel
+      device_memory: 12XB
+  again:
+    uses: npu/train
+    needs: [prepare]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      device_memory: "${{ params.memory }}"
+  later:
+    uses: npu/train
+    needs: [prepare]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      device_memory: "${{ stages.prepare.outputs.dir }}"
+`
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "validate", path)
+	if code != ExitFailed {
+		t.Fatalf("exit %d, want %d\n%s%s", code, ExitFailed, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	// The static value, and the param's default: both at their own
+	// line:col. The stage output is known only at run time: no problem.
+	want := []string{
+		path + ":16:22: error: stages.train.with.device_memory: ",
+		path + ":22:22: error: stages.again.with.device_memory: ",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("problems:\n%s\nwant %d", stdout, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) || !strings.Contains(lines[i], "12XB") {
+			t.Errorf("problem %d = %q, want it to start with %q and name 12XB", i, lines[i], w)
+		}
+	}
+
+	// validate checks a param's default; a command that takes -p values
+	// checks those instead.
+	fixed := strings.Replace(src, "device_memory: 12XB", "device_memory: 512MiB", 1)
+	if err := os.WriteFile(path, []byte(fixed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ = runCLI(t, "validate", path)
+	if code != ExitFailed || !strings.HasPrefix(stdout, path+":22:22: error: stages.again.with.device_memory: ") || strings.Count(stdout, "\n") != 1 {
+		t.Errorf("default 12XB: exit %d\n%s", code, stdout)
+	}
+	if code, stdout, stderr := runCLI(t, "plan", path, "-p", "memory=1GiB"); code != ExitOK {
+		t.Errorf("plan -p memory=1GiB: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "plan", path, "-p", "memory=3QB"); code != ExitFailed || !strings.Contains(stdout+stderr, `:22:22: error: stages.again.with.device_memory: device memory "3QB"`) {
+		t.Errorf("plan -p memory=3QB: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
 func TestValidateTooLargeFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "big.yaml")
 	data := bytes.Repeat([]byte("# 64 bytes of padding padding padding padding padding padding...\n"), 10<<20/64)

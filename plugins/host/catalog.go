@@ -60,6 +60,9 @@ type Catalog struct {
 	described map[string]describedStage // by uses
 	pins      map[string]string         // uses -> sha256 pin from the spec
 	selfHash  string
+	// clients are the plugin processes started to describe a stage for
+	// validation, kept for its Validate calls (see keptClient), by uses.
+	clients map[string]*keptClient
 }
 
 type describedStage struct {
@@ -131,6 +134,7 @@ func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
 		uncheckedNote: cfg.UncheckedNote,
 		described:     map[string]describedStage{},
 		pins:          map[string]string{},
+		clients:       map[string]*keptClient{},
 	}
 	for _, raw := range cfg.Declarations {
 		var d declaredDescriptor
@@ -170,19 +174,20 @@ func (c *Catalog) Names() []string {
 const describeTimeout = 10 * time.Second
 
 // describe returns what the stage named by uses declares, starting its
-// plugin binary if it is not a built-in. Results are memoized.
-func (c *Catalog) describe(ctx context.Context, uses string) describedStage {
+// plugin binary if it is not a built-in. Results are memoized. With keep,
+// a plugin process started for it stays for the stage's Validate calls.
+func (c *Catalog) describe(ctx context.Context, uses string, keep bool) describedStage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d, ok := c.described[uses]; ok {
 		return d
 	}
-	d := c.describeLocked(ctx, uses)
+	d := c.describeLocked(ctx, uses, keep)
 	c.described[uses] = d
 	return d
 }
 
-func (c *Catalog) describeLocked(ctx context.Context, uses string) describedStage {
+func (c *Catalog) describeLocked(ctx context.Context, uses string, keep bool) describedStage {
 	if desc, ok := c.declared[uses]; ok {
 		return describedStage{desc: desc}
 	}
@@ -195,10 +200,18 @@ func (c *Catalog) describeLocked(ctx context.Context, uses string) describedStag
 		desc, err := info.New().Describe(ctx)
 		return describedStage{desc: desc, resolved: res, err: err}
 	}
-	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
-	defer cancel()
 	cfg := res.LaunchConfig()
 	cfg.SHA256 = c.pins[uses]
+	if keep {
+		kc, err := c.launchKeptLocked(ctx, uses, cfg)
+		if err != nil {
+			return describedStage{resolved: res, err: err}
+		}
+		desc, err := kc.client.Describe(ctx)
+		return describedStage{desc: desc, resolved: res, err: err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
 	client, err := Launch(ctx, cfg)
 	if err != nil {
 		return describedStage{resolved: res, err: err}
@@ -214,7 +227,7 @@ func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
 	if err := c.mayStart(uses); err != nil {
 		return nil, err
 	}
-	d := c.describe(context.Background(), uses)
+	d := c.describe(context.Background(), uses, true)
 	switch {
 	case d.err == nil:
 	case errors.Is(d.err, fs.ErrNotExist) && !errors.Is(d.err, ErrStageNotFound):
@@ -237,6 +250,9 @@ func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
 	}
 	if info.Name == "" {
 		info.Name = uses
+	}
+	if _, declared := c.declared[uses]; !declared {
+		info.Check = c.checker(uses, d.resolved)
 	}
 	return info, nil
 }
@@ -288,7 +304,7 @@ func (c *Catalog) Identity(ctx context.Context, p *spec.Pipeline, s *spec.Stage)
 	if _, ok := c.declared[s.Uses]; ok {
 		return "", fmt.Errorf("stage %s: %w (it ships as a declaration so specs validate; see the README's status table)", s.Uses, ErrNotImplemented)
 	}
-	d := c.describe(ctx, s.Uses)
+	d := c.describe(ctx, s.Uses, false)
 	if d.err != nil {
 		return "", d.err
 	}
@@ -334,7 +350,7 @@ func (c *Catalog) Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, l
 	if _, ok := c.declared[s.Uses]; ok {
 		return nil, fmt.Errorf("stage %s: %w", s.Uses, ErrNotImplemented)
 	}
-	d := c.describe(ctx, s.Uses)
+	d := c.describe(ctx, s.Uses, false)
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -370,7 +386,7 @@ type Listing struct {
 func (c *Catalog) List(ctx context.Context) []Listing {
 	var out []Listing
 	for _, name := range c.registry.Names() {
-		d := c.describe(ctx, name)
+		d := c.describe(ctx, name, false)
 		out = append(out, Listing{Kind: KindBuiltin, Name: name, Version: d.desc.Version, Description: d.desc.Description, Err: d.err})
 	}
 	for _, name := range c.Names() {
@@ -379,7 +395,7 @@ func (c *Catalog) List(ctx context.Context) []Listing {
 		}
 	}
 	for _, b := range c.resolver.Binaries() {
-		d := c.describe(ctx, b.Path)
+		d := c.describe(ctx, b.Path, false)
 		l := Listing{Kind: KindBinary, Name: b.Name, Path: b.Path, ShadowedBy: b.ShadowedBy, Err: d.err}
 		if d.err == nil {
 			l.Name, l.Version, l.Description = d.desc.Name, d.desc.Version, d.desc.Description

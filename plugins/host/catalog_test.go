@@ -9,8 +9,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mspipe/mspipe/plugins"
@@ -47,6 +49,7 @@ func testCatalog(t *testing.T, search ...SearchDir) (*Catalog, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	return c, self
 }
 
@@ -248,5 +251,122 @@ func TestCatalogExecPolicy(t *testing.T) {
 	}
 	if _, err := c.Stage("./bin/missing"); err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("missing binary under ExecNever: err = %v, want not found", err)
+	}
+}
+
+// checkStage is a built-in whose Validate records its request.
+type checkStage struct {
+	fakeStage
+	got *plugins.ValidateRequest
+}
+
+func (s *checkStage) Validate(_ context.Context, req plugins.ValidateRequest) ([]plugins.Problem, error) {
+	*s.got = req
+	if req.Cluster.Devices == 3 {
+		panic("three devices")
+	}
+	return []plugins.Problem{{Path: "/strategy/fc.matmul", Message: fmt.Sprintf("does not divide %d devices", req.Cluster.Devices)}}, nil
+}
+
+func TestCatalogCheckBuiltin(t *testing.T) {
+	c, _ := testCatalog(t)
+	var got plugins.ValidateRequest
+	desc := plugins.Descriptor{Name: "npu/check", Version: "1.0.0"}
+	if err := c.registry.Register(plugins.Info{Name: "npu/check", New: func() plugins.Stage {
+		return &checkStage{fakeStage: fakeStage{desc: desc}, got: &got}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Stage("npu/check")
+	if err != nil || info.Check == nil {
+		t.Fatalf("Stage = %+v, %v; want a Check", info, err)
+	}
+	req := spec.CheckRequest{With: map[string]any{"mode": "semi_auto_parallel"}, Devices: 8, RankTable: "/specs/t.json", Unknown: []string{"data"}}
+	problems, err := info.Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := plugins.ValidateRequest{With: req.With, Cluster: plugins.Cluster{Devices: 8, RankTable: "/specs/t.json"}, Unknown: []string{"data"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the stage got %+v, want %+v", got, want)
+	}
+	if len(problems) != 1 || problems[0] != (spec.CheckProblem{Path: "/strategy/fc.matmul", Message: "does not divide 8 devices"}) {
+		t.Errorf("problems = %v", problems)
+	}
+	// A built-in checks inside mspipe: its panic is an error, not a crash.
+	if _, err := info.Check(context.Background(), spec.CheckRequest{Devices: 3}); err == nil || err.Error() != "stage panicked: three devices" {
+		t.Errorf("panicking check: err = %v", err)
+	}
+	// A declared-only stage has no implementation to ask.
+	if info, err := c.Stage("ckpt/merge"); err != nil || info.Check != nil {
+		t.Errorf("declared stage: %+v, %v; want no Check", info, err)
+	}
+}
+
+func TestCatalogCheckUsesTheDescribedProcess(t *testing.T) {
+	c, _ := testCatalog(t)
+	copyFile(t, testPlugin, filepath.Join(c.resolver.SpecDir, "tool"))
+	info, err := c.Stage("./tool")
+	if err != nil || info.Check == nil {
+		t.Fatalf("Stage = %+v, %v", info, err)
+	}
+	c.mu.Lock()
+	kept := c.clients["./tool"]
+	c.mu.Unlock()
+	if kept == nil {
+		t.Fatal("no process kept after Describe")
+	}
+	pid := kept.client.Pid()
+	check := func(req spec.CheckRequest) []spec.CheckProblem {
+		t.Helper()
+		problems, err := info.Check(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return problems
+	}
+	for range 2 {
+		problems := check(spec.CheckRequest{With: map[string]any{"mode": "check", "name": "x"}, Devices: 8, RankTable: "/t.json"})
+		want := []spec.CheckProblem{
+			{Path: "/mode", Message: fmt.Sprintf(`pid %d, devices 8, rank table "/t.json", unknown []`, pid)},
+			{Path: "/name", Message: "name x"},
+		}
+		if !reflect.DeepEqual(problems, want) {
+			t.Errorf("problems = %v\nwant %v", problems, want)
+		}
+	}
+	// The SDK drops what its check says about an unknown key.
+	problems := check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 4, Unknown: []string{"name"}})
+	want := []spec.CheckProblem{{Path: "/mode", Message: fmt.Sprintf(`pid %d, devices 4, rank table "", unknown [name]`, pid)}}
+	if !reflect.DeepEqual(problems, want) {
+		t.Errorf("problems with name unknown = %v\nwant %v", problems, want)
+	}
+
+	// Close stops the process; a later check starts another.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !processGone(pid) {
+		t.Errorf("plugin process %d still runs after Close", pid)
+	}
+	problems = check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 2})
+	if len(problems) != 2 || strings.Contains(problems[0].Message, fmt.Sprintf("pid %d,", pid)) || !strings.Contains(problems[0].Message, "devices 2") {
+		t.Errorf("after Close: problems = %v, want a new process's answer", problems)
+	}
+
+	// A process that died fails the call with an error (validation makes
+	// it a warning); the next call starts another.
+	c.mu.Lock()
+	second := c.clients["./tool"].client.Pid()
+	c.mu.Unlock()
+	if err := syscall.Kill(second, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := info.Check(context.Background(), spec.CheckRequest{With: map[string]any{"mode": "check"}}); !errors.Is(err, plugins.ErrPluginExited) {
+		t.Errorf("check on a killed plugin: err = %v, want plugins.ErrPluginExited", err)
+	}
+	problems = check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 1})
+	if len(problems) != 2 || strings.Contains(problems[0].Message, fmt.Sprintf("pid %d,", second)) {
+		t.Errorf("after the plugin died: problems = %v, want a new process's answer", problems)
 	}
 }

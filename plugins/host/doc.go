@@ -45,6 +45,11 @@
 //     as the catalog's [ExecPolicy] allows (validation of a spec that may
 //     bring its own binaries); otherwise it answers spec.ErrUnchecked.
 //     A sha256 pin is checked before the binary starts.
+//   - The stage's own check (spec.StageInfo.Check, the plugin's Validate)
+//     runs in mspipe for a built-in, as its Describe does, and for a
+//     binary in the process Catalog.Stage started, which the catalog keeps
+//     until [Catalog.Close] or until it has been idle for a few seconds;
+//     each call has a timeout.
 //   - A plugin that crashes, hangs or answers badly is an error naming the
 //     plugin (and, for a crash, its exit status and panic message), never a
 //     panic of the host.

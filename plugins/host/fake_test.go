@@ -17,7 +17,7 @@ type fakeStage struct {
 
 func (f *fakeStage) Describe(context.Context) (plugins.Descriptor, error) { return f.desc, nil }
 
-func (f *fakeStage) Validate(context.Context, map[string]any) ([]plugins.Problem, error) {
+func (f *fakeStage) Validate(context.Context, plugins.ValidateRequest) ([]plugins.Problem, error) {
 	return nil, nil
 }
 

@@ -222,8 +222,8 @@ func (c *Client) Describe(context.Context) (plugins.Descriptor, error) {
 }
 
 // Validate asks the plugin to check a `with` block.
-func (c *Client) Validate(ctx context.Context, with map[string]any) ([]plugins.Problem, error) {
-	problems, err := c.stage.Validate(ctx, with)
+func (c *Client) Validate(ctx context.Context, req plugins.ValidateRequest) ([]plugins.Problem, error) {
+	problems, err := c.stage.Validate(ctx, req)
 	if err != nil {
 		return nil, c.explain(ctx, err)
 	}

@@ -104,7 +104,7 @@ func TestLaunchRunHappyPath(t *testing.T) {
 	}
 	// The SDK reports a value of the wrong type (schema keywords such as
 	// the enum are mspipe's to check).
-	problems, err := c.Validate(ctx, map[string]any{"mode": 3})
+	problems, err := c.Validate(ctx, plugins.ValidateRequest{With: map[string]any{"mode": 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestPluginExitsMidRun(t *testing.T) {
 	if !errors.Is(err, plugins.ErrPluginExited) || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("err = %v, want plugins.ErrPluginExited with exit status 3", err)
 	}
-	if _, err := c.Validate(ctx, nil); !errors.Is(err, plugins.ErrPluginExited) {
+	if _, err := c.Validate(ctx, plugins.ValidateRequest{}); !errors.Is(err, plugins.ErrPluginExited) {
 		t.Errorf("Validate after the exit = %v, want plugins.ErrPluginExited", err)
 	}
 }

@@ -57,4 +57,36 @@
 // the wrong type are problems) and call Check, which is the place for what
 // a schema cannot express. Check must not assume that the schema holds:
 // Validate may be called with any block.
+//
+// # Checks that need the cluster
+//
+// Some problems depend on where the stage runs: a shard strategy whose
+// splits do not divide the device count, a per-device batch larger than
+// the data. [Stage].CheckCluster gets the cluster with the decoded block.
+// `mspipe validate` (and `mspipe run`, before anything starts) calls it
+// through Validate with what is known before the run: the stage's devices
+// and rank table (Devices is 0 when the count comes from something only
+// the run knows), and unknown, the top-level keys whose `${{ }}` values
+// need other stages' outputs or run data. Those keys are absent from the
+// block, so their fields hold defaults: skip what depends on them. Run
+// calls it again with the run's cluster and every value known; a problem
+// then fails the stage before Execute. mspipe reports each problem at the
+// place its Path points to in the spec (file:line:col).
+//
+//	sdk.Stage[With]{
+//		// ...
+//		CheckCluster: func(w With, c plugins.Cluster, unknown []string) []plugins.Problem {
+//			if c.Devices == 0 || slices.Contains(unknown, "parts") {
+//				return nil // checked when the stage runs
+//			}
+//			if c.Devices%w.Parts != 0 {
+//				return []plugins.Problem{{Path: "/parts",
+//					Message: fmt.Sprintf("%d parts do not divide %d devices", w.Parts, c.Devices)}}
+//			}
+//			return nil
+//		},
+//	}
+//
+// Validate drops a problem of Check or CheckCluster whose Path is at or
+// below an unknown key, since the value checked there was a stand-in.
 package sdk

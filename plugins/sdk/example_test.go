@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mspipe/mspipe/plugins"
@@ -59,13 +60,46 @@ func ExampleStage_Validate() {
 		{"text": "hi", "txt": "hi"},
 		{"text": "hi", "times": 20},
 	} {
-		problems, _ := echoStage.Validate(context.Background(), with)
+		problems, _ := echoStage.Validate(context.Background(), plugins.ValidateRequest{With: with})
 		fmt.Println(problems)
 	}
 	// Output:
 	// [/times: want int, got string]
 	// [unknown field "txt"]
 	// []
+}
+
+// shardWith asks for a model split into parts, one per group of devices.
+type shardWith struct {
+	Data  string `json:"data"`
+	Parts int    `json:"parts,omitempty" jsonschema:"minimum=1,default=1"`
+}
+
+// CheckCluster sees the cluster the stage will run on. Before the run,
+// keys whose values come from other stages are listed as unknown; here
+// data is one, and parts is still checked against the 8 devices.
+func ExampleStage_Validate_cluster() {
+	stage := sdk.Stage[shardWith]{
+		Name: "acme/shard",
+		CheckCluster: func(w shardWith, cluster plugins.Cluster, unknown []string) []plugins.Problem {
+			if cluster.Devices == 0 || slices.Contains(unknown, "parts") {
+				return nil // known only when the stage runs, which calls this again
+			}
+			if cluster.Devices%w.Parts != 0 {
+				return []plugins.Problem{{Path: "/parts", Message: fmt.Sprintf("%d parts do not divide %d devices", w.Parts, cluster.Devices)}}
+			}
+			return nil
+		},
+		Execute: func(context.Context, sdk.Context, shardWith) (map[string]any, error) { return nil, nil },
+	}
+	problems, _ := stage.Validate(context.Background(), plugins.ValidateRequest{
+		With:    map[string]any{"parts": 3},
+		Cluster: plugins.Cluster{Devices: 8},
+		Unknown: []string{"data"},
+	})
+	fmt.Println(problems)
+	// Output:
+	// [/parts: 3 parts do not divide 8 devices]
 }
 
 func ExampleStage_Run() {

@@ -22,7 +22,7 @@ func FuzzValidate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		problems, err := s.Validate(context.Background(), with)
+		problems, err := s.Validate(context.Background(), plugins.ValidateRequest{With: with})
 		if err != nil {
 			t.Fatalf("Validate(%s): %v", data, err)
 		}

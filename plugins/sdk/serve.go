@@ -123,9 +123,9 @@ func (s *served) Describe(ctx context.Context) (d plugins.Descriptor, err error)
 	return d, err
 }
 
-func (s *served) Validate(ctx context.Context, with map[string]any) (p []plugins.Problem, err error) {
+func (s *served) Validate(ctx context.Context, req plugins.ValidateRequest) (p []plugins.Problem, err error) {
 	defer recoverPanic(&err)
-	return s.stage.Validate(ctx, with)
+	return s.stage.Validate(ctx, req)
 }
 
 func (s *served) Run(ctx context.Context, req plugins.RunRequest, emit func(plugins.Event)) (out map[string]any, err error) {

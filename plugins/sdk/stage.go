@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // Stage is a stage whose `with` block decodes into W, a struct. It
 // implements plugins.Stage: Describe derives the JSON Schema from W, which
 // mspipe checks every block against; Validate decodes a block strictly into
-// W and calls Check; Run does the same and calls Execute.
+// W and calls Check and CheckCluster; Run does the same and calls Execute.
 type Stage[W any] struct {
 	Name        string // stage name used in `uses:`, e.g. "acme/augment"
 	Version     string // the stage's version, part of the cache key
@@ -33,6 +34,15 @@ type Stage[W any] struct {
 	Defaults W
 	// Check, if set, adds checks the schema cannot express.
 	Check func(with W) []plugins.Problem
+	// CheckCluster, if set, adds checks that need the cluster the stage
+	// runs on, such as a shard strategy against the device count. Validate
+	// calls it after Check with what mspipe knows before the run: cluster
+	// (Devices 0 when it is known only at run time) and unknown, the
+	// top-level keys whose values are known only at run time, which are
+	// absent from with (a field of one holds its default or zero value, so
+	// skip what depends on it). Run calls it with the run's cluster and no
+	// unknown keys; a problem fails the run as Check's do.
+	CheckCluster func(with W, cluster plugins.Cluster, unknown []string) []plugins.Problem
 	// Execute runs the stage. It returns the outputs declared in Outputs.
 	Execute func(ctx context.Context, sc Context, with W) (map[string]any, error)
 }
@@ -55,12 +65,50 @@ func (s Stage[W]) Describe(context.Context) (plugins.Descriptor, error) {
 	}, nil
 }
 
-// Validate decodes a `with` block into W and runs Check. Keywords of the
-// schema (required, minimum, pattern, ...) are mspipe's to check; see the
-// package documentation.
-func (s Stage[W]) Validate(_ context.Context, with map[string]any) ([]plugins.Problem, error) {
-	_, problems, err := s.decode(with)
-	return problems, err
+// Validate decodes a `with` block into W and runs Check, then CheckCluster
+// with the request's cluster and unknown keys. Keywords of the schema
+// (required, minimum, pattern, ...) are mspipe's to check; see the package
+// documentation. A problem at or below an unknown key is dropped: the
+// value checked there was a default, not the one the stage will get.
+func (s Stage[W]) Validate(_ context.Context, req plugins.ValidateRequest) ([]plugins.Problem, error) {
+	w, bad, err := s.decodeStrict(req.With)
+	if err != nil {
+		return nil, err
+	}
+	if bad != nil {
+		return knownProblems([]plugins.Problem{*bad}, req.Unknown), nil
+	}
+	var problems []plugins.Problem
+	if s.Check != nil {
+		problems = s.Check(w)
+	}
+	if s.CheckCluster != nil {
+		problems = append(problems, s.CheckCluster(w, req.Cluster, req.Unknown)...)
+	}
+	return knownProblems(problems, req.Unknown), nil
+}
+
+// knownProblems drops the problems at or below a key in unknown.
+func knownProblems(problems []plugins.Problem, unknown []string) []plugins.Problem {
+	if len(unknown) == 0 {
+		return problems
+	}
+	out := problems[:0:0]
+	for _, p := range problems {
+		if !belowUnknown(p.Path, unknown) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func belowUnknown(path string, unknown []string) bool {
+	if path == "" {
+		return false
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	key := strings.ReplaceAll(strings.ReplaceAll(first, "~1", "/"), "~0", "~")
+	return slices.Contains(unknown, key)
 }
 
 // Run decodes the `with` block (filling in schema defaults), runs Check
@@ -73,6 +121,9 @@ func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plu
 	if err != nil {
 		return nil, err
 	}
+	if len(problems) == 0 && s.CheckCluster != nil {
+		problems = s.CheckCluster(with, req.Cluster, nil)
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("invalid with: %s", plugins.JoinProblems(problems))
 	}
@@ -83,7 +134,21 @@ func (s Stage[W]) Run(ctx context.Context, req plugins.RunRequest, emit func(plu
 // (unknown fields and wrong types are problems) and runs Check. The error
 // is for a broken W, not a bad block.
 func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
-	var w W
+	w, bad, err := s.decodeStrict(with)
+	switch {
+	case err != nil:
+		return w, nil, err
+	case bad != nil:
+		return w, []plugins.Problem{*bad}, nil
+	case s.Check == nil:
+		return w, nil, nil
+	}
+	return w, s.Check(w), nil
+}
+
+// decodeStrict fills in the schema's defaults and decodes with strictly
+// into a W; bad is set when the block does not fit W.
+func (s Stage[W]) decodeStrict(with map[string]any) (w W, bad *plugins.Problem, err error) {
 	schema, err := schemaMap(reflect.ValueOf(&s.Defaults).Elem())
 	if err != nil {
 		return w, nil, fmt.Errorf("stage %q: %w", s.Name, err)
@@ -91,17 +156,15 @@ func (s Stage[W]) decode(with map[string]any) (W, []plugins.Problem, error) {
 	with, _ = applyDefaults(schema, with).(map[string]any)
 	data, err := plugins.EncodeJSON(with)
 	if err != nil {
-		return w, []plugins.Problem{{Message: err.Error()}}, nil
+		return w, &plugins.Problem{Message: err.Error()}, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return w, []plugins.Problem{decodeProblem(err)}, nil
+		p := decodeProblem(err)
+		return w, &p, nil
 	}
-	if s.Check == nil {
-		return w, nil, nil
-	}
-	return w, s.Check(w), nil
+	return w, nil, nil
 }
 
 func decodeProblem(err error) plugins.Problem {

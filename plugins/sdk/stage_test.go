@@ -72,7 +72,7 @@ func TestStageValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := s.Validate(context.Background(), tt.with)
+			got, err := s.Validate(context.Background(), plugins.ValidateRequest{With: tt.with})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,9 +169,109 @@ func TestContextEvents(t *testing.T) {
 	NewContext(plugins.RunRequest{}, nil).Info("no sink") // must not panic
 }
 
+// clusterStage splits a strategy over the devices: CheckCluster refuses a
+// product of splits that does not divide the device count.
+func clusterStage(got *[]plugins.Cluster, gotUnknown *[][]string, executed *bool) Stage[trainWith] {
+	s := trainStage()
+	s.CheckCluster = func(w trainWith, c plugins.Cluster, unknown []string) []plugins.Problem {
+		*got = append(*got, c)
+		*gotUnknown = append(*gotUnknown, unknown)
+		var out []plugins.Problem
+		if c.Devices > 0 && c.Devices%w.Epochs != 0 {
+			out = append(out, plugins.Problem{Path: "/epochs", Message: fmt.Sprintf("%d does not divide %d devices", w.Epochs, c.Devices)})
+		}
+		if c.Devices > 0 && w.Data == "" {
+			// A check that forgets unknown: Validate drops it for an unknown data.
+			out = append(out, plugins.Problem{Path: "/data", Message: "empty"})
+		}
+		return out
+	}
+	s.Execute = func(context.Context, Context, trainWith) (map[string]any, error) {
+		*executed = true
+		return map[string]any{"epochs": 1}, nil
+	}
+	return s
+}
+
+func TestStageCheckClusterInValidate(t *testing.T) {
+	var clusters []plugins.Cluster
+	var unknowns [][]string
+	executed := false
+	s := clusterStage(&clusters, &unknowns, &executed)
+	tests := []struct {
+		name string
+		req  plugins.ValidateRequest
+		want string
+	}{
+		{"divides", plugins.ValidateRequest{With: map[string]any{"data": "d", "epochs": int64(4)}, Cluster: plugins.Cluster{Devices: 8}}, ""},
+		{"does not divide", plugins.ValidateRequest{With: map[string]any{"data": "d", "epochs": int64(3)}, Cluster: plugins.Cluster{Devices: 8}}, "/epochs: 3 does not divide 8 devices"},
+		{"default epochs", plugins.ValidateRequest{With: map[string]any{"data": "d"}, Cluster: plugins.Cluster{Devices: 7}}, "/epochs: 2 does not divide 7 devices"},
+		{"devices unknown", plugins.ValidateRequest{With: map[string]any{"data": "d", "epochs": int64(3)}}, ""},
+		{"data unknown", plugins.ValidateRequest{With: map[string]any{"epochs": int64(4)}, Cluster: plugins.Cluster{Devices: 8}, Unknown: []string{"data"}}, ""},
+		{"data missing", plugins.ValidateRequest{With: map[string]any{"epochs": int64(4)}, Cluster: plugins.Cluster{Devices: 8}}, "/data: empty"},
+		{"after check", plugins.ValidateRequest{With: map[string]any{"data": "d", "mode": "data_parallel", "epochs": int64(12)}, Cluster: plugins.Cluster{Devices: 8}},
+			"/epochs: data_parallel runs at most 10 epochs here; /epochs: 12 does not divide 8 devices"},
+		// Check's problem at an unknown key is about a default, not the real value.
+		{"check at unknown key", plugins.ValidateRequest{With: map[string]any{"data": "d", "mode": "data_parallel", "epochs": int64(12)}, Unknown: []string{"epochs"}}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clusters, unknowns = nil, nil
+			problems, err := s.Validate(context.Background(), tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := plugins.JoinProblems(problems); got != tt.want {
+				t.Errorf("problems = %q, want %q", got, tt.want)
+			}
+			if len(clusters) != 1 || clusters[0] != tt.req.Cluster || !reflect.DeepEqual(unknowns[0], tt.req.Unknown) {
+				t.Errorf("CheckCluster saw %v %v, want %v %v", clusters, unknowns, tt.req.Cluster, tt.req.Unknown)
+			}
+		})
+	}
+	// A block that does not decode into W is not checked further.
+	clusters = nil
+	problems, err := s.Validate(context.Background(), plugins.ValidateRequest{With: map[string]any{"epochs": "x"}, Cluster: plugins.Cluster{Devices: 8}})
+	if err != nil || plugins.JoinProblems(problems) != "/epochs: want int, got string" || len(clusters) != 0 {
+		t.Errorf("undecodable block: problems %v, err %v, CheckCluster calls %d", problems, err, len(clusters))
+	}
+	if executed {
+		t.Error("Validate executed the stage")
+	}
+}
+
+func TestStageCheckClusterInRun(t *testing.T) {
+	var clusters []plugins.Cluster
+	var unknowns [][]string
+	executed := false
+	s := clusterStage(&clusters, &unknowns, &executed)
+	work := t.TempDir()
+	cluster := plugins.Cluster{Devices: 6, RankTable: "/specs/rank_table.json"}
+	_, err := s.Run(context.Background(), plugins.RunRequest{WorkDir: work, Cluster: cluster, With: map[string]any{"data": "d", "epochs": int64(4)}}, nil)
+	if err == nil || err.Error() != "invalid with: /epochs: 4 does not divide 6 devices" {
+		t.Errorf("Run err = %v", err)
+	}
+	if executed {
+		t.Error("the stage executed despite CheckCluster's problem")
+	}
+	if len(clusters) != 1 || clusters[0] != cluster || unknowns[0] != nil {
+		t.Errorf("CheckCluster saw %v %v, want %v and no unknown keys", clusters, unknowns, cluster)
+	}
+	outputs, err := s.Run(context.Background(), plugins.RunRequest{WorkDir: work, Cluster: cluster, With: map[string]any{"data": "d", "epochs": int64(3)}}, nil)
+	if err != nil || !executed || outputs["epochs"] != 1 {
+		t.Errorf("Run = %v, %v (executed %v)", outputs, err, executed)
+	}
+	// Check's problems fail the run before CheckCluster is asked.
+	clusters, executed = nil, false
+	_, err = s.Run(context.Background(), plugins.RunRequest{WorkDir: work, Cluster: cluster, With: map[string]any{"data": "d", "mode": "data_parallel", "epochs": int64(12)}}, nil)
+	if err == nil || err.Error() != "invalid with: /epochs: data_parallel runs at most 10 epochs here" || executed || len(clusters) != 0 {
+		t.Errorf("Run err = %v, executed %v, CheckCluster calls %d", err, executed, len(clusters))
+	}
+}
+
 type panicky struct{ plugins.Stage }
 
-func (panicky) Validate(context.Context, map[string]any) ([]plugins.Problem, error) {
+func (panicky) Validate(context.Context, plugins.ValidateRequest) ([]plugins.Problem, error) {
 	var m map[string]int
 	m["x"] = 1 // nil map write: a runtime panic
 	return nil, nil
@@ -191,7 +291,7 @@ func TestServedRecoversPanics(t *testing.T) {
 	if len(events) != 1 || events[0].Log.Level != plugins.LevelError || !strings.Contains(events[0].Log.Fields["stack"].(string), "stage_test.go") {
 		t.Errorf("panic event = %+v", events)
 	}
-	_, err = s.Validate(context.Background(), nil)
+	_, err = s.Validate(context.Background(), plugins.ValidateRequest{})
 	if err == nil || !strings.Contains(err.Error(), "assignment to entry in nil map (at stage_test.go:") {
 		t.Errorf("Validate err = %v", err)
 	}
@@ -306,7 +406,7 @@ func TestHostChecksSchemaKeywords(t *testing.T) {
 		{"item pattern", map[string]any{"data": "d", "layers": []any{"fc", "FC2"}}, "'FC2' does not match pattern '^[a-z]+$'"},
 	}
 	for _, tt := range tests {
-		problems, err := s.Validate(context.Background(), tt.with)
+		problems, err := s.Validate(context.Background(), plugins.ValidateRequest{With: tt.with})
 		if err != nil || len(problems) > 0 {
 			t.Errorf("%s: the SDK reports %v, %v; want nothing", tt.name, problems, err)
 		}

@@ -303,7 +303,7 @@ func TestExecValidate(t *testing.T) {
 		{map[string]any{"command": "x", "shel": true}, []string{`unknown field "shel"`}},
 	}
 	for _, tt := range tests {
-		problems, err := New().Validate(context.Background(), tt.with)
+		problems, err := New().Validate(context.Background(), plugins.ValidateRequest{With: tt.with})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,7 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"num_shards": 8}, `unknown field "num_shards"`},
 	}
 	for _, tc := range cases {
-		problems, err := prepare.New().Validate(context.Background(), tc.with)
+		problems, err := prepare.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
 			t.Fatalf("%v: %v", tc.with, err)
 		}

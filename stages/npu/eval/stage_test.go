@@ -158,7 +158,7 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"checkpoint": 3, "data": "/d"}, "/checkpoint: want string, got number"},
 	}
 	for _, tc := range cases {
-		problems, err := eval.New().Validate(context.Background(), tc.with)
+		problems, err := eval.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
 			t.Fatalf("%v: %v", tc.with, err)
 		}

@@ -82,7 +82,7 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"command": "x", "shell": true}, `unknown field "shell"`},
 	}
 	for _, tc := range cases {
-		problems, err := launchstage.New().Validate(context.Background(), tc.with)
+		problems, err := launchstage.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
 			t.Fatalf("%v: %v", tc.with, err)
 		}

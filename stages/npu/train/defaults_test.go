@@ -122,18 +122,22 @@ func TestCheckRefusesOptionsOfOtherModes(t *testing.T) {
 		{With{Mode: parallel.DataParallel, FullBatch: true}, "/full_batch", "not data_parallel"},
 		{With{Mode: parallel.SemiAutoParallel, Model: "hybrid_net"}, "/model", "it runs in mode hybrid_parallel"},
 	} {
-		problems := check(tc.w)
+		problems := checkCluster(tc.w, plugins.Cluster{}, nil)
 		if len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.want) {
 			t.Errorf("%+v: problems %v, want one at %s saying %q", tc.w, problems, tc.path, tc.want)
 		}
 	}
 	for _, m := range parallel.Modes() {
-		if problems := check(With{Mode: m}); len(problems) != 0 {
+		if problems := append(check(With{Mode: m}), checkCluster(With{Mode: m, Model: "resnet20", BatchSize: 32}, plugins.Cluster{Devices: 8}, nil)...); len(problems) != 0 {
 			t.Errorf("mode %s alone: %v", m, problems)
 		}
 	}
-	if problems := check(With{Mode: parallel.SemiAutoParallel, Strategy: map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}, FullBatch: true}); len(problems) != 0 {
+	if problems := checkCluster(With{Mode: parallel.SemiAutoParallel, Model: "semi_auto_net", BatchSize: 4, Strategy: map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}, FullBatch: true}, plugins.Cluster{Devices: 8}, nil); len(problems) != 0 {
 		t.Errorf("semi_auto_parallel with a strategy and full_batch: %v", problems)
+	}
+	// A rule over a field known only at run time waits for the run.
+	if problems := checkCluster(With{Mode: parallel.DataParallel, FullBatch: true}, plugins.Cluster{}, []string{"mode"}); len(problems) != 0 {
+		t.Errorf("full_batch with the mode unknown: %v", problems)
 	}
 	// data_parallel shards the data over the job's ranks.
 	tc, err := trainerConfig(WorkerConfig{With: With{Mode: parallel.DataParallel}}, 3, 8, nil)
@@ -165,5 +169,39 @@ func TestParseMemory(t *testing.T) {
 	problems := check(With{Mode: parallel.StandAlone, DeviceMemory: "lots"})
 	if len(problems) != 1 || problems[0].Path != "/device_memory" || !strings.Contains(problems[0].Message, `device memory "lots": want a size`) {
 		t.Errorf("check: %+v", problems)
+	}
+}
+
+// A semi_auto_parallel strategy is checked against the model's operators
+// on the stage's device count, each operator's entry at its own path.
+func TestCheckClusterStrategy(t *testing.T) {
+	w := With{Mode: parallel.SemiAutoParallel, Model: "semi_auto_net", BatchSize: 4, Strategy: map[string][][]int{
+		"fc.matmul":  {{1, 1}, {1, 3}},
+		"fc.matmull": {{1, 1}, {1, 2}},
+		"relu":       {{2, 2}},
+	}}
+	problems := checkCluster(w, plugins.Cluster{Devices: 8}, nil)
+	want := map[string]string{
+		"/strategy/fc.matmul":  "the strategy uses 3 devices, which does not divide the job's 8",
+		"/strategy/fc.matmull": `semi_auto_net has no operator "fc.matmull" (operators: flatten, fc.matmul, relu,`,
+	}
+	if len(problems) != len(want) {
+		t.Fatalf("problems %v, want %d", problems, len(want))
+	}
+	for _, p := range problems {
+		if !strings.Contains(p.Message, want[p.Path]) {
+			t.Errorf("%s: %q, want %q", p.Path, p.Message, want[p.Path])
+		}
+	}
+	// Devices unknown before the run, or the strategy itself: nothing yet.
+	if problems := checkCluster(w, plugins.Cluster{}, nil); len(problems) != 0 {
+		t.Errorf("no device count: %v", problems)
+	}
+	if problems := checkCluster(w, plugins.Cluster{Devices: 8}, []string{"strategy"}); len(problems) != 0 {
+		t.Errorf("strategy unknown: %v", problems)
+	}
+	w.Strategy = map[string][][]int{"fc.matmul": {{1, 1}, {1, 2}}}
+	if problems := checkCluster(w, plugins.Cluster{Devices: 8}, nil); len(problems) != 0 {
+		t.Errorf("the seeds' strategy on 8 devices: %v", problems)
 	}
 }

@@ -34,8 +34,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +48,7 @@ import (
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/ranktable"
+	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -128,9 +131,10 @@ func New() plugins.Stage {
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
 			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices), or \"\""},
 		},
-		Defaults: defaults(),
-		Check:    check,
-		Execute:  execute,
+		Defaults:     defaults(),
+		Check:        check,
+		CheckCluster: checkCluster,
+		Execute:      execute,
 	}
 }
 
@@ -139,7 +143,28 @@ var ErrNotImplemented = errors.New("not implemented in this build")
 
 func check(w With) []plugins.Problem {
 	var out []plugins.Problem
-	if len(w.Strategy) > 0 && w.Mode != parallel.SemiAutoParallel {
+	if _, err := parseMemory(w.DeviceMemory); err != nil {
+		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
+	}
+	return out
+}
+
+// checkCluster checks what depends on several fields or on the cluster:
+// options that do not fit the mode, and a strategy against the model's
+// operators on the stage's device count (before any rank starts: at
+// validation, or when the run begins). Rules over a field known only at
+// run time are left for then.
+func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.Problem {
+	known := func(keys ...string) bool {
+		for _, k := range keys {
+			if slices.Contains(unknown, k) {
+				return false
+			}
+		}
+		return true
+	}
+	var out []plugins.Problem
+	if known("mode", "strategy") && len(w.Strategy) > 0 && w.Mode != parallel.SemiAutoParallel {
 		why := "it does not split operators"
 		switch w.Mode {
 		case parallel.AutoParallel:
@@ -149,16 +174,50 @@ func check(w With) []plugins.Problem {
 		}
 		out = append(out, plugins.Problem{Path: "/strategy", Message: fmt.Sprintf("shard strategies are for %s; mode %s takes none: %s", parallel.SemiAutoParallel, w.Mode, why)})
 	}
-	if w.FullBatch && !w.Mode.Sharded() {
+	if known("mode", "full_batch") && w.FullBatch && !w.Mode.Sharded() {
 		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
 	}
-	if w.Model == "hybrid_net" && w.Mode != parallel.HybridParallel {
+	if known("mode", "model") && w.Model == "hybrid_net" && w.Mode != parallel.HybridParallel {
 		out = append(out, plugins.Problem{Path: "/model", Message: "hybrid_net splits itself (layerwise_parallel parameters, an explicit AllReduce): it runs in mode hybrid_parallel"})
 	}
-	if _, err := parseMemory(w.DeviceMemory); err != nil {
-		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
+	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch") || w.Mode != parallel.SemiAutoParallel {
+		return out
+	}
+	return strategyProblems(w, cluster.Devices)
+}
+
+// strategyProblems checks a semi_auto_parallel strategy on devices
+// devices: each operator's entry on its own (at /strategy/<operator>),
+// then the whole (shared parameters laid out one way).
+func strategyProblems(w With, devices int) []plugins.Problem {
+	g, err := shard.GraphOf(w.Model, globalBatch(w, devices))
+	if err != nil {
+		return []plugins.Problem{{Path: "/model", Message: err.Error()}}
+	}
+	var out []plugins.Problem
+	for _, name := range slices.Sorted(maps.Keys(w.Strategy)) {
+		at := "/strategy/" + pointerToken(name)
+		op, ok := g.Op(name)
+		if !ok {
+			out = append(out, plugins.Problem{Path: at, Message: fmt.Sprintf("%v: %s has no operator %q (operators: %s)", parallel.ErrStrategy, g.Model, name, strings.Join(g.OpNames(), ", "))})
+			continue
+		}
+		if _, err := op.Shard(w.Strategy[name], devices); err != nil {
+			out = append(out, plugins.Problem{Path: at, Message: err.Error()})
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	if _, err := g.Shard(parallel.Strategy(w.Strategy), devices); err != nil {
+		out = append(out, plugins.Problem{Path: "/strategy", Message: err.Error()})
 	}
 	return out
+}
+
+// pointerToken escapes a key for a JSON pointer (RFC 6901).
+func pointerToken(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }
 
 // WorkerConfig is what the stage hands each rank process (worker.json).

@@ -1,5 +1,6 @@
 // Command testplugin is a stage plugin for the tests of package host. Its
-// `mode` decides how it behaves: ok, empty, wait, panic, crash, exit, hang.
+// `mode` decides how it behaves: ok, empty, wait, panic, crash, exit, hang;
+// check makes its CheckCluster report what it was given.
 package main
 
 import (
@@ -19,7 +20,7 @@ import (
 )
 
 type with struct {
-	Mode string `json:"mode" jsonschema:"enum=ok|empty|wait|panic|crash|exit|hang"`
+	Mode string `json:"mode" jsonschema:"enum=ok|empty|wait|panic|crash|exit|hang|check"`
 	Name string `json:"name,omitempty" jsonschema:"default=world"`
 }
 
@@ -43,7 +44,8 @@ func main() {
 			{Name: "ratio", Type: plugins.TypeFloat},
 			{Name: plugins.WildcardOutput, Type: plugins.TypeAny},
 		},
-		Execute: run,
+		CheckCluster: checkCluster,
+		Execute:      run,
 	}
 	if os.Getenv("TESTPLUGIN_AUTOMTLS") == "1" {
 		// Serve as plugins built with an SDK that relied on go-plugin's
@@ -56,6 +58,17 @@ func main() {
 		return
 	}
 	sdk.Serve(stage)
+}
+
+// checkCluster reports, in mode check, the request it got and the pid of
+// the process that answers, at /mode and at /name (dropped by the SDK when
+// name is unknown).
+func checkCluster(w with, c plugins.Cluster, unknown []string) []plugins.Problem {
+	if w.Mode != "check" {
+		return nil
+	}
+	msg := fmt.Sprintf("pid %d, devices %d, rank table %q, unknown %v", os.Getpid(), c.Devices, c.RankTable, unknown)
+	return []plugins.Problem{{Path: "/mode", Message: msg}, {Path: "/name", Message: "name " + w.Name}}
 }
 
 func run(ctx context.Context, sc sdk.Context, w with) (map[string]any, error) {

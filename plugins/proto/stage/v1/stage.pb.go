@@ -292,11 +292,21 @@ func (x *OutputSpec) GetDescription() string {
 	return ""
 }
 
-// ValidateRequest carries the `with` block to check.
+// ValidateRequest carries the `with` block to check and what is known of
+// the stage's run before it runs. A plugin that predates fields 2 and 3
+// ignores them.
 type ValidateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// with is the `with` block as a JSON object.
-	With          []byte `protobuf:"bytes,1,opt,name=with,proto3" json:"with,omitempty"`
+	// with is the `with` block as a JSON object: static values, and `${{ }}`
+	// values the host could resolve before the run.
+	With []byte `protobuf:"bytes,1,opt,name=with,proto3" json:"with,omitempty"`
+	// cluster is the cluster the stage will run on; devices is 0 when the
+	// host cannot know it before the run.
+	Cluster *Cluster `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// unknown lists the top-level keys of the `with` block whose values are
+	// known only at run time (they need other stages' outputs or run data);
+	// they are left out of with, so a check can skip what depends on them.
+	Unknown       []string `protobuf:"bytes,3,rep,name=unknown,proto3" json:"unknown,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +344,20 @@ func (*ValidateRequest) Descriptor() ([]byte, []int) {
 func (x *ValidateRequest) GetWith() []byte {
 	if x != nil {
 		return x.With
+	}
+	return nil
+}
+
+func (x *ValidateRequest) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *ValidateRequest) GetUnknown() []string {
+	if x != nil {
+		return x.Unknown
 	}
 	return nil
 }
@@ -1218,9 +1242,11 @@ const file_stage_proto_rawDesc = "" +
 	"OutputSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"%\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"s\n" +
 	"\x0fValidateRequest\x12\x12\n" +
-	"\x04with\x18\x01 \x01(\fR\x04with\"H\n" +
+	"\x04with\x18\x01 \x01(\fR\x04with\x122\n" +
+	"\acluster\x18\x02 \x01(\v2\x18.mspipe.stage.v1.ClusterR\acluster\x12\x18\n" +
+	"\aunknown\x18\x03 \x03(\tR\aunknown\"H\n" +
 	"\x10ValidateResponse\x124\n" +
 	"\bproblems\x18\x01 \x03(\v2\x18.mspipe.stage.v1.ProblemR\bproblems\"7\n" +
 	"\aProblem\x12\x12\n" +
@@ -1333,28 +1359,29 @@ var file_stage_proto_goTypes = []any{
 }
 var file_stage_proto_depIdxs = []int32{
 	3,  // 0: mspipe.stage.v1.DescribeResponse.outputs:type_name -> mspipe.stage.v1.OutputSpec
-	6,  // 1: mspipe.stage.v1.ValidateResponse.problems:type_name -> mspipe.stage.v1.Problem
-	8,  // 2: mspipe.stage.v1.RunRequest.cluster:type_name -> mspipe.stage.v1.Cluster
-	16, // 3: mspipe.stage.v1.RunRequest.env:type_name -> mspipe.stage.v1.RunRequest.EnvEntry
-	17, // 4: mspipe.stage.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	10, // 5: mspipe.stage.v1.RunEvent.log:type_name -> mspipe.stage.v1.LogRecord
-	11, // 6: mspipe.stage.v1.RunEvent.progress:type_name -> mspipe.stage.v1.Progress
-	12, // 7: mspipe.stage.v1.RunEvent.metric:type_name -> mspipe.stage.v1.Metric
-	13, // 8: mspipe.stage.v1.RunEvent.artifact:type_name -> mspipe.stage.v1.Artifact
-	15, // 9: mspipe.stage.v1.RunEvent.result:type_name -> mspipe.stage.v1.Result
-	14, // 10: mspipe.stage.v1.RunEvent.step:type_name -> mspipe.stage.v1.Step
-	0,  // 11: mspipe.stage.v1.LogRecord.level:type_name -> mspipe.stage.v1.Level
-	1,  // 12: mspipe.stage.v1.Stage.Describe:input_type -> mspipe.stage.v1.DescribeRequest
-	4,  // 13: mspipe.stage.v1.Stage.Validate:input_type -> mspipe.stage.v1.ValidateRequest
-	7,  // 14: mspipe.stage.v1.Stage.Run:input_type -> mspipe.stage.v1.RunRequest
-	2,  // 15: mspipe.stage.v1.Stage.Describe:output_type -> mspipe.stage.v1.DescribeResponse
-	5,  // 16: mspipe.stage.v1.Stage.Validate:output_type -> mspipe.stage.v1.ValidateResponse
-	9,  // 17: mspipe.stage.v1.Stage.Run:output_type -> mspipe.stage.v1.RunEvent
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	8,  // 1: mspipe.stage.v1.ValidateRequest.cluster:type_name -> mspipe.stage.v1.Cluster
+	6,  // 2: mspipe.stage.v1.ValidateResponse.problems:type_name -> mspipe.stage.v1.Problem
+	8,  // 3: mspipe.stage.v1.RunRequest.cluster:type_name -> mspipe.stage.v1.Cluster
+	16, // 4: mspipe.stage.v1.RunRequest.env:type_name -> mspipe.stage.v1.RunRequest.EnvEntry
+	17, // 5: mspipe.stage.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	10, // 6: mspipe.stage.v1.RunEvent.log:type_name -> mspipe.stage.v1.LogRecord
+	11, // 7: mspipe.stage.v1.RunEvent.progress:type_name -> mspipe.stage.v1.Progress
+	12, // 8: mspipe.stage.v1.RunEvent.metric:type_name -> mspipe.stage.v1.Metric
+	13, // 9: mspipe.stage.v1.RunEvent.artifact:type_name -> mspipe.stage.v1.Artifact
+	15, // 10: mspipe.stage.v1.RunEvent.result:type_name -> mspipe.stage.v1.Result
+	14, // 11: mspipe.stage.v1.RunEvent.step:type_name -> mspipe.stage.v1.Step
+	0,  // 12: mspipe.stage.v1.LogRecord.level:type_name -> mspipe.stage.v1.Level
+	1,  // 13: mspipe.stage.v1.Stage.Describe:input_type -> mspipe.stage.v1.DescribeRequest
+	4,  // 14: mspipe.stage.v1.Stage.Validate:input_type -> mspipe.stage.v1.ValidateRequest
+	7,  // 15: mspipe.stage.v1.Stage.Run:input_type -> mspipe.stage.v1.RunRequest
+	2,  // 16: mspipe.stage.v1.Stage.Describe:output_type -> mspipe.stage.v1.DescribeResponse
+	5,  // 17: mspipe.stage.v1.Stage.Validate:output_type -> mspipe.stage.v1.ValidateResponse
+	9,  // 18: mspipe.stage.v1.Stage.Run:output_type -> mspipe.stage.v1.RunEvent
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_stage_proto_init() }
