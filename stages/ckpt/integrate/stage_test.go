@@ -103,7 +103,7 @@ func TestValidate(t *testing.T) {
 		{map[string]any{"from": "/x", "devices": 2}, `unknown field "devices"`},
 		{map[string]any{"from": "/x", "max_memory": "lots"}, `"lots": want a positive size`},
 	} {
-		problems, err := integrate.New().Validate(context.Background(), tc.with)
+		problems, err := integrate.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -77,7 +77,7 @@ func TestDescribeAndValidate(t *testing.T) {
 		{map[string]any{"from": "/x", "devices": 4, "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, "/strategy: a target strategy per operator is not implemented in this build"},
 		{map[string]any{"from": "/x", "devices": 4, "format": "ckpt"}, `unknown field "format"`},
 	} {
-		problems, err := reshard.New().Validate(context.Background(), tc.with)
+		problems, err := reshard.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
 			t.Fatal(err)
 		}
