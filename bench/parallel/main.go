@@ -35,6 +35,7 @@ import (
 	"github.com/mspipe/mspipe/npu/parallel/auto"
 	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/tensor"
+	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
 func main() {
@@ -73,7 +74,8 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 	if err != nil {
 		return err
 	}
-	machine := auto.DefaultMachine().ShareCores(runtime.NumCPU(), devices)
+	machine := train.Machine(devices, 0) // what npu/train plans with
+
 	plan, err := auto.Search(g, devices, machine)
 	if err != nil {
 		return err

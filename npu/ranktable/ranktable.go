@@ -94,7 +94,8 @@ func (t *RankTable) Ranks() ([]Rank, error) {
 
 // Encode returns the table in the layout of the seeds' rank_table_*.json
 // files: four-space indents, one device object per line, the device list
-// closed on its last line, "host_nic_ip" indented by 13 spaces, and a final
+// closed on its last line, "host_nic_ip" indented by 13 spaces (left out
+// when the table has none), and a final
 // newline. Generated tables therefore diff cleanly against the documented ones.
 func (t *RankTable) Encode() []byte {
 	var b bytes.Buffer
@@ -109,7 +110,7 @@ func (t *RankTable) Encode() []byte {
 			b.WriteString("        {\n")
 			fmt.Fprintf(&b, "            \"server_id\": %s,\n", quote(s.ServerID))
 			if len(s.Device) == 0 {
-				b.WriteString("            \"device\": [],\n")
+				b.WriteString("            \"device\": []")
 			} else {
 				b.WriteString("            \"device\": [\n")
 				for j, d := range s.Device {
@@ -119,9 +120,15 @@ func (t *RankTable) Encode() []byte {
 						b.WriteString(",\n")
 					}
 				}
-				b.WriteString("],\n")
+				b.WriteString("]")
 			}
-			fmt.Fprintf(&b, "             \"host_nic_ip\": %s\n", quote(s.HostNicIP))
+			// A table that left host_nic_ip out (valid, with a warning)
+			// keeps it out: "" is not a value the key may have.
+			if s.HostNicIP == "" {
+				b.WriteString("\n")
+			} else {
+				fmt.Fprintf(&b, ",\n             \"host_nic_ip\": %s\n", quote(s.HostNicIP))
+			}
 			if i < len(t.ServerList)-1 {
 				b.WriteString("        },\n")
 			} else {

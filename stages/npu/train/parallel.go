@@ -80,9 +80,13 @@ func costedStrategy(w With, p *planned, devices int) parallel.Strategy {
 
 // Machine is the cost model's machine for a job of devices simulated
 // devices with the given memory (0: the default) on this computer: the
-// measured defaults, each device getting its share of the cores.
+// measured defaults, each device getting its share of the cores. The
+// collectives of the split modes (redistribution, group AllReduce) travel
+// over TCP in this build even within a server, so the link inside a
+// server is priced as the TCP link.
 func Machine(devices int, memory int64) auto.Machine {
 	m := auto.DefaultMachine().ShareCores(runtime.NumCPU(), devices)
+	m.IntraServer = m.InterServer
 	if memory > 0 {
 		m.Memory = memory
 	}
