@@ -19,13 +19,12 @@ import (
 var pageSource string
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"time":    formatTime,
-	"seconds": func(s float64) string { return (time.Duration(s * 1e9)).Round(time.Millisecond).String() },
-	"ints":    formatInts[int],
-	"bytes":   humanBytes,
-	"g6":      func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) },
-	"add":     func(a, b float64) float64 { return a + b },
-	"mul16":   func(i int) float64 { return float64(16 * i) },
+	"time":  formatTime,
+	"ints":  formatInts[int],
+	"bytes": humanBytes,
+	"g6":    func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) },
+	"add":   func(a, b float64) float64 { return a + b },
+	"mul16": func(i int) float64 { return float64(16 * i) },
 }).Parse(pageSource))
 
 // view is what the page template reads.
