@@ -57,8 +57,9 @@ func lossChart(stage string, ranks map[int][]Step) *Chart {
 	if len(ranks) == 0 {
 		return nil
 	}
-	c := &Chart{Stage: stage, Width: 640, Height: 300, Left: 60, Top: 16, XLabel: "global step", YLabel: "loss"}
-	c.PlotW, c.PlotH = c.Width-c.Left-20, c.Height-c.Top-44
+	// The legend sits right of the plot area, in a 100-unit margin.
+	c := &Chart{Stage: stage, Width: 720, Height: 300, Left: 60, Top: 16, XLabel: "global step", YLabel: "loss"}
+	c.PlotW, c.PlotH = c.Width-c.Left-100, c.Height-c.Top-44
 	xmin, xmax := math.Inf(1), math.Inf(-1)
 	ymin, ymax := math.Inf(1), math.Inf(-1)
 	for _, steps := range ranks {

@@ -53,10 +53,11 @@ type stageView struct {
 }
 
 type trainingView struct {
-	Stage  string
-	Loss   *Chart
-	Memory *MemoryChart
-	Ranks  []rankRow
+	Stage   string
+	Loss    *Chart
+	Memory  *MemoryChart
+	Ranks   []rankRow
+	Overlap bool // two ranks reported the same losses: one curve hides the other
 }
 
 // rankRow summarises one rank of a training stage.
@@ -159,8 +160,16 @@ func metrics(sid string, ss *pipeline.StageState) metricsRow {
 
 func training(sid string, ranks map[int][]Step) trainingView {
 	t := trainingView{Stage: sid, Loss: lossChart(sid, ranks), Memory: memoryChart(sid, ranks)}
+	seen := map[string]bool{}
 	for _, rank := range sortedRanks(ranks) {
 		steps := ranks[rank]
+		var kb strings.Builder
+		for _, s := range steps {
+			fmt.Fprintf(&kb, "%d:%v ", s.GlobalStep, s.Loss)
+		}
+		key := kb.String()
+		t.Overlap = t.Overlap || seen[key]
+		seen[key] = true
 		var peak int64
 		for _, s := range steps {
 			peak = max(peak, s.DeviceMemory)

@@ -196,3 +196,17 @@ func TestWriteEscapesRunData(t *testing.T) {
 		t.Error("the stage's loss curve is missing")
 	}
 }
+
+// The note that one curve hides another appears only when two ranks
+// reported the same losses, whatever their memory.
+func TestTrainingNotesHiddenCurves(t *testing.T) {
+	a := []Step{{GlobalStep: 1, Loss: 2, DeviceMemory: 10}, {GlobalStep: 2, Loss: 1.5, DeviceMemory: 10}}
+	b := []Step{{GlobalStep: 1, Loss: 2, DeviceMemory: 20}, {GlobalStep: 2, Loss: 1.5, DeviceMemory: 20}}
+	c := []Step{{GlobalStep: 1, Loss: 2}, {GlobalStep: 2, Loss: 1.25}}
+	if !training("s", map[int][]Step{0: a, 1: b}).Overlap {
+		t.Error("equal losses: no overlap noted")
+	}
+	if training("s", map[int][]Step{0: a, 1: c}).Overlap {
+		t.Error("different losses noted as overlapping")
+	}
+}
