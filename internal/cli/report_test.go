@@ -290,3 +290,33 @@ func runChromium(t *testing.T, chromium string, args ...string) string {
 	}
 	return stdout.String()
 }
+
+// No run to report on, or an output path that cannot be written, is a
+// usage or I/O error (exit 2) with one clear line.
+func TestReportErrors(t *testing.T) {
+	code, _, errOut := runCLI(t, "report", "--runs-dir", t.TempDir())
+	if code != ExitUsage || !strings.Contains(errOut, "run not found") {
+		t.Errorf("no runs: exit %d, stderr %q", code, errOut)
+	}
+	runs := writeRun(t, "stages/s/stage.log")
+	out := filepath.Join(t.TempDir(), "missing", "report.html")
+	code, _, errOut = runCLI(t, "report", "--runs-dir", runs, "-o", out)
+	if code != ExitUsage || !strings.Contains(errOut, "write report") {
+		t.Errorf("unwritable output: exit %d, stderr %q", code, errOut)
+	}
+	// The hand-made run has no events and no spec copy: the report still
+	// renders and says what it could not show.
+	code, stdout, errOut := runCLI(t, "report", "--runs-dir", runs)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	data, err := os.ReadFile(strings.TrimSpace(stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<h2>Not shown</h2>", "no events log", "No stage of this run reported training steps", `data-stage="s" data-status="failed"`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
