@@ -25,6 +25,7 @@ type engineFlags struct {
 	workers   int
 	bnStats   string
 	format    string
+	verify    string
 }
 
 func (f *engineFlags) add(cmd *cobra.Command, source bool) {
@@ -36,6 +37,7 @@ func (f *engineFlags) add(cmd *cobra.Command, source bool) {
 	cmd.Flags().StringVar(&f.maxMemory, "max-memory", "512MiB", "hard cap on the tensor data held in memory at once (e.g. 64MiB, 2GiB)")
 	cmd.Flags().IntVar(&f.workers, "workers", 0, "parallel reads and writes (0: one per CPU)")
 	cmd.Flags().StringVar(&f.format, "format", "text", "output format: text or json")
+	cmd.Flags().StringVar(&f.verify, "verify-output", reshard.VerifyOutputCRC, "how the written files are proved before the manifest: crc (re-read, size, framing and the CRC-32 computed while writing) or sha256 (also reassemble every tensor and check its content hash against the source's, as mspipe ckpt verify does)")
 }
 
 func (f *engineFlags) options() (reshard.Options, error) {
@@ -52,7 +54,10 @@ func (f *engineFlags) options() (reshard.Options, error) {
 	if f.bnStats != "" && f.bnStats != reshard.RuleRank0 && f.bnStats != reshard.RuleMean {
 		return reshard.Options{}, fmt.Errorf("--bn-stats %q: want rank0 or mean", f.bnStats)
 	}
-	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true}, nil
+	if f.verify != reshard.VerifyOutputCRC && f.verify != reshard.VerifyOutputSHA256 {
+		return reshard.Options{}, fmt.Errorf("--verify-output %q: want crc or sha256", f.verify)
+	}
+	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true, VerifyOutput: f.verify}, nil
 }
 
 // engineErr gives a problem with the checkpoints exit status 1 and a file
@@ -120,7 +125,7 @@ cannot be read.`,
 			if err != nil {
 				return engineErr(err)
 			}
-			return writeRunResult(cmd.OutOrStdout(), f.format, in, filepath.Dir(out), m)
+			return writeRunResult(cmd.OutOrStdout(), f.format, in, filepath.Dir(out), m, f.verify)
 		},
 	}
 	f.add(cmd, true)
@@ -216,7 +221,7 @@ that cannot be read.`,
 			if err != nil {
 				return engineErr(err)
 			}
-			return writeRunResult(cmd.OutOrStdout(), f.format, in, out, m)
+			return writeRunResult(cmd.OutOrStdout(), f.format, in, out, m, f.verify)
 		},
 	}
 	f.add(cmd, true)
@@ -286,7 +291,7 @@ func sourceLine(in ckptset.Input) string {
 	return from + ", no strategy file: every tensor replicated"
 }
 
-func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m *reshard.Manifest) error {
+func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m *reshard.Manifest, verify string) error {
 	if format == "json" {
 		return writeJSON(w, m)
 	}
@@ -294,8 +299,12 @@ func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m 
 	for _, f := range m.Files {
 		fmt.Fprintf(w, "rank %d: %s (%d bytes, crc32 %s)\n", f.Rank, filepath.Join(out, filepath.FromSlash(f.Path)), f.Bytes, f.CRC32)
 	}
-	fmt.Fprintf(w, "%d tensors (%s) verified against their source hashes; manifest: %s\n",
-		len(m.Tensors), userfile.Size(tensorBytes(m)), filepath.Join(out, reshard.ManifestName))
+	proof := "files re-read and checked against the CRC-32 of what was written; content hashes from the source's bytes"
+	if verify == reshard.VerifyOutputSHA256 {
+		proof = "every tensor re-read from the written files and its content hash checked against the source's"
+	}
+	fmt.Fprintf(w, "%d tensors (%s): %s; manifest: %s\n",
+		len(m.Tensors), userfile.Size(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
 	if s := m.Stats; s != nil {
 		fmt.Fprintf(w, "read %s, wrote %s, peak memory %s\n", userfile.Size(s.ReadBytes), userfile.Size(s.WriteBytes), userfile.Size(s.PeakMemory))
 	}

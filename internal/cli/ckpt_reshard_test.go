@@ -58,11 +58,21 @@ func TestCkptMergeSeedsExample(t *testing.T) {
 		"source: " + root + " (4 ranks), layout from " + filepath.Join(root, "strategy.ckpt") + "\n",
 		"rank 0: " + out + " (",
 		"4 tensors (",
-		"verified against their source hashes; manifest: " + filepath.Join(filepath.Dir(out), "manifest.json") + "\n",
+		"files re-read and checked against the CRC-32 of what was written; content hashes from the source's bytes; manifest: " + filepath.Join(filepath.Dir(out), "manifest.json") + "\n",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Fatalf("output lacks %q:\n%s", want, stdout)
 		}
+	}
+	// --verify-output sha256 reassembles every written tensor and checks
+	// its hash, as mspipe ckpt verify does.
+	again := filepath.Join(t.TempDir(), "again", "CKP-Integrated_1-4_32.ckpt")
+	if code, stdout, stderr := runCkpt(t, "merge", root, "-o", again, "--verify-output", "sha256"); code != ExitOK ||
+		!strings.Contains(stdout, "every tensor re-read from the written files and its content hash checked against the source's") {
+		t.Fatalf("--verify-output sha256: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCkpt(t, "merge", root, "-o", again, "--verify-output", "md5"); code == ExitOK || !strings.Contains(stderr, `--verify-output "md5": want crc or sha256`) {
+		t.Errorf("--verify-output md5: exit %d, %s", code, stderr)
 	}
 	got, err := ckpt.ReadFile(out)
 	if err != nil {
