@@ -191,8 +191,18 @@ type StepEvent struct {
 func (s StepEvent) Progress() ProgressEvent {
 	return ProgressEvent{
 		Done: s.GlobalStep, Total: s.TotalSteps, Unit: "step",
-		Message: fmt.Sprintf("epoch %d, loss %s", s.Epoch, strconv.FormatFloat(s.Loss, 'g', -1, 32)),
+		Message: s.progressMessage(),
 	}
+}
+
+// progressMessage is what a live view shows after a step's bar: the epoch,
+// the loss and, when known, the device's throughput.
+func (s StepEvent) progressMessage() string {
+	msg := fmt.Sprintf("epoch %d, loss %s", s.Epoch, strconv.FormatFloat(s.Loss, 'g', -1, 32))
+	if s.ImagesPerSecond > 0 {
+		msg += fmt.Sprintf(", %.0f images/s per device", s.ImagesPerSecond)
+	}
+	return msg
 }
 
 // Level is the severity of a [LogEvent].

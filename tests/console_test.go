@@ -39,7 +39,7 @@ stages:
 		t.Fatalf("mspipe run in a pty: %v\n%s", err, out)
 	}
 	text := string(out)
-	bar := regexp.MustCompile(`\[train\] +\d+/360 step \[[=>-]+\] +\d+ %  epoch \d, loss `)
+	bar := regexp.MustCompile(`\[train\] +\d\d:\d\d +\d+/360 step \[[=>-]+\] +\d+ % ETA \d\d:\d\d  epoch \d, loss `)
 	if !bar.MatchString(text) {
 		t.Errorf("no progress bar for the train stage in the terminal output:\n%s", tail(text, 1500))
 	}

@@ -52,4 +52,12 @@ func TestLogFormatJSON(t *testing.T) {
 	if r := w.run("run", "fan.yaml", "--log-format", "yaml"); r.code != 2 || !strings.Contains(r.stderr, `--log-format "yaml": want text or json`) {
 		t.Errorf("--log-format yaml: exit %d, %q", r.code, r.stderr)
 	}
+	// --output is the same switch.
+	out := w.run("run", "fan.yaml", "--no-cache", "--output", "json")
+	if lines := strings.Split(strings.TrimSpace(out.stderr), "\n"); out.code != 0 || len(lines) != len(strings.Split(strings.TrimSpace(js.stderr), "\n")) || !json.Valid([]byte(lines[0])) {
+		t.Errorf("--output json: exit %d, stderr:\n%s", out.code, out.stderr)
+	}
+	if r := w.run("run", "fan.yaml", "--output", "yaml"); r.code != 2 || !strings.Contains(r.stderr, `--output "yaml": want text or json`) {
+		t.Errorf("--output yaml: exit %d, %q", r.code, r.stderr)
+	}
 }

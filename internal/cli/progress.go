@@ -94,8 +94,9 @@ func (c *liveConsole) Progress(stage string, ev plugins.ProgressEvent) {
 		unit := ev.Unit
 		sb.bar = c.p.AddBar(ev.Total,
 			mpb.PrependDecorators(decor.Name("["+stage+"] ", decor.WCSyncSpaceR),
+				decor.Elapsed(decor.ET_STYLE_MMSS, decor.WCSyncSpace),
 				decor.Any(func(s decor.Statistics) string { return fmt.Sprintf("%d/%d %s", s.Current, s.Total, unit) }, decor.WCSyncSpace)),
-			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Any(func(decor.Statistics) string {
+			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" ETA "), decor.AverageETA(decor.ET_STYLE_MMSS), decor.Any(func(decor.Statistics) string {
 				if m := sb.msg.Load(); m != nil {
 					return "  " + *m
 				}
@@ -143,9 +144,12 @@ func (c *liveConsole) Close() {
 	c.mu.Unlock()
 }
 
-// addProgressFlag adds --no-progress to a command that runs stages.
+// addProgressFlag adds --no-progress and --output to a command that runs
+// stages.
 func addProgressFlag(cmd *cobra.Command) {
 	cmd.Flags().Bool("no-progress", false, "no progress bars, console lines only (bars are drawn only when stderr is a terminal)")
+	cmd.Flags().String("output", "", "text (lines for people; on a terminal a live view: per running stage its elapsed time, step, loss, images/s and ETA) or json (one JSON object per event, for machines); the same as --log-format")
+	_ = cmd.Flags().SetAnnotation("output", outputFormatFlag, []string{"true"})
 }
 
 // attachConsole points the engine's console at the command's stderr, with

@@ -63,7 +63,7 @@ func TestLiveConsoleBars(t *testing.T) {
 	lc.Write([]byte("[train] started (npu/train)\n"))
 	lc.Progress("prepare", plugins.ProgressEvent{Done: 3, Total: 0, Unit: "file"}) // no total: no bar
 	lc.Progress("train", plugins.ProgressEvent{Done: 78, Total: 312, Unit: "step", Message: "epoch 1, loss 2.1"})
-	waitFor(t, out, refresh, "[train] started (npu/train)\n", "[train]", "78/312 step", "25 %", "epoch 1, loss 2.1")
+	waitFor(t, out, refresh, "[train] started (npu/train)\n", "[train]", "78/312 step", "25 %", "epoch 1, loss 2.1", "ETA ", "00:0")
 	if strings.Contains(out.String(), "[prepare]") {
 		t.Errorf("a stage without a total got a bar:\n%q", out.String())
 	}

@@ -93,10 +93,15 @@ one process per device, with real collectives between them.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().String("log-format", "text", "how run and resume report events on stderr: text (lines for people) or json (one JSON object per event)")
+	root.PersistentFlags().String("log-format", "text", "how run and resume report events on stderr: text (lines for people, with a live view on a terminal) or json (one JSON object per event)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if f, _ := cmd.Flags().GetString("log-format"); f != "text" && f != "json" {
 			return usageErr(fmt.Errorf("--log-format %q: want text or json", f))
+		}
+		if fl := cmd.Flags().Lookup("output"); fl != nil && fl.Annotations[outputFormatFlag] != nil {
+			if f := fl.Value.String(); f != "" && f != "text" && f != "json" {
+				return usageErr(fmt.Errorf("--output %q: want text or json", f))
+			}
 		}
 		return nil
 	}
@@ -106,6 +111,7 @@ one process per device, with real collectives between them.`,
 		newGraphCmd(),
 		newRunsCmd(),
 		newLogsCmd(),
+		newReportCmd(),
 		newResumeCmd(),
 		newPluginsCmd(),
 		newValidateCmd(),
@@ -119,8 +125,17 @@ one process per device, with real collectives between them.`,
 	return root
 }
 
-// logFormat returns the --log-format of cmd (text when it has no such flag).
+// outputFormatFlag marks the --output flag of the commands that run
+// stages (run, resume), where it names the event format; other commands'
+// --output names a file.
+const outputFormatFlag = "mspipe/output-format"
+
+// logFormat returns the --output (or --log-format) of cmd: text when it has
+// no such flag.
 func logFormat(cmd *cobra.Command) string {
+	if fl := cmd.Flags().Lookup("output"); fl != nil && fl.Annotations[outputFormatFlag] != nil && fl.Value.String() != "" {
+		return fl.Value.String()
+	}
 	if f, err := cmd.Flags().GetString("log-format"); err == nil && f != "" {
 		return f
 	}

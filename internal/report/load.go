@@ -1,0 +1,269 @@
+package report
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/pipeline"
+	"github.com/mspipe/mspipe/spec"
+)
+
+// Run is everything a report shows about one run.
+type Run struct {
+	State *pipeline.RunState
+	// Needs holds each stage's direct needs, read from the run's resolved
+	// pipeline.yaml; nil when that copy could not be read (the graph then
+	// shows the stages without edges and Notes says why).
+	Needs map[string][]string
+	// Steps holds each stage's training steps per rank, in global-step
+	// order; a step seen twice (a resumed stage) keeps its last value.
+	Steps      map[string]map[int][]Step
+	Strategies []StageStrategy
+	Manifests  []StageManifest
+	Notes      []string // parts of the run that could not be read, and why
+}
+
+// Step is one training step of one rank, as its step event reported it.
+type Step struct {
+	GlobalStep   int64
+	Epoch        int64
+	Loss         float64
+	DeviceMemory int64 // bytes in use on the simulated device
+}
+
+// StageStrategy is the strategy file a stage wrote (its strategy output).
+type StageStrategy struct {
+	Stage string
+	Path  string
+	File  *parallel.StrategyFile
+}
+
+// StageManifest is the tensor manifest a stage wrote (its manifest output),
+// when it is a reshard manifest.
+type StageManifest struct {
+	Stage    string
+	Path     string
+	Manifest *reshard.Manifest
+}
+
+// Limits on what Load reads: events.jsonl grows with steps and ranks, and a
+// run directory is data anyone may have edited.
+const (
+	maxEventsBytes   = 1 << 30
+	maxEventLineSize = 1 << 20
+)
+
+// Load reads what the report of the run in runDir shows. st is the run's
+// state as the store returns it. Files named by run.json (strategy files,
+// manifests) are read only when they are regular files inside runsDir:
+// a cached stage's outputs live in an earlier run of the same store.
+// Optional parts that cannot be read become Notes; only an unreadable
+// events log that exists is an error.
+func Load(ctx context.Context, runsDir, runDir string, st *pipeline.RunState) (*Run, error) {
+	r := &Run{State: st, Steps: map[string]map[int][]Step{}}
+	r.Needs = r.readNeeds(runDir)
+	if err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl")); err != nil {
+		return nil, err
+	}
+	for _, sid := range st.Order {
+		ss := st.Stages[sid]
+		if p, ok := ss.Outputs["strategy"].(string); ok && p != "" {
+			path, err := inside(runsDir, p)
+			if err == nil {
+				var f *parallel.StrategyFile
+				if f, err = parallel.ReadStrategyFile(path); err == nil {
+					r.Strategies = append(r.Strategies, StageStrategy{Stage: sid, Path: p, File: f})
+				}
+			}
+			if err != nil {
+				r.note("stage %s: strategy: %v", sid, err)
+			}
+		}
+		// Only the checkpoint stages write reshard manifests; cifar/prepare
+		// has a manifest.json of its own kind.
+		if p, ok := ss.Outputs["manifest"].(string); ok && p != "" && strings.HasPrefix(ss.Uses, "ckpt/") {
+			path, err := inside(runsDir, p)
+			if err == nil {
+				var m *reshard.Manifest
+				if m, err = reshard.ReadManifest(filepath.Dir(path)); err == nil {
+					r.Manifests = append(r.Manifests, StageManifest{Stage: sid, Path: p, Manifest: m})
+				}
+			}
+			if err != nil {
+				r.note("stage %s: manifest: %v", sid, err)
+			}
+		}
+	}
+	return r, nil
+}
+
+func (r *Run) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// inside returns path when it names something inside root (after
+// resolving symbolic links), else an error wrapping userfile.ErrOutside.
+func inside(root, path string) (string, error) {
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return "", err
+	}
+	absPath, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(absRoot, absPath)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w %s", path, userfile.ErrOutside, root)
+	}
+	return userfile.Within(absRoot, rel)
+}
+
+// readNeeds reads the stage graph from the run's copy of its spec.
+func (r *Run) readNeeds(runDir string) map[string][]string {
+	path := filepath.Join(runDir, "pipeline.yaml")
+	data, err := userfile.ReadFile(context.Background(), path, spec.MaxFileSize)
+	if err != nil {
+		r.note("stage graph: %v", err)
+		return nil
+	}
+	p, problems := spec.Parse(path, data)
+	if problems.HasErrors() {
+		r.note("stage graph: %s does not parse: %v", path, problems.Err())
+		return nil
+	}
+	needs := map[string][]string{}
+	for _, s := range p.Stages {
+		if _, ok := r.State.Stages[s.ID]; ok {
+			needs[s.ID] = append([]string(nil), s.Needs...)
+		}
+	}
+	return needs
+}
+
+// stepEvent is the part of an events.jsonl line a report uses.
+type stepEvent struct {
+	Stage        string  `json:"stage"`
+	Event        string  `json:"event"`
+	Rank         int     `json:"rank"`
+	Epoch        int64   `json:"epoch"`
+	GlobalStep   int64   `json:"global_step"`
+	Loss         float64 `json:"loss"`
+	DeviceMemory int64   `json:"device_memory"`
+}
+
+// readSteps collects the step events of events.jsonl. A run without an
+// events log (it never started a stage) has no steps; a line that is not
+// a step event, does not parse or is too long is passed over: the log is
+// for many readers and may end in a line cut short by a kill.
+func (r *Run) readSteps(ctx context.Context, path string) error {
+	f, st, err := userfile.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			r.note("no events log: %s", path)
+			return nil
+		}
+		return fmt.Errorf("read events %s: %w", path, err)
+	}
+	defer f.Close()
+	if st.Size() > maxEventsBytes {
+		r.note("events log %s is %s: only its first %s are shown", path, userfile.Size(st.Size()), userfile.Size(maxEventsBytes))
+	}
+	marker := []byte(`"event":"step"`)
+	byStep := map[string]map[int]map[int64]Step{}
+	br := bufio.NewReaderSize(io.LimitReader(f, maxEventsBytes), 64<<10)
+	skipped := 0
+	for n := 0; ; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		line, err := readLine(br)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if errors.Is(err, errLongLine) {
+				skipped++
+				continue
+			}
+			return fmt.Errorf("read events %s: %w", path, err)
+		}
+		if !bytes.Contains(line, marker) {
+			continue
+		}
+		var ev stepEvent
+		if json.Unmarshal(line, &ev) != nil || ev.Event != "step" || ev.Stage == "" {
+			skipped++
+			continue
+		}
+		ranks := byStep[ev.Stage]
+		if ranks == nil {
+			ranks = map[int]map[int64]Step{}
+			byStep[ev.Stage] = ranks
+		}
+		if ranks[ev.Rank] == nil {
+			ranks[ev.Rank] = map[int64]Step{}
+		}
+		ranks[ev.Rank][ev.GlobalStep] = Step{GlobalStep: ev.GlobalStep, Epoch: ev.Epoch, Loss: ev.Loss, DeviceMemory: ev.DeviceMemory}
+	}
+	if skipped > 0 {
+		r.note("events log: %d step lines could not be read and are left out", skipped)
+	}
+	for sid, ranks := range byStep {
+		r.Steps[sid] = map[int][]Step{}
+		for rank, steps := range ranks {
+			list := make([]Step, 0, len(steps))
+			for _, s := range steps {
+				list = append(list, s)
+			}
+			sort.Slice(list, func(i, j int) bool { return list[i].GlobalStep < list[j].GlobalStep })
+			r.Steps[sid][rank] = list
+		}
+	}
+	return nil
+}
+
+var errLongLine = errors.New("line too long")
+
+// readLine returns the next line without its newline; a line longer than
+// maxEventLineSize is consumed and reported as errLongLine.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(buf)+len(chunk) <= maxEventLineSize {
+			buf = append(buf, chunk...)
+		} else {
+			buf = buf[:0]
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			return nil, errLongLine
+		}
+		switch {
+		case err == nil:
+			return bytes.TrimRight(buf, "\r\n"), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			return buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
