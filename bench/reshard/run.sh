@@ -5,6 +5,7 @@
 #
 #   bench/reshard/run.sh            # a 2 GiB set (about 4.3 GB on disk in all)
 #   QUICK=1 bench/reshard/run.sh    # a 64 MiB set, a quick look
+#   REPEAT=5 bench/reshard/run.sh   # mspipe and dd 5 times in turn (default 3)
 #
 # WORK (default /tmp/mspipe-bench-reshard) holds the set and the outputs; the
 # set is kept between runs (delete WORK to regenerate it). MAX_MEMORY is
@@ -53,12 +54,25 @@ cpu() { awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$work/$1.t
 
 rm -rf "$work/out-mspipe" "$work/out-naive" "$work/dd.bin"
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-measure mspipe "$work/mspipe" ckpt reshard "$set_dir" --devices 4 -o "$work/out-mspipe" --max-memory "$max_memory"
-out_bytes=$(du -sb "$work/out-mspipe" | cut -f1)
+# mspipe and dd run REPEAT times in turn, so that both see the same
+# machine; the table shows each one's median run by wall time. dd writes as
+# many bytes as the reshard wrote, in 16 MiB blocks, and fsyncs.
+repeat=${REPEAT:-3}
+for i in $(seq "$repeat"); do
+  rm -rf "$work/out-mspipe" "$work/dd.bin"
+  measure "mspipe.$i" "$work/mspipe" ckpt reshard "$set_dir" --devices 4 -o "$work/out-mspipe" --max-memory "$max_memory"
+  out_bytes=$(du -sb "$work/out-mspipe" | cut -f1)
+  measure "dd.$i" dd if=/dev/zero of="$work/dd.bin" bs=16M count=$(((out_bytes + (16 << 20) - 1) / (16 << 20))) conv=fsync
+  dd_bytes=$(stat -c %s "$work/dd.bin")
+done
+median() { # NAME: the run of NAME.1..REPEAT with the median wall time
+  for i in $(seq "$repeat"); do echo "$(wall "$1.$i") $i"; done | sort -n | awk -v m=$(((repeat + 1) / 2)) 'NR == m {print $2}'
+}
+cp "$work/mspipe.$(median mspipe).time" "$work/mspipe.time"
+cp "$work/dd.$(median dd).time" "$work/dd.time"
+mspipe_walls=$(for i in $(seq "$repeat"); do wall "mspipe.$i"; done | xargs)
+dd_walls=$(for i in $(seq "$repeat"); do wall "dd.$i"; done | xargs)
 measure naive $py "$root/bench/reshard/naive.py" "$set_dir" "$work/out-naive" 4
-# dd writes as many bytes as the reshard wrote, in 16 MiB blocks, and fsyncs.
-measure dd dd if=/dev/zero of="$work/dd.bin" bs=16M count=$(((out_bytes + (16 << 20) - 1) / (16 << 20))) conv=fsync
-dd_bytes=$(stat -c %s "$work/dd.bin")
 
 same=yes
 for r in 0 1 2 3; do
@@ -72,6 +86,7 @@ disk=$(df -h "$work" | awk 'NR == 2 {print $1 " (" $2 ", " $5 " used)"}')
 echo "CPU: $cpu_model, $(nproc) cores; disk: $disk; load average before the runs: $load"
 echo "set: $set_dir, 8 ranks, $set_bytes bytes; output: 4 ranks, $out_bytes bytes; --max-memory $max_memory"
 echo "outputs of mspipe and the naive script byte-identical: $same"
+echo "wall s of the $repeat runs (median in the table): mspipe $mspipe_walls; dd $dd_walls"
 echo
 echo "| method | wall s | CPU s (user+sys) | MB/s written | peak RSS MiB | vs naive |"
 echo "|---|---:|---:|---:|---:|---:|"
@@ -83,4 +98,4 @@ row() { # name seconds bytes
 row mspipe "$(wall mspipe)" "$out_bytes"
 row naive "$nw" "$out_bytes"
 row dd "$(wall dd)" "$dd_bytes"
-grep -E '^read ' "$work/mspipe.out" | sed 's/^/mspipe: /'
+grep -E '^read ' "$work/mspipe.1.out" | sed 's/^/mspipe: /'

@@ -63,7 +63,9 @@
 //
 // Options.MaxMemory caps the tensor data the engine holds: the output
 // files' write buffers plus one arena, allocated once per run, for two
-// bands and a scatter buffer (and a fixed 1 MiB for the mean rule). A plan
+// bands and a scatter buffer (and a fixed 1 MiB for the mean rule). Bands
+// are at most a few MiB whatever the cap: small enough to stay in the CPU
+// caches from read to hash to write, and to page in quickly. A plan
 // that cannot run under it (one row of a tensor needs more than what is
 // left) is refused with ErrMemory. The process needs a few MiB more for the
 // Go runtime and the indexes.
@@ -72,10 +74,14 @@
 //
 // A tensor's content hash is ckpt.Tensor.Hash of the whole tensor: SHA-256
 // of its dtype, dims and row-major bytes, whatever the layout. Run computes
-// it from the source while streaming, writes the files (temp file, fsync,
-// rename), re-reads them as Verify does (CRC trailers, identical replicas,
-// hashes of the reassembled tensors) and writes the manifest only when
-// everything matched. Bad input is found before anything is written and
+// it from the source while streaming and writes the files from those same
+// bands, so each byte is hashed once. Each file gets a CRC-32 computed
+// while writing (its crc_num trailer, also in the manifest); after the
+// files are written (temp file, fsync, rename) Run re-reads them and checks
+// sizes, framing and CRCs, which proves the files hold the hashed bytes,
+// and writes the manifest only when everything matched. With
+// Options.VerifyOutput = VerifyOutputSHA256 it re-reads them as Verify
+// does instead (identical replicas, hashes of the reassembled tensors). Bad input is found before anything is written and
 // leaves the output directory as it was; once writing starts, an earlier
 // manifest there is removed first, and on any error the files written are
 // removed, so nothing partial looks complete. Source files are only read,

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -130,6 +131,7 @@ func newTensorHash(dtype string, shape []int) hash.Hash {
 type outFile struct {
 	path    string // final path
 	f       *os.File
+	behind  *writeBehind
 	written *atomic.Int64 // bytes emitted by every output file of the run
 	w       *bufio.Writer
 	crc     hash.Hash32
@@ -148,7 +150,57 @@ func createOut(path string, bufSize int, written *atomic.Int64) (*outFile, error
 	if err != nil {
 		return nil, fmt.Errorf("create output %s: %w", path, err)
 	}
-	return &outFile{path: path, f: f, w: bufio.NewWriterSize(f, bufSize), crc: crc32.NewIEEE(), written: written}, nil
+	wb := newWriteBehind(f)
+	return &outFile{path: path, f: f, behind: wb, w: bufio.NewWriterSize(wb, bufSize), crc: crc32.NewIEEE(), written: written}, nil
+}
+
+// writeBehindBytes is how much of a file is written before the disk is
+// asked to start writing it.
+const writeBehindBytes = 8 << 20
+
+// writeBehind writes to f and, every writeBehindBytes, has the disk start
+// writing what it holds so far: the disk then works while the run streams
+// instead of all at the final fsync. The request is made by a goroutine of
+// its own, as it can block while the disk's queue is full.
+type writeBehind struct {
+	f           *os.File
+	off, kicked int64
+	kick        chan int64 // write out up to this offset
+	done        chan struct{}
+	stopOnce    sync.Once
+}
+
+func newWriteBehind(f *os.File) *writeBehind {
+	w := &writeBehind{f: f, kick: make(chan int64, 1), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		var from int64
+		for to := range w.kick {
+			startWriteback(f, from, to-from)
+			from = to
+		}
+	}()
+	return w
+}
+
+func (w *writeBehind) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.off += int64(n)
+	if w.off-w.kicked >= writeBehindBytes {
+		select {
+		case w.kick <- w.off:
+			w.kicked = w.off
+		default: // still busy: the next request covers this range too
+		}
+	}
+	return n, err
+}
+
+// stop ends the goroutine and waits for it, before the file is synced or
+// closed.
+func (w *writeBehind) stop() {
+	w.stopOnce.Do(func() { close(w.kick) })
+	<-w.done
 }
 
 func (o *outFile) emit(p []byte) error {
@@ -219,6 +271,7 @@ func (o *outFile) finish() (uint32, error) {
 	if err := o.w.Flush(); err != nil {
 		return 0, fmt.Errorf("write %s: %w", o.path, err)
 	}
+	o.behind.stop()
 	if err := o.f.Sync(); err != nil {
 		return 0, fmt.Errorf("write %s: sync: %w", o.path, err)
 	}
@@ -230,6 +283,7 @@ func (o *outFile) finish() (uint32, error) {
 
 // discard removes the temp file.
 func (o *outFile) discard() {
+	o.behind.stop()
 	o.f.Close()
 	os.Remove(o.f.Name())
 }

@@ -152,27 +152,39 @@ func Verify(ctx context.Context, dir string, opt Options) (*Manifest, error) {
 	return m, nil
 }
 
-// verifySet checks the files in dir against m, with arena as its memory
-// for tensor data; nil means as much as it needs up to opt.MaxMemory.
-func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena []byte) error {
+// openedSet is an output set's files, opened and indexed by verifyFiles.
+type openedSet struct {
+	paths []string
+	files []*os.File
+	index []*ckpt.Index
+}
+
+func (s *openedSet) close() {
+	for _, f := range s.files {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// verifyFiles re-reads every file of the set in dir, in parallel, and
+// checks it against m: its size, its CRC-32 (the trailer's, the manifest's
+// and the content's agree) and its framing (the manifest's tensors in
+// order). The caller closes the set.
+func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*openedSet, error) {
 	n := len(m.Files)
 	paths := make([]string, n)
 	for r, f := range m.Files {
 		p, err := userfile.Within(dir, filepath.FromSlash(f.Path))
 		if err != nil {
-			return fmt.Errorf("manifest file %q: %w", f.Path, err)
+			return nil, fmt.Errorf("manifest file %q: %w", f.Path, err)
 		}
 		paths[r] = p
 	}
 	files := make([]*os.File, n)
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-	}()
+	set := &openedSet{paths: paths, files: files}
 	index := make([]*ckpt.Index, n)
+	set.index = index
 	err := forEach(ctx, n, opt.Workers, func(r int) error {
 		f, info, err := userfile.Open(paths[r])
 		if err != nil {
@@ -211,8 +223,24 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 		return nil
 	})
 	if err != nil {
+		set.close()
+		return nil, err
+	}
+	return set, nil
+}
+
+// verifySet checks the files in dir against m as verifyFiles does, then
+// reassembles every tensor, checking that ranks sharing a box hold the
+// same bytes and that the tensor's content hash is the manifest's. arena
+// is its memory for tensor data; nil means as much as it needs up to
+// opt.MaxMemory.
+func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena []byte) error {
+	set, err := verifyFiles(ctx, dir, m, opt)
+	if err != nil {
 		return err
 	}
+	defer set.close()
+	paths, files, index := set.paths, set.files, set.index
 	// Tensors are checked in parallel, each worker with an equal share of
 	// the memory, unless a tensor's rows need more than a share.
 	var widest, biggest int64 // row and tensor bytes
@@ -223,7 +251,9 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 		biggest = max(biggest, volume(g)*int64(elem))
 	}
 	if arena == nil {
-		size := min(opt.MaxMemory, 2*biggest*int64(max(1, min(opt.Workers, len(m.Tensors)))))
+		workers := int64(max(1, min(opt.Workers, len(m.Tensors))))
+		// Bands of maxBandBytes are enough: more memory only pages in more.
+		size := min(opt.MaxMemory, 2*biggest*workers, 2*max(maxBandBytes, widest)*workers)
 		if 2*widest > size {
 			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", userfile.Size(widest), userfile.Size(opt.MaxMemory), ErrMemory)
 		}

@@ -16,6 +16,17 @@ import (
 // DefaultMaxMemory is the memory cap when Options.MaxMemory is 0.
 const DefaultMaxMemory = 512 << 20
 
+// Values of Options.VerifyOutput.
+const (
+	VerifyOutputCRC    = "crc"
+	VerifyOutputSHA256 = "sha256"
+)
+
+// maxBandBytes bounds a band whatever the cap allows: a band this small
+// stays in the CPU caches between being read, hashed and written, and the
+// arena is paged in quickly; larger bands only cost page faults.
+var maxBandBytes int64 = 4 << 20
+
 // Options tune Plan, Run, Merge and Verify. The zero value works.
 type Options struct {
 	// MaxMemory caps the tensor data the engine buffers at once (bands,
@@ -31,6 +42,12 @@ type Options struct {
 	// VerifyCRC reads every source file once to check its crc_num trailer
 	// before using it.
 	VerifyCRC bool
+	// VerifyOutput says how Run proves the files it wrote before writing
+	// the manifest: VerifyOutputCRC (default) re-reads every file and
+	// checks its size, its framing and the CRC-32 computed while writing;
+	// VerifyOutputSHA256 also reassembles every tensor and checks its
+	// content hash, as Verify does.
+	VerifyOutput string
 	// SliceBytes is the output's Value slice limit; 0 means
 	// ckpt.DefaultSliceBytes, as MindSpore writes.
 	SliceBytes int64
@@ -56,6 +73,13 @@ func (o Options) withDefaults() (Options, error) {
 	case RuleRank0, RuleMean:
 	default:
 		return o, fmt.Errorf("replicated rule %q: want %q or %q", o.ReplicatedRule, RuleRank0, RuleMean)
+	}
+	switch o.VerifyOutput {
+	case "":
+		o.VerifyOutput = VerifyOutputCRC
+	case VerifyOutputCRC, VerifyOutputSHA256:
+	default:
+		return o, fmt.Errorf("output check %q: want %q or %q", o.VerifyOutput, VerifyOutputCRC, VerifyOutputSHA256)
 	}
 	if o.SliceBytes == 0 {
 		o.SliceBytes = ckpt.DefaultSliceBytes
@@ -393,7 +417,7 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		case j.rowCost > left:
 			return nil, fmt.Errorf("tensor %q: one row along dim 0 needs %s, %s is left under the cap after write buffers: %w", j.name, userfile.Size(j.rowCost), userfile.Size(left), ErrMemory)
 		default:
-			j.bandRows = int(min(int64(rows), left/j.rowCost))
+			j.bandRows = int(min(int64(rows), left/j.rowCost, max(1, maxBandBytes/j.rowBytes)))
 		}
 		if volume(g) > 0 {
 			band = max(band, int64(j.bandRows)*j.rowCost)
