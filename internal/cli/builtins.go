@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/host"
 	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
@@ -66,4 +69,24 @@ func newCatalog(specDir string, policy host.ExecPolicy) (*host.Catalog, error) {
 		Exec:          policy,
 		UncheckedNote: uncheckedNotes[policy],
 	})
+}
+
+// BuiltinDescriptors returns what each built-in stage declares (name,
+// version, `with` schema, outputs), by name: the spec reference
+// (internal/tools/specdoc) is generated from it.
+func BuiltinDescriptors(ctx context.Context) ([]plugins.Descriptor, error) {
+	reg, err := builtinStages()
+	if err != nil {
+		return nil, err
+	}
+	var out []plugins.Descriptor
+	for _, name := range reg.Names() {
+		info, _ := reg.Lookup(name)
+		d, err := info.New().Describe(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("describe built-in stage %s: %w", name, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 
 func newValidateCmd() *cobra.Command {
 	var format, execPlugins string
+	var strict bool
 	cmd := &cobra.Command{
 		Use:   "validate PATH...",
 		Short: "Check pipeline specs without running anything",
@@ -35,6 +36,12 @@ config dir) has to be started to learn its with schema and outputs, so
 validate starts it only when the stage pins it with sha256: (checked before
 it starts; a mismatch is an error) or with --exec-plugins. Otherwise the stage's with is not checked,
 its outputs may be read under any name, and a warning at its uses says so.
+
+A plugin name that is not built yet, but whose Go source is next to the
+spec (a main package in plugins/NAME or examples/plugins/NAME under the
+spec's directory), is a warning that gives the go build command to run,
+so a fresh clone validates; with --strict it is an error. A name with no
+built-in, no binary and no such source is an error (a typo).
 --exec-plugins=never starts no binary even when pinned: a pin is written by
 whoever writes the spec, so it protects against a changed binary, not
 against an untrusted spec that brings its own.
@@ -67,7 +74,7 @@ Exit status: 0 all specs valid (warnings allowed), 1 a spec is invalid,
 			}
 			results := make([]diag.Result, 0, len(files))
 			for _, f := range files {
-				results = append(results, validateFile(f, policy))
+				results = append(results, checkSpecFile(f, policy, nil, !strict))
 			}
 			return reportResults(cmd, diag.Reporter{Format: f, One: "file", Many: "files"}, results)
 		},
@@ -75,6 +82,7 @@ Exit status: 0 all specs valid (warnings allowed), 1 a spec is invalid,
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or github (GitHub Actions annotations)")
 	cmd.Flags().StringVar(&execPlugins, "exec-plugins", "pinned", "which plugin binaries to start to check their stages: pinned (by sha256), all (also the bare flag) or never")
 	cmd.Flags().Lookup("exec-plugins").NoOptDefVal = "all"
+	cmd.Flags().BoolVar(&strict, "strict", false, "a plugin whose source is next to the spec but whose binary is not built is an error, not a warning")
 	return cmd
 }
 
@@ -99,16 +107,24 @@ func reportResults(cmd *cobra.Command, r diag.Reporter, results []diag.Result) e
 // execPolicies are the values of validate's --exec-plugins.
 var execPolicies = map[string]host.ExecPolicy{"pinned": host.ExecPinned, "all": host.ExecAll, "never": host.ExecNever}
 
-// validateFile decodes and checks one spec, starting the plugin binaries
-// policy allows to read what they declare.
+// validateFile decodes and checks one spec as validate does by default,
+// starting the plugin binaries policy allows to read what they declare.
 func validateFile(path string, policy host.ExecPolicy) diag.Result {
-	return validateFileParams(path, policy, nil)
+	return checkSpecFile(path, policy, nil, true)
 }
 
-// validateFileParams is validateFile for a command given -p name=value
+// validateFileParams checks a spec for a command given -p name=value
 // params (run, plan): the stages' own checks see those values instead of
-// the defaults.
+// the defaults. Such a command needs every plugin built, so one that is
+// not is an error.
 func validateFileParams(path string, policy host.ExecPolicy, rawParams []string) diag.Result {
+	return checkSpecFile(path, policy, rawParams, false)
+}
+
+// checkSpecFile decodes and checks one spec. With allowUnbuilt a plugin
+// whose source is next to the spec but whose binary is not built is a
+// warning that says how to build it (host.Catalog.AllowUnbuilt).
+func checkSpecFile(path string, policy host.ExecPolicy, rawParams []string, allowUnbuilt bool) diag.Result {
 	p, problems, err := spec.Load(path)
 	if err != nil {
 		return diag.Result{File: path, Err: err}
@@ -120,6 +136,9 @@ func validateFileParams(path string, policy host.ExecPolicy, rawParams []string)
 		}
 		defer env.Close() // the plugin processes kept for the stages' own checks
 		env.UsePins(p)
+		if allowUnbuilt {
+			env.AllowUnbuilt()
+		}
 		problems = append(problems, spec.Validate(p, env, specOptionsFor(p, rawParams))...)
 	}
 	problems.Sort()

@@ -241,3 +241,49 @@ func TestValidateFormats(t *testing.T) {
 		t.Errorf("valid file entry = %+v", good)
 	}
 }
+
+// TestValidateUnbuiltPlugin checks the rule for a fresh clone: a plugin
+// name whose Go source is next to the spec but is not built is a warning
+// giving the build command (exit 0), an error with --strict, and a name
+// with no source is an error whatever the flags.
+func TestValidateUnbuiltPlugin(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "plugins", "shade")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(uses string) string {
+		path := filepath.Join(dir, uses+".yaml")
+		body := "version: 1\nname: unbuilt\nstages:\n  shade:\n    uses: " + uses + "\n    with: {level: 3}\n" +
+			"  show:\n    uses: exec\n    needs: shade\n    with: {command: \"echo ${{ stages.shade.outputs.count }}\"}\n"
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good, typo := spec("shade"), spec("shaed")
+	// The source is outside the current directory, so it is named by its
+	// absolute path.
+	wantCmd := "`go build -o plugins/mspipe-stage-shade " + filepath.ToSlash(src) + "`"
+
+	code, stdout, stderr := runCLI(t, "validate", good)
+	if code != ExitOK || !strings.Contains(stdout, good+":5:11: warning: stages.shade.uses:") || !strings.Contains(stdout, wantCmd) {
+		t.Errorf("validate unbuilt plugin: exit %d, want %d and a warning at 4:11 naming %q\n%s%s", code, ExitOK, wantCmd, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "validate", "--strict", good)
+	if code != ExitFailed || !strings.Contains(stdout, good+":5:11: error: stages.shade.uses: plugin \"shade\" is not built") || !strings.Contains(stdout, wantCmd) {
+		t.Errorf("validate --strict unbuilt plugin: exit %d, want %d and an error naming %q\n%s%s", code, ExitFailed, wantCmd, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "validate", typo)
+	if code != ExitFailed || !strings.Contains(stdout, typo+":5:11: error: stages.shade.uses: unknown stage \"shaed\"") {
+		t.Errorf("validate a typo: exit %d, want %d and an unknown stage error\n%s%s", code, ExitFailed, stdout, stderr)
+	}
+	// run needs the binary: the same spec is refused before anything starts.
+	code, stdout, stderr = runCLI(t, "run", "--runs-dir", filepath.Join(dir, "runs"), good)
+	if code != ExitFailed || !strings.Contains(stdout+stderr, wantCmd) || !strings.Contains(stdout+stderr, "nothing was run") {
+		t.Errorf("run unbuilt plugin: exit %d, want %d, the build command and nothing run\n%s%s", code, ExitFailed, stdout, stderr)
+	}
+}

@@ -55,6 +55,9 @@ type Catalog struct {
 	shellCommands []string
 	exec          ExecPolicy
 	uncheckedNote string
+	// unbuiltWarns makes a plugin whose source is there but whose binary
+	// is not built unchecked (a warning) instead of unknown; see AllowUnbuilt.
+	unbuiltWarns bool
 
 	mu        sync.Mutex
 	described map[string]describedStage // by uses
@@ -160,6 +163,45 @@ func (c *Catalog) UsePins(p *spec.Pipeline) {
 	}
 }
 
+// AllowUnbuilt makes [Catalog.Stage] report a plugin that is not built
+// but whose Go source is next to the spec ([PluginSource]) as unchecked
+// (spec.ErrUnchecked: a warning that says how to build it) rather than as
+// an error, so a fresh clone validates before anything is built. Running
+// such a spec still fails; validate --strict does not call this.
+func (c *Catalog) AllowUnbuilt() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unbuiltWarns = true
+}
+
+// unbuiltSource is the source directory of the plugin uses names, when it
+// is a plugin name (not a path) with a source next to the spec; else "".
+func (c *Catalog) unbuiltSource(uses string) string {
+	if isPathRef(uses) {
+		return ""
+	}
+	dir, ok := PluginSource(c.resolver.SpecDir, uses)
+	if !ok {
+		return ""
+	}
+	return dir
+}
+
+// unbuiltError says that the plugin uses names is not built and which
+// command builds it; a warning (spec.ErrUnchecked) after AllowUnbuilt.
+func (c *Catalog) unbuiltError(uses string) error {
+	src := c.unbuiltSource(uses)
+	msg := fmt.Sprintf("plugin %q is not built: its source is %s but there is no executable %s in ./plugins, $MSPIPE_PLUGIN_PATH or the user config dir; build it with `%s` (mspipe looks in ./plugins first)",
+		uses, src, plugins.BinaryName(uses), BuildCommand(uses, src))
+	c.mu.Lock()
+	warn := c.unbuiltWarns
+	c.mu.Unlock()
+	if warn {
+		return fmt.Errorf("%w: %s", spec.ErrUnchecked, msg)
+	}
+	return errors.New(msg)
+}
+
 // Names lists the built-in and declared stage names.
 func (c *Catalog) Names() []string {
 	names := c.registry.Names()
@@ -232,6 +274,8 @@ func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
 	case d.err == nil:
 	case errors.Is(d.err, fs.ErrNotExist) && !errors.Is(d.err, ErrStageNotFound):
 		return nil, fmt.Errorf("plugin binary %s not found (the path is relative to the spec file)", uses)
+	case errors.Is(d.err, ErrStageNotFound) && c.unbuiltSource(uses) != "":
+		return nil, c.unbuiltError(uses)
 	case errors.Is(d.err, ErrStageNotFound):
 		return nil, fmt.Errorf("unknown stage %q: no built-in stage has this name (built-in: %s) and no plugin binary %s was found in ./plugins, $MSPIPE_PLUGIN_PATH or the user config dir",
 			uses, strings.Join(c.Names(), ", "), plugins.BinaryName(uses))

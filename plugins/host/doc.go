@@ -14,6 +14,9 @@
 //   - [Launch] starts the plugin in its own process group, with mutual TLS
 //     credentials made for that launch, and returns a [Client], itself a
 //     plugins.Stage whose replies are checked against the descriptor.
+//   - [PluginSource] finds the Go source of a plugin that is not built yet
+//     (plugins/NAME or examples/plugins/NAME next to the spec), so that
+//     validation can say which `go build` to run ([BuildCommand]).
 //   - [Catalog] puts these together for the engine: it is the spec.Catalog
 //     that validation asks what a stage declares, and the
 //     pipeline.Launcher that starts a stage's plugin during a run.

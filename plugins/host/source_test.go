@@ -1,0 +1,107 @@
+package host
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/spec"
+)
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPluginSource(t *testing.T) {
+	specDir := t.TempDir()
+	writeFile(t, filepath.Join(specDir, "plugins", "augment", "main.go"), "// Command augment.\n\n/* a\nblock */\npackage main\n")
+	writeFile(t, filepath.Join(specDir, "examples", "plugins", "shuffle", "main.go"), "package main // the stage\n")
+	writeFile(t, filepath.Join(specDir, "plugins", "acme", "tag", "tag.go"), "/* one line */ package main\n")
+	writeFile(t, filepath.Join(specDir, "plugins", "sdk", "sdk.go"), "// Package sdk is a library.\npackage sdk\n")
+	writeFile(t, filepath.Join(specDir, "plugins", "testonly", "main_test.go"), "package main\n")
+	writeFile(t, filepath.Join(specDir, "plugins", "nogo", "README.md"), "package main\n")
+	writeFile(t, filepath.Join(specDir, "plugins", "late", "main.go"), "import \"fmt\"\npackage main\n")
+
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"augment", filepath.Join(specDir, "plugins", "augment")},
+		{"shuffle", filepath.Join(specDir, "examples", "plugins", "shuffle")},
+		{"acme/tag", filepath.Join(specDir, "plugins", "acme", "tag")},
+		{"sdk", ""},      // a library, not a plugin
+		{"testonly", ""}, // only a test file says main
+		{"nogo", ""},     // no Go file
+		{"late", ""},     // no package clause before other code
+		{"augmnet", ""},  // a typo
+		{"../plugins/augment", ""},
+		{"Augment", ""}, // not a valid stage name
+	} {
+		got, ok := PluginSource(specDir, tc.name)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("PluginSource(%q) = %q, %v; want %q", tc.name, got, ok, tc.want)
+		}
+	}
+}
+
+func TestBuildCommand(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"cifar-augment", filepath.Join("examples", "plugins", "cifar-augment"),
+			"go build -o plugins/mspipe-stage-cifar-augment ./examples/plugins/cifar-augment"},
+		{"acme/tag", filepath.Join(wd, "plugins", "acme", "tag"),
+			"go build -o plugins/mspipe-stage-acme-tag ./plugins/acme/tag"},
+		{"up", filepath.Join(filepath.Dir(wd), "up"),
+			"go build -o plugins/mspipe-stage-up " + filepath.ToSlash(filepath.Join(filepath.Dir(wd), "up"))},
+	} {
+		if got := BuildCommand(tc.name, tc.src); got != tc.want {
+			t.Errorf("BuildCommand(%q, %q) = %q, want %q", tc.name, tc.src, got, tc.want)
+		}
+	}
+}
+
+// TestCatalogUnbuiltPlugin checks that a plugin whose source is next to the
+// spec but is not built is an error that says how to build it, unchecked
+// (a warning) after AllowUnbuilt, and that a name without a source stays
+// an unknown stage either way.
+func TestCatalogUnbuiltPlugin(t *testing.T) {
+	c, _ := testCatalog(t)
+	writeFile(t, filepath.Join(c.resolver.SpecDir, "plugins", "augment", "main.go"), "package main\n")
+	wantMsg := "plugin \"augment\" is not built: its source is " + filepath.Join(c.resolver.SpecDir, "plugins", "augment") +
+		" but there is no executable mspipe-stage-augment"
+	wantCmd := "`go build -o plugins/mspipe-stage-augment "
+
+	_, err := c.Stage("augment")
+	if err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), wantMsg) || !strings.Contains(err.Error(), wantCmd) {
+		t.Fatalf("unbuilt plugin, strict: err = %v; want an error containing %q and %q", err, wantMsg, wantCmd)
+	}
+
+	c2, _ := testCatalog(t)
+	writeFile(t, filepath.Join(c2.resolver.SpecDir, "plugins", "augment", "main.go"), "package main\n")
+	c2.AllowUnbuilt()
+	_, err = c2.Stage("augment")
+	if !errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), wantCmd) {
+		t.Errorf("unbuilt plugin, AllowUnbuilt: err = %v; want spec.ErrUnchecked with %q", err, wantCmd)
+	}
+	_, err = c2.Stage("augmnet")
+	if err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), `unknown stage "augmnet"`) {
+		t.Errorf("typo after AllowUnbuilt: err = %v; want an unknown stage error", err)
+	}
+	// A path is never taken for a name with a source.
+	_, err = c2.Stage("./plugins/augment")
+	if err == nil || errors.Is(err, spec.ErrUnchecked) {
+		t.Errorf("uses: ./plugins/augment (a directory) after AllowUnbuilt: err = %v; want an error", err)
+	}
+}
