@@ -2,14 +2,20 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -263,7 +269,8 @@ func mean(losses []stepEvent) float64 {
 // of starting over: the weights and the optimizer state cross the reshard
 // unchanged, the model evaluates the same before and after, the first
 // retrain loss is that of the trained model, not of an untrained one, and
-// the retrain ends at least as accurate as the training did.
+// the retrain ends at least as accurate as the training did; and the run's
+// report renders in headless Chromium with both trainings' loss curves.
 func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 	w := newWorkspace(t)
 	w.write("two-stage.yaml", shortenedTwoStage(t))
@@ -382,4 +389,85 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 			t.Errorf("retrain_scratch rank %d: saved global_step %d, want %d", rank, g, shortRetrainEpochs*shortStepsPerEpoch)
 		}
 	}
+
+	// The run's report renders in a browser with a loss curve for the
+	// training on each cluster: a line per rank, a vertex per step.
+	rep := w.run("report", id)
+	if rep.code != 0 {
+		t.Fatalf("report: exit %d\n%s", rep.code, rep.stderr)
+	}
+	page := filepath.Join(runDir, "report.html")
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks := map[string]int{"train": 8, "retrain": 4}
+	stepCounts := map[string]int{"train": shortEpochs * shortStepsPerEpoch, "retrain": shortRetrainEpochs * shortStepsPerEpoch}
+	checkLossCurves(t, "report.html", string(html), ranks, stepCounts)
+	chromium := findChromium()
+	if chromium == "" {
+		t.Log("SKIP of the browser check: no chromium found (.ci/run installs Debian's chromium; or set MSPIPE_CHROMIUM)")
+		return
+	}
+	checkLossCurves(t, "chromium's DOM", dumpDOM(t, chromium, page), ranks, stepCounts)
+}
+
+var (
+	lossChartRE = regexp.MustCompile(`(?s)<svg class="loss-chart" data-stage="([^"]+)".*?</svg>`)
+	polylineRE  = regexp.MustCompile(`<polyline class="curve loss" data-rank="(\d+)"[^>]*points="([^"]*)"`)
+)
+
+// checkLossCurves checks that html has, for each stage of ranks, a loss
+// chart with one polyline per rank of steps[stage] vertices.
+func checkLossCurves(t *testing.T, what, html string, ranks, steps map[string]int) {
+	t.Helper()
+	found := map[string]map[int]int{}
+	for _, chart := range lossChartRE.FindAllStringSubmatch(html, -1) {
+		found[chart[1]] = map[int]int{}
+		for _, pl := range polylineRE.FindAllStringSubmatch(chart[0], -1) {
+			rank, _ := strconv.Atoi(pl[1])
+			found[chart[1]][rank] = len(strings.Fields(pl[2]))
+		}
+	}
+	for stage, n := range ranks {
+		if len(found[stage]) != n {
+			t.Errorf("%s: %d loss lines for stage %s, want one per rank (%d)", what, len(found[stage]), stage, n)
+		}
+		for rank, points := range found[stage] {
+			if points != steps[stage] {
+				t.Errorf("%s: stage %s rank %d's loss line has %d points, want %d (one per step)", what, stage, rank, points, steps[stage])
+			}
+		}
+	}
+}
+
+// findChromium returns $MSPIPE_CHROMIUM, Debian's /usr/bin/chromium, or a
+// chromium on PATH; "" when there is none.
+func findChromium() string {
+	if p := os.Getenv("MSPIPE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// dumpDOM renders page in headless Chromium (its own profile, no network
+// services) and returns the DOM it built.
+func dumpDOM(t *testing.T, chromium, page string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+page)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s --dump-dom: %v\n%s", chromium, err, stderr.String())
+	}
+	return stdout.String()
 }
