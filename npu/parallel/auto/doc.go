@@ -24,8 +24,10 @@
 //   - communication: a ring AllReduce (2(g−1)/g·bytes, plus a latency) of
 //     a partial output (a split contraction dimension), of a partial input
 //     gradient, and of the parameter gradients of each reduction group
-//     (fused into one call; the data-parallel gradient AllReduce is the
-//     case where the group is every device); and the redistribution of the
+//     (fused into one call per operator, a latency each, where a trainer
+//     reducing one flat buffer pays one per step; the data-parallel
+//     gradient AllReduce is the case where the group is every device);
+//     and the redistribution of the
 //     input from the previous operator's output layout, forward and
 //     backward: the bytes each rank must receive, from the intersections
 //     of its new box with the boxes of the old layout (AllGather, split and
