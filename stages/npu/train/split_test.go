@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -129,4 +130,50 @@ func TestWideNetFitsOnlySplit(t *testing.T) {
 		t.Errorf("rank 5's fc.weight slice %v, want [3072 512]", w.Dims)
 	}
 	t.Logf("semi_auto_parallel on 8 devices: peak %d bytes per device", peak)
+}
+
+// TestRetriedSplitStageResumes kills rank 1 of a 2-device semi_auto_parallel
+// job after its step-12 line: rank 0 has written the integrated checkpoint
+// of step 10 (integrated_save, MindSpore's default: rank 0 writes whole
+// tensors, rank 1 none). Attempt 2 must resume every rank from rank 0's
+// checkpoint, each cutting its own slice of the whole tensors, and end with
+// the bits of an uninterrupted run.
+func TestRetriedSplitStageResumes(t *testing.T) {
+	dataDir := synthData(t, 24) // 120 images: 15 steps of 8 per epoch
+	with := withBlock(dataDir, map[string]any{
+		"mode": "semi_auto_parallel", "model": "semi_auto_net", "epochs": 2, "save_checkpoint_steps": 5, "log_steps": 1,
+		"strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}, "collective_timeout": "10s",
+	})
+	whole := t.TempDir()
+	mustRun(t, whole, 2, with)
+	want := readTensors(t, lastCheckpoint(t, whole, 0))
+
+	jobDir := t.TempDir()
+	t.Setenv(crashAtEnv, "epoch: 1 step: 12,")
+	first := runStage(t.Context(), jobDir, 2, 1, with)
+	os.Unsetenv(crashAtEnv)
+	if first.err == nil {
+		t.Fatal("attempt 1 succeeded, but a rank was killed at step 12")
+	}
+	if left := filepath.Base(lastCheckpoint(t, jobDir, 0)); left != "CKP-1_10.ckpt" {
+		t.Fatalf("attempt 1 left %s on rank 0, want CKP-1_10.ckpt", left)
+	}
+	second := runStage(t.Context(), jobDir, 2, 2, with)
+	if second.err != nil {
+		t.Fatalf("attempt 2: %v", second.err)
+	}
+	for r := 0; r < 2; r++ {
+		if from := filepath.Base(workerResult(t, jobDir, r).ResumedFrom); from != "CKP-1_10.ckpt" {
+			t.Errorf("rank %d resumed from %q, want rank 0's CKP-1_10.ckpt", r, workerResult(t, jobDir, r).ResumedFrom)
+		}
+	}
+	got := readTensors(t, lastCheckpoint(t, jobDir, 0))
+	if len(got) != len(want) {
+		t.Errorf("%d tensors after the retry, %d uninterrupted", len(got), len(want))
+	}
+	for _, name := range sortedNames(want) {
+		if !bytes.Equal(got[name].Data, want[name].Data) {
+			t.Errorf("%s differs from the uninterrupted run's (resuming must be bit-identical)", name)
+		}
+	}
 }
