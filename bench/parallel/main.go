@@ -146,6 +146,14 @@ func (c *timedComm) Exchange(ctx context.Context, send, recv [][]float32) error 
 	return c.Comm.Exchange(ctx, send, recv)
 }
 
+// AllReduce is what the engine reduces whole-job gradient buckets with
+// (through shared memory on one host).
+func (c *timedComm) AllReduce(ctx context.Context, buf []float32, op collective.Op) error {
+	began := time.Now()
+	defer func() { c.spent.Add(int64(time.Since(began))) }()
+	return c.Comm.AllReduce(ctx, buf, op)
+}
+
 func (c *timedComm) GroupAllReduce(ctx context.Context, buf []float32, op collective.Op, group []int) error {
 	began := time.Now()
 	defer func() { c.spent.Add(int64(time.Since(began))) }()

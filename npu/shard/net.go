@@ -223,7 +223,9 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		for _, e := range b.entries {
 			size += e.p.Value.Len()
 		}
-		b.buf = make([]float32, size)
+		if err := n.allocBucket(b, size); err != nil {
+			return err
+		}
 		packed += int64(size)
 	}
 	for _, p := range n.params {

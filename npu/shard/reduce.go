@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/nn"
@@ -26,6 +27,47 @@ type bucket struct {
 	group   []int  // this rank's part of it
 	entries []paramReduce
 	buf     []float32
+	// whole marks a bucket reduced over every rank through the
+	// communicator's own AllReduce, on memory it allocated (shared memory
+	// within a host), instead of GroupAllReduce's point-to-point frames.
+	whole bool
+}
+
+// wholeJobReducer is a communicator that also reduces over every rank in
+// memory it provides, as *collective.Comm does: with the shared-memory
+// transport, an AllReduce of a buffer from Alloc reads the other ranks'
+// buffers in place. Its sum runs in rank order, the order GroupAllReduce
+// uses, so the bits are the same either way.
+type wholeJobReducer interface {
+	Alloc(ctx context.Context, count int) ([]float32, error)
+	AllReduce(ctx context.Context, buf []float32, op collective.Op) error
+}
+
+// wholeReducer returns the job's communicator when it can reduce over
+// every rank itself.
+func (n *Net) wholeReducer() (wholeJobReducer, bool) {
+	if n.comm == nil {
+		return nil, false
+	}
+	r, ok := n.comm.Comm.(wholeJobReducer)
+	return r, ok
+}
+
+// allocBucket gives b its buffer: from the communicator when b spans every
+// rank and the communicator can reduce over all of them itself (Alloc is
+// a collective: every rank makes the same calls, since every rank has the
+// same whole-job buckets in the same order), ordinary memory otherwise.
+func (n *Net) allocBucket(b *bucket, size int) error {
+	if r, ok := n.wholeReducer(); ok && n.cfg.Devices > 1 && len(b.group) == n.cfg.Devices {
+		buf, err := r.Alloc(context.Background(), size)
+		if err != nil {
+			return fmt.Errorf("gradient buffer over all %d ranks: %w", n.cfg.Devices, err)
+		}
+		b.buf, b.whole = buf, true
+		return nil
+	}
+	b.buf = make([]float32, size)
+	return nil
 }
 
 // partition returns rank's group of the ranks that hold what it holds of l
@@ -70,7 +112,15 @@ func (n *Net) reduceParams(ctx context.Context) error {
 		for _, e := range b.entries {
 			off += copy(b.buf[off:], e.values())
 		}
-		if err := n.cfg.Comm.GroupAllReduce(ctx, b.buf, collective.Sum, b.group); err != nil {
+		var err error
+		if r, _ := n.wholeReducer(); b.whole {
+			began := time.Now()
+			err = r.AllReduce(ctx, b.buf, collective.Sum)
+			n.comm.count(began)
+		} else {
+			err = n.cfg.Comm.GroupAllReduce(ctx, b.buf, collective.Sum, b.group)
+		}
+		if err != nil {
 			return fmt.Errorf("parameter reduction over ranks %v: %w", b.group, err)
 		}
 		off = 0
