@@ -303,7 +303,7 @@ func (n *Net) buildLayer(o opDef, ol *parallel.OpLayout) (nn.Layer, error) {
 			return nil, fmt.Errorf("operator %s: parameter %s has shape %v, its slice %v", o.spec.Name, p.Name, p.Shape(), boxes[k].Shape)
 		}
 		src := fullParams[k]
-		copyBox(p.Value.Data(), p.Shape(), nil, src.Value.Data(), src.Shape(), boxes[k].Offset, boxes[k].Shape)
+		parallel.CopyBox(p.Value.Data(), p.Shape(), nil, src.Value.Data(), src.Shape(), boxes[k].Offset, boxes[k].Shape)
 	}
 	return layer, nil
 }
@@ -390,7 +390,7 @@ func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error
 		off := 0
 		for _, pt := range parts[r] {
 			shape := n.layouts[pt.name].Shape
-			copyBox(out[pt.name], shape, pt.box.Offset, recv[r][off:], pt.box.Shape, nil, pt.box.Shape)
+			parallel.CopyBox(out[pt.name], shape, pt.box.Offset, recv[r][off:], pt.box.Shape, nil, pt.box.Shape)
 			off += volume(pt.box.Shape)
 		}
 	}

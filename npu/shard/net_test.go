@@ -154,7 +154,7 @@ func checkReplicas(t *testing.T, res *run) {
 				t.Fatal(err)
 			}
 			want := make([]float32, volume(b.Shape))
-			copyBox(want, b.Shape, nil, res.gathered[p.Name], l.Shape, b.Offset, b.Shape)
+			parallel.CopyBox(want, b.Shape, nil, res.gathered[p.Name], l.Shape, b.Offset, b.Shape)
 			for i, v := range p.Value.Data() {
 				if math.Float32bits(v) != math.Float32bits(want[i]) {
 					t.Fatalf("rank %d %s[%d] = %v, the gathered value (from its lowest holder) is %v", r, p.Name, i, v, want[i])

@@ -31,7 +31,7 @@ func boxOf(t *testing.T, whole []float32, l parallel.Layout, rank int) []float32
 		t.Fatal(err)
 	}
 	out := make([]float32, volume(b.Shape))
-	copyBox(out, b.Shape, nil, whole, l.Shape, b.Offset, b.Shape)
+	parallel.CopyBox(out, b.Shape, nil, whole, l.Shape, b.Offset, b.Shape)
 	return out
 }
 

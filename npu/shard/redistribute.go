@@ -142,12 +142,12 @@ func (p *plan) run(ctx context.Context, comm Comm, src *tensor.Tensor) (*tensor.
 	for q, pieces := range p.send {
 		off := 0
 		for _, pc := range pieces {
-			copyBox(p.sendBuf[q][off:], pc.shape, nil, s, p.srcShape, pc.from, pc.shape)
+			parallel.CopyBox(p.sendBuf[q][off:], pc.shape, nil, s, p.srcShape, pc.from, pc.shape)
 			off += volume(pc.shape)
 		}
 	}
 	for _, pc := range p.local {
-		copyBox(d, p.dstShape, pc.to, s, p.srcShape, pc.from, pc.shape)
+		parallel.CopyBox(d, p.dstShape, pc.to, s, p.srcShape, pc.from, pc.shape)
 	}
 	if err := comm.Exchange(ctx, p.sendBuf, p.recvBuf); err != nil {
 		return nil, fmt.Errorf("redistribute: %w", err)
@@ -155,7 +155,7 @@ func (p *plan) run(ctx context.Context, comm Comm, src *tensor.Tensor) (*tensor.
 	for q, pieces := range p.recv {
 		off := 0
 		for _, pc := range pieces {
-			copyBox(d, p.dstShape, pc.to, p.recvBuf[q][off:], pc.shape, nil, pc.shape)
+			parallel.CopyBox(d, p.dstShape, pc.to, p.recvBuf[q][off:], pc.shape, nil, pc.shape)
 			off += volume(pc.shape)
 		}
 	}

@@ -59,7 +59,7 @@ func TestRedistributeBetweenLayouts(t *testing.T) {
 							if err != nil {
 								return err
 							}
-							copyBox(src.Data(), b.Shape, nil, whole, shape, b.Offset, b.Shape)
+							parallel.CopyBox(src.Data(), b.Shape, nil, whole, shape, b.Offset, b.Shape)
 							got, err := p.run(context.Background(), comms[r], src)
 							if err != nil {
 								return err
@@ -69,7 +69,7 @@ func TestRedistributeBetweenLayouts(t *testing.T) {
 								return fmt.Errorf("slice %v, want %v", got.Shape(), want.Shape)
 							}
 							exp := make([]float32, volume(want.Shape))
-							copyBox(exp, want.Shape, nil, whole, shape, want.Offset, want.Shape)
+							parallel.CopyBox(exp, want.Shape, nil, whole, shape, want.Offset, want.Shape)
 							for i, v := range got.Data() {
 								if math.Float32bits(v) != math.Float32bits(exp[i]) {
 									return fmt.Errorf("element %d is %v, want %v", i, v, exp[i])

@@ -78,46 +78,12 @@ func trimMoments(name string) (string, bool) {
 
 // sliceOf copies the part of a whole tensor that box covers into dst.
 func sliceOf(whole []float32, shape []int, box parallel.Box, dst []float32) {
-	walkBox(shape, box, func(wholeOff, boxOff, n int) {
-		copy(dst[boxOff:boxOff+n], whole[wholeOff:wholeOff+n])
-	})
+	parallel.CopyBox(dst, box.Shape, nil, whole, shape, box.Offset, box.Shape)
 }
 
 // placeSlice copies src, the box's part, into its place in whole.
 func placeSlice(whole []float32, shape []int, box parallel.Box, src []float32) {
-	walkBox(shape, box, func(wholeOff, boxOff, n int) {
-		copy(whole[wholeOff:wholeOff+n], src[boxOff:boxOff+n])
-	})
-}
-
-// walkBox calls f for every contiguous row of box within a row-major
-// tensor of the given shape: the row's offset in the whole tensor, in the
-// box, and its length.
-func walkBox(shape []int, box parallel.Box, f func(wholeOff, boxOff, n int)) {
-	dims := len(shape)
-	if dims == 0 {
-		f(0, 0, 1)
-		return
-	}
-	rows := 1
-	for k := 0; k < dims-1; k++ {
-		rows *= box.Shape[k]
-	}
-	n := box.Shape[dims-1]
-	idx := make([]int, dims-1)
-	for r := 0; r < rows; r++ {
-		off := 0
-		for k := 0; k < dims-1; k++ {
-			off = off*shape[k] + box.Offset[k] + idx[k]
-		}
-		f(off*shape[dims-1]+box.Offset[dims-1], r*n, n)
-		for k := dims - 2; k >= 0; k-- {
-			if idx[k]++; idx[k] < box.Shape[k] {
-				break
-			}
-			idx[k] = 0
-		}
-	}
+	parallel.CopyBox(whole, shape, box.Offset, src, box.Shape, nil, box.Shape)
 }
 
 // integratedSnapshot gathers every parameter and moment slice into whole

@@ -1,12 +1,14 @@
-package shard
+package parallel
 
-import "testing"
+import (
+	"testing"
+)
 
-// copyBox moves exactly the box: every element of a 3-D box lands where its
+// CopyBox moves exactly the box: every element of a 3-D box lands where its
 // indices say, in both directions, and nothing else is touched.
 func TestCopyBox(t *testing.T) {
 	shape := []int{4, 5, 6}
-	whole := make([]float32, volume(shape))
+	whole := make([]float32, shapeVolume(shape))
 	for i := range 4 {
 		for j := range 5 {
 			for k := range 6 {
@@ -15,8 +17,8 @@ func TestCopyBox(t *testing.T) {
 		}
 	}
 	off, ext := []int{1, 2, 3}, []int{2, 3, 2}
-	box := make([]float32, volume(ext))
-	copyBox(box, ext, nil, whole, shape, off, ext)
+	box := make([]float32, shapeVolume(ext))
+	CopyBox(box, ext, nil, whole, shape, off, ext)
 	for i := range ext[0] {
 		for j := range ext[1] {
 			for k := range ext[2] {
@@ -27,8 +29,8 @@ func TestCopyBox(t *testing.T) {
 			}
 		}
 	}
-	back := make([]float32, volume(shape))
-	copyBox(back, shape, off, box, ext, nil, ext)
+	back := make([]float32, shapeVolume(shape))
+	CopyBox(back, shape, off, box, ext, nil, ext)
 	n := 0
 	for idx, v := range back {
 		if v != 0 {
@@ -38,13 +40,21 @@ func TestCopyBox(t *testing.T) {
 			}
 		}
 	}
-	if n != volume(ext) { // every value of the box is at least 123
-		t.Errorf("%d elements written back, want %d", n, volume(ext))
+	if n != shapeVolume(ext) { // every value of the box is at least 123
+		t.Errorf("%d elements written back, want %d", n, shapeVolume(ext))
 	}
 	scalar := []float32{7}
 	dst := []float32{0}
-	copyBox(dst, nil, nil, scalar, nil, nil, nil)
+	CopyBox(dst, nil, nil, scalar, nil, nil, nil)
 	if dst[0] != 7 {
 		t.Errorf("scalar copied as %v", dst[0])
 	}
+}
+
+func shapeVolume(shape []int) int {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return n
 }
