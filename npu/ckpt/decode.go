@@ -280,24 +280,7 @@ func parseTensor(v *rawValue, body []byte) error {
 			return fmt.Errorf("unexpected field %d (wire type %d) in TensorProto: %w", num, typ, ErrFormat)
 		}
 	}
-	if !haveType {
-		return fmt.Errorf("missing tensor_type: %w", ErrFormat)
-	}
-	if !haveContent {
-		return fmt.Errorf("missing tensor_content: %w", ErrFormat)
-	}
-	if v.dtype == "str" {
-		return fmt.Errorf("string value (tensor_type \"str\", from append_info) is not supported: %w", ErrUnsupported)
-	}
-	if _, ok := DTypeSize(v.dtype); !ok {
-		return fmt.Errorf("%w %q", ErrDType, clip(v.dtype))
-	}
-	for _, d := range v.dims {
-		if d < 0 {
-			return fmt.Errorf("negative dim in %v: %w", v.dims, ErrShape)
-		}
-	}
-	return nil
+	return checkTensorHeader(haveType, haveContent, v.dtype, v.dims)
 }
 
 // mergeValues joins runs of consecutive Values with the same tag into one
@@ -426,4 +409,27 @@ func equalDims(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// checkTensorHeader checks what a TensorProto must hold once its fields
+// are read, for Decode and Index alike: a type and content, a supported
+// dtype, and no negative dim.
+func checkTensorHeader(haveType, haveContent bool, dtype string, dims []int64) error {
+	switch {
+	case !haveType:
+		return fmt.Errorf("missing tensor_type: %w", ErrFormat)
+	case !haveContent:
+		return fmt.Errorf("missing tensor_content: %w", ErrFormat)
+	case dtype == "str":
+		return fmt.Errorf("string value (tensor_type \"str\", from append_info) is not supported: %w", ErrUnsupported)
+	}
+	if _, ok := DTypeSize(dtype); !ok {
+		return fmt.Errorf("%w %q", ErrDType, clip(dtype))
+	}
+	for _, d := range dims {
+		if d < 0 {
+			return fmt.Errorf("negative dim in %v: %w", dims, ErrShape)
+		}
+	}
+	return nil
 }

@@ -365,23 +365,7 @@ func (s *indexScanner) tensor(v *indexedValue, start, end int64) error {
 		}
 		pos = next
 	}
-	switch {
-	case !haveType:
-		return fmt.Errorf("missing tensor_type: %w", ErrFormat)
-	case !haveContent:
-		return fmt.Errorf("missing tensor_content: %w", ErrFormat)
-	case v.dtype == "str":
-		return fmt.Errorf("string value (tensor_type \"str\", from append_info) is not supported: %w", ErrUnsupported)
-	}
-	if _, ok := DTypeSize(v.dtype); !ok {
-		return fmt.Errorf("%w %q", ErrDType, clip(v.dtype))
-	}
-	for _, d := range v.dims {
-		if d < 0 {
-			return fmt.Errorf("negative dim in %v: %w", v.dims, ErrShape)
-		}
-	}
-	return nil
+	return checkTensorHeader(haveType, haveContent, v.dtype, v.dims)
 }
 
 // joinIndexedValues joins runs of consecutive Values with the same tag into
