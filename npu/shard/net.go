@@ -3,7 +3,9 @@ package shard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mspipe/mspipe/npu/nn"
@@ -327,34 +329,54 @@ func (n *Net) OpLayouts() []*parallel.OpLayout { return n.main.layouts }
 // ranks), for integrated_save. All ranks call it. Each slice is sent by
 // the lowest rank holding it.
 func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error) {
+	values := make(map[string][]float32, len(n.params))
+	for _, p := range n.params {
+		values[p.Name] = p.Value.Data()
+	}
+	return n.GatherSlices(ctx, root, values)
+}
+
+// GatherSlices is Gather for any data laid out as the parameters are: this
+// rank's slice of each named tensor, a parameter or its optimizer moment
+// ("moments.<parameter>"), becomes the whole tensor on root (nil on the
+// other ranks). Each distinct slice travels once, from the lowest rank
+// holding it; every rank calls it with the same names.
+func (n *Net) GatherSlices(ctx context.Context, root int, local map[string][]float32) (map[string][]float32, error) {
 	d := n.cfg.Devices
 	if root < 0 || root >= d {
 		return nil, fmt.Errorf("%w: gather on rank %d of %d", ErrConfig, root, d)
+	}
+	names := slices.Sorted(maps.Keys(local))
+	layouts := make(map[string]parallel.Layout, len(names))
+	for _, name := range names {
+		l, ok := n.layouts[name]
+		if !ok {
+			l, ok = n.layouts[strings.TrimPrefix(name, "moments.")]
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: gather %s: no parameter has that name", ErrConfig, name)
+		}
+		layouts[name] = l
 	}
 	type part struct {
 		name string
 		box  parallel.Box
 	}
-	// parts[r] are the slices rank r sends, in parameter order.
+	// parts[r] are the slices rank r sends, in name order.
 	parts := make([][]part, d)
-	for _, p := range n.params {
-		l := n.layouts[p.Name]
+	for _, name := range names {
 		var seen []parallel.Box
 		for r := range d {
-			b, err := l.Box(r)
+			b, err := layouts[name].Box(r)
 			if err != nil {
-				return nil, fmt.Errorf("gather %s: %w", p.Name, err)
+				return nil, fmt.Errorf("gather %s: %w", name, err)
 			}
 			if slices.ContainsFunc(seen, func(s parallel.Box) bool { return slices.Equal(s.Offset, b.Offset) }) {
 				continue
 			}
 			seen = append(seen, b)
-			parts[r] = append(parts[r], part{p.Name, b})
+			parts[r] = append(parts[r], part{name, b})
 		}
-	}
-	byName := map[string]*nn.Param{}
-	for _, p := range n.params {
-		byName[p.Name] = p
 	}
 	send, recv := make([][]float32, d), make([][]float32, d)
 	size := 0
@@ -363,7 +385,10 @@ func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error
 	}
 	send[root] = make([]float32, 0, size)
 	for _, pt := range parts[n.cfg.Rank] {
-		send[root] = append(send[root], byName[pt.name].Value.Data()...)
+		if len(local[pt.name]) != volume(pt.box.Shape) {
+			return nil, fmt.Errorf("%w: gather %s: %d values, this rank's slice %v has %d", ErrConfig, pt.name, len(local[pt.name]), pt.box.Shape, volume(pt.box.Shape))
+		}
+		send[root] = append(send[root], local[pt.name]...)
 	}
 	if n.cfg.Rank == root {
 		for r := range d {
@@ -382,14 +407,14 @@ func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error
 	if n.cfg.Rank != root {
 		return nil, nil
 	}
-	out := map[string][]float32{}
-	for _, p := range n.params {
-		out[p.Name] = make([]float32, volume(n.layouts[p.Name].Shape))
+	out := make(map[string][]float32, len(names))
+	for _, name := range names {
+		out[name] = make([]float32, volume(layouts[name].Shape))
 	}
 	for r := range d {
 		off := 0
 		for _, pt := range parts[r] {
-			shape := n.layouts[pt.name].Shape
+			shape := layouts[pt.name].Shape
 			parallel.CopyBox(out[pt.name], shape, pt.box.Offset, recv[r][off:], pt.box.Shape, nil, pt.box.Shape)
 			off += volume(pt.box.Shape)
 		}

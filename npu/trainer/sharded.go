@@ -27,6 +27,10 @@ type ShardedNet interface {
 	Device() *nn.Device
 	// Layouts returns the whole-tensor layout of every parameter.
 	Layouts() map[string]parallel.Layout
+	// GatherSlices puts this rank's slices of the named parameters (or
+	// their moments, "moments.<parameter>") together into whole tensors on
+	// root, nil elsewhere; every rank calls it.
+	GatherSlices(ctx context.Context, root int, local map[string][]float32) (map[string][]float32, error)
 	Close()
 }
 
@@ -81,108 +85,43 @@ func sliceOf(whole []float32, shape []int, box parallel.Box, dst []float32) {
 	parallel.CopyBox(dst, box.Shape, nil, whole, shape, box.Offset, box.Shape)
 }
 
-// placeSlice copies src, the box's part, into its place in whole.
-func placeSlice(whole []float32, shape []int, box parallel.Box, src []float32) {
-	parallel.CopyBox(whole, shape, box.Offset, src, box.Shape, nil, box.Shape)
-}
-
 // integratedSnapshot gathers every parameter and moment slice into whole
-// tensors on rank 0 (integrated_save): each distinct slice is sent once, by
-// the lowest rank holding it. Rank 0 returns the checkpoint's tensors, the
-// others ckpt.ErrSkipSave once they have sent theirs.
-func integratedSnapshot(ctx context.Context, net *shardedNet, opt *optim.Momentum, exchange func(context.Context, [][]float32, [][]float32) error, rank int) ([]ckpt.Tensor, error) {
-	if exchange == nil {
-		return nil, fmt.Errorf("%w: integrated save of a sharded network needs the collective's Exchange", ErrConfig)
-	}
+// tensors on rank 0 (integrated_save). Rank 0 returns the checkpoint's
+// tensors, the others ckpt.ErrSkipSave once they have sent theirs.
+func integratedSnapshot(ctx context.Context, net *shardedNet, opt *optim.Momentum) ([]ckpt.Tensor, error) {
 	local, err := Snapshot(net, opt)
 	if err != nil {
 		return nil, err
 	}
 	layouts := net.Layouts()
-	devices := 0
-	for _, l := range layouts {
-		devices = l.Devices()
-		break
-	}
-	if devices == 0 {
-		return local, nil
-	}
-	// What each rank sends to rank 0, and what rank 0 receives from each,
-	// in tensor order.
-	type piece struct {
-		tensor int
-		box    parallel.Box
-	}
-	plan := make([][]piece, devices) // by sending rank
-	for i, t := range local {
-		l, ok := layoutOf(layouts, t.Name)
-		if !ok || t.DType != ckpt.DTypeFloat32 {
+	slices := map[string][]float32{}
+	for _, t := range local {
+		if _, ok := layoutOf(layouts, t.Name); !ok || t.DType != ckpt.DTypeFloat32 {
 			continue // replicated: rank 0's own copy is whole
 		}
-		seen := map[string]bool{}
-		for r := 0; r < devices; r++ {
-			box, err := l.Box(r)
-			if err != nil {
-				return nil, fmt.Errorf("integrated save: %s: %w", t.Name, err)
-			}
-			key := fmt.Sprint(box.Offset)
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			plan[r] = append(plan[r], piece{i, box})
-		}
-	}
-	send := make([][]float32, devices)
-	recv := make([][]float32, devices)
-	for _, p := range plan[rank] {
-		v, err := local[p.tensor].Float32s()
-		if err != nil {
+		if slices[t.Name], err = t.Float32s(); err != nil {
 			return nil, err
 		}
-		send[0] = append(send[0], v...)
 	}
-	if rank == 0 {
-		for r := range recv {
-			n := 0
-			for _, p := range plan[r] {
-				n += boxLen(p.box)
-			}
-			recv[r] = make([]float32, n)
-		}
+	whole, err := net.GatherSlices(ctx, 0, slices)
+	if err != nil {
+		return nil, fmt.Errorf("integrated save: %w", err)
 	}
-	if err := exchange(ctx, send, recv); err != nil {
-		return nil, fmt.Errorf("integrated save: gather the slices: %w", err)
-	}
-	if rank != 0 {
+	if whole == nil {
 		return nil, ckpt.ErrSkipSave
 	}
-	whole := map[int][]float32{}
-	for r := range plan {
-		off := 0
-		for _, p := range plan[r] {
-			l, _ := layoutOf(layouts, local[p.tensor].Name)
-			if whole[p.tensor] == nil {
-				whole[p.tensor] = make([]float32, shapeLen(l.Shape))
-			}
-			n := boxLen(p.box)
-			placeSlice(whole[p.tensor], l.Shape, p.box, recv[r][off:off+n])
-			off += n
-		}
-	}
-	out := slices.Clone(local)
-	for i, v := range whole {
-		l, _ := layoutOf(layouts, local[i].Name)
-		t, err := ckpt.NewFloat32(local[i].Name, dims64(l.Shape), v)
-		if err != nil {
-			return nil, err
-		}
+	out := make([]ckpt.Tensor, len(local))
+	for i, t := range local {
 		out[i] = t
+		if v, ok := whole[t.Name]; ok {
+			l, _ := layoutOf(layouts, t.Name)
+			if out[i], err = ckpt.NewFloat32(t.Name, dims64(l.Shape), v); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return out, nil
 }
-
-func boxLen(b parallel.Box) int { return shapeLen(b.Shape) }
 
 func shapeLen(shape []int) int {
 	n := 1

@@ -29,7 +29,7 @@ func TestSliceAndPlaceRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			part := make([]float32, boxLen(box))
+			part := make([]float32, shapeLen(box.Shape))
 			sliceOf(whole, l.Shape, box, part)
 			// The first element of the slice is the whole tensor's element
 			// at the box's offset.
@@ -40,7 +40,7 @@ func TestSliceAndPlaceRoundTrip(t *testing.T) {
 			if part[0] != whole[off] {
 				t.Fatalf("%v rank %d: slice starts with %v, want %v", l.TensorMap, r, part[0], whole[off])
 			}
-			placeSlice(back, l.Shape, box, part)
+			parallel.CopyBox(back, l.Shape, box.Offset, part, box.Shape, nil, box.Shape)
 		}
 		if !slices.Equal(back, whole) {
 			t.Errorf("layout %v %v: slices placed back differ from the whole tensor", l.DeviceMatrix, l.TensorMap)

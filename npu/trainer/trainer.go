@@ -101,15 +101,13 @@ type Config struct {
 	// of the given memory capacity, instead of a whole Model; the network
 	// does its own communication, so Reduce, AllocGrads and Broadcast must
 	// be nil. Checkpoints hold this rank's slices, or with IntegratedSave
-	// the whole tensors, gathered through Exchange and written by rank 0.
+	// the whole tensors, gathered by the network and written by rank 0.
 	Sharded func(memory int64) (ShardedNet, error)
 	// IntegratedSave is CheckpointConfig's integrated_save for a sharded
 	// network: rank 0 writes whole tensors (the other ranks write none).
 	IntegratedSave bool
-	// Exchange is the collective's AllToAllv, used to gather whole tensors
-	// for IntegratedSave; Rank is this rank.
-	Exchange func(ctx context.Context, send, recv [][]float32) error
-	Rank     int
+	// Rank is this rank: a whole checkpoint restores into its slices.
+	Rank int
 	// ResumeDir, when set, is where Resume looks for checkpoints instead
 	// of CkptDir: with IntegratedSave, every rank resumes from rank 0's.
 	ResumeDir string
@@ -400,7 +398,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(net, opt) }
 	if sn, ok := net.(*shardedNet); ok && cfg.IntegratedSave {
-		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, opt, cfg.Exchange, cfg.Rank) }
+		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, opt) }
 	}
 	began := time.Now()
 	epochBegan, epochSteps := began, 0

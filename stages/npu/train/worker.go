@@ -221,7 +221,7 @@ func wireEngine(cfg WorkerConfig, rank, size int, comm *collective.Comm, jobDir 
 	}
 	if comm != nil {
 		sc.Comm = comm
-		tc.Exchange, tc.Rank = comm.Exchange, rank
+		tc.Rank = rank
 	}
 	// The engine reduces the gradients itself.
 	tc.Reduce, tc.AllocGrads, tc.Broadcast = nil, nil, nil
