@@ -3,6 +3,7 @@ package train
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -40,6 +42,10 @@ const (
 const (
 	kindStep = "step" // a finished training step
 	kindLog  = "log"  // a line rank 0 printed to train.log0, for the console
+	// kindFailed carries the error a rank fails with. The rank prints it
+	// to train.log{i} too, but the log is on disk, and when the disk is
+	// full the line saying so is the one that cannot be written.
+	kindFailed = "failed"
 )
 
 // workerEvent is one line of the event stream.
@@ -80,6 +86,16 @@ func (e *eventWriter) step(s trainer.StepInfo) {
 		Loss: float64(s.Loss), LearningRate: float64(s.LearningRate), ImagesPerSecond: s.ImagesPerSec,
 		DeviceMemory: s.DeviceMemory, EpochEnd: s.StepInEpoch == s.StepsPerEpoch,
 	})
+}
+
+// fail sends the error the rank is failing with, unless a peer caused it
+// (the launcher names the rank at fault) or the launcher stopped the rank.
+func (e *eventWriter) fail(err error) {
+	var pe *collective.PeerError
+	if errors.As(err, &pe) || errors.Is(err, context.Canceled) {
+		return
+	}
+	e.send(workerEvent{Kind: kindFailed, Rank: e.rank, Message: err.Error()})
 }
 
 // Write sends each complete line of p as a log event, so that the rank's
@@ -126,9 +142,10 @@ func (e *eventWriter) send(ev workerEvent) {
 
 // relayEvents reads the event stream until EOF or a read error: steps
 // become step events (and rank 0's the loss metric), rank 0's log lines
-// log records. A line that is too long or not a valid event is skipped
+// log records; the error a rank failed with goes into failures (if not
+// nil), by rank. A line that is too long or not a valid event is skipped
 // with a warning. It returns the read error, nil at EOF.
-func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
+func relayEvents(r io.Reader, sc sdk.Context, ranks int, failures map[int]string) error {
 	rd := bufio.NewReaderSize(r, maxEventLine)
 	warnings, lineNo := 0, 0
 	warn := func(msg string) {
@@ -154,7 +171,7 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
 		}
 		if len(line) > 0 && !tooLong {
 			lineNo++
-			relayLine(bytes.TrimSpace(line), sc, ranks, warn)
+			relayLine(bytes.TrimSpace(line), sc, ranks, warn, failures)
 		}
 		tooLong = false
 		if err == io.EOF {
@@ -166,7 +183,7 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
 	}
 }
 
-func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
+func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string), failures map[int]string) {
 	if len(line) == 0 {
 		return
 	}
@@ -200,6 +217,10 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
 			sc.Metric("loss", ev.Loss, ev.GlobalStep)
 		}
 		sc.Step(st)
+	case kindFailed:
+		if failures != nil {
+			failures[ev.Rank] = ev.Message
+		}
 	default:
 		warn(fmt.Sprintf("unknown kind %q", ev.Kind))
 	}

@@ -2,12 +2,16 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -46,7 +50,7 @@ func TestEventStreamRoundTrip(t *testing.T) {
 	fmt.Fprintf(r1, "rank 1 talks too\n")
 
 	sc, got := collect()
-	if err := relayEvents(&pipe, sc, 2); err != nil {
+	if err := relayEvents(&pipe, sc, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	loss := float64(float32(2.0084016)) // the trainer's float32, widened
@@ -78,7 +82,7 @@ func TestEventStreamSkipsMalformedLines(t *testing.T) {
 		good,
 	}
 	sc, got := collect()
-	if err := relayEvents(strings.NewReader(strings.Join(lines, "\n")), sc, 2); err != nil {
+	if err := relayEvents(strings.NewReader(strings.Join(lines, "\n")), sc, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -143,7 +147,7 @@ func FuzzRelayEvents(f *testing.F) {
 				t.Errorf("relayed an invalid step %+v", e.Step)
 			}
 		})
-		if err := relayEvents(bytes.NewReader(stream), sc, 2); err != nil {
+		if err := relayEvents(bytes.NewReader(stream), sc, 2, nil); err != nil {
 			t.Fatal(err)
 		}
 		if warnings > maxEventWarnings+1 {
@@ -167,5 +171,36 @@ func TestEventStreamOnlyFromTheEnvironment(t *testing.T) {
 		if _, err := openEventStream(0); err == nil || !strings.Contains(err.Error(), "not an inherited file descriptor") {
 			t.Errorf("%s=%s: err %v", EnvEventFD, bad, err)
 		}
+	}
+}
+
+// A rank's own failure reaches the stage through the stream; a failure a
+// peer caused, or the launcher's stop, does not (the launcher names the
+// rank at fault), and neither becomes a log record or a step.
+func TestFailuresTravelOnTheStream(t *testing.T) {
+	var pipe bytes.Buffer
+	r0, r1, r2 := newEventWriter(&pipe, 0), newEventWriter(&pipe, 1), newEventWriter(&pipe, 2)
+	r0.fail(fmt.Errorf("gradient allreduce: %w", &collective.PeerError{Op: "allreduce", Rank: 1, Err: collective.ErrPeerClosed, Via: -1}))
+	r1.fail(errors.New("write checkpoint ckpt_1/CKP-1_10.ckpt: no space left on device"))
+	r2.fail(fmt.Errorf("train: %w", context.Canceled))
+	sc, got := collect()
+	failures := map[int]string{}
+	if err := relayEvents(&pipe, sc, 3, failures); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{1: "write checkpoint ckpt_1/CKP-1_10.ckpt: no space left on device"}
+	if !maps.Equal(failures, want) {
+		t.Errorf("failures %v, want %v", failures, want)
+	}
+	if len(*got) != 0 {
+		t.Errorf("relayed %v, want nothing", *got)
+	}
+	err := withReportedFailures(errors.New("rank failed: rank 1 (device 1) exit status 1"), failures)
+	if want := "rank failed: rank 1 (device 1) exit status 1; failed ranks reported: rank 1: write checkpoint ckpt_1/CKP-1_10.ckpt: no space left on device"; err.Error() != want {
+		t.Errorf("stage error %q, want %q", err, want)
+	}
+	quoted := errors.New("rank failed: rank 1 (device 1) exit status 1: mspipe: " + failures[1])
+	if err := withReportedFailures(quoted, failures); err != quoted {
+		t.Errorf("a failure the log tail already quotes was added again: %q", err)
 	}
 }

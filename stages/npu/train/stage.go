@@ -21,7 +21,9 @@
 // global step, loss, learning rate, images/s, device memory) as a JSON line
 // on a pipe the stage hands it (events.go), and the stage sends them on as
 // step events, rank 0's printed lines as log records. train.log{i} keeps
-// MindSpore's LossMonitor lines for people; nothing reads it back.
+// MindSpore's LossMonitor lines for people; nothing reads it back. A rank
+// that fails sends its error on the same pipe, so the stage's error says
+// why even when train.log{i} is on a full disk.
 //
 // BatchNorm in data_parallel keeps per-device statistics, as MindSpore does
 // by default: each device normalizes with its own batch's mean and variance
@@ -351,7 +353,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	defer events.Close()
 	relayed := make(chan error, 1)
-	go func() { relayed <- relayEvents(events, sc, devices) }()
+	failures := map[int]string{} // read once relayed has answered
+	go func() { relayed <- relayEvents(events, sc, devices, failures) }()
 	job := launch.Job{
 		Path: self, Args: []string{WorkerCommand, cfgPath},
 		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
@@ -384,7 +387,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		}
 	}
 	if runErr != nil {
-		return nil, runErr
+		return nil, withReportedFailures(runErr, failures)
 	}
 	results := make([]WorkerResult, devices)
 	ips := 0.0
@@ -412,6 +415,23 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		"peak_device_memory": peak,
 		"strategy":           strategyOutput(cfg.StrategyFile),
 	}, nil
+}
+
+// withReportedFailures adds to the launcher's error what failed ranks
+// reported on the event stream and the error does not already quote from
+// their logs: on a full disk, "no space left on device" is the line a log
+// may not have room for.
+func withReportedFailures(err error, failures map[int]string) error {
+	var missing []string
+	for _, rank := range slices.Sorted(maps.Keys(failures)) {
+		if msg := failures[rank]; !strings.Contains(err.Error(), msg) {
+			missing = append(missing, fmt.Sprintf("rank %d: %s", rank, msg))
+		}
+	}
+	if len(missing) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; failed ranks reported: %s", err, strings.Join(missing, "; "))
 }
 
 // defaultStrategyFile is the strategy file a split job writes in its work

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		if spec := os.Getenv(hangAtEnv); spec != "" {
 			hangAtLine(spec)
 		}
+		if os.Getenv(fullLogEnv) != "" {
+			logToFullDisk()
+		}
 		if result, ok := os.LookupEnv(brokenResultEnv); ok {
 			leaveBrokenResult(result)
 		}
@@ -133,6 +136,25 @@ func faultAtLine(spec string, fault func(stdout io.Writer)) {
 		_ = os.WriteFile(faultAtFile, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
 		fault(os.Stdout)
 	})
+}
+
+// fullLogEnv makes every rank of a job started by a test write its stdout
+// and stderr (train.log{i}) to /dev/full, where every write fails with
+// ENOSPC: a log on a full disk.
+const fullLogEnv = "NPU_TRAIN_TEST_FULL_LOG"
+
+func logToFullDisk() {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err == nil {
+		err = syscall.Dup2(int(full.Fd()), 1)
+	}
+	if err == nil {
+		err = syscall.Dup2(int(full.Fd()), 2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
 }
 
 // brokenResultEnv makes a rank process started by a test exit 0 at once,

@@ -28,7 +28,7 @@ import (
 // the current directory (device{rank}/), prints LossMonitor lines on
 // stdout (train.log{rank}), reports every step on the event stream and
 // writes result.json.
-func RunWorker(ctx context.Context, cfgPath string) error {
+func RunWorker(ctx context.Context, cfgPath string) (err error) {
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return fmt.Errorf("worker config: %w", err)
@@ -51,6 +51,13 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	events, err := openEventStream(rank)
 	if err != nil {
 		return err
+	}
+	if events != nil {
+		defer func() {
+			if err != nil {
+				events.fail(err)
+			}
+		}()
 	}
 	// train.log{rank} is for people; rank 0's lines also go to the stage,
 	// which shows them on the console.
