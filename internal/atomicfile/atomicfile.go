@@ -9,7 +9,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
+
+// tempInfix separates the target's name from the random digits in the name
+// of a temporary file: .{name}.tmp-{digits}.
+const tempInfix = ".tmp-"
 
 // WriteFile atomically replaces path with data, created with mode perm.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
@@ -23,7 +28,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // an error, the target is left untouched and the temporary file is removed.
 func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempInfix+"*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -61,4 +66,37 @@ func syncDir(dir string) error {
 	defer d.Close()
 	_ = d.Sync()
 	return nil
+}
+
+// Leftovers lists the temporary files in dir of writes whose process died
+// before the rename (a killed write; a failed one removes its own), for
+// the targets whose base name wanted accepts. Nothing reads them, but each
+// holds the space of a whole file. Removing one is safe only when no
+// process is writing that target now.
+func Leftovers(dir string, wanted func(target string) bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list temporary files: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		i := strings.LastIndex(name, tempInfix)
+		if !strings.HasPrefix(name, ".") || i < 1 || !e.Type().IsRegular() || !allDigits(name[i+len(tempInfix):]) {
+			continue
+		}
+		if wanted(name[1:i]) {
+			out = append(out, filepath.Join(dir, name))
+		}
+	}
+	return out, nil
+}
+
+func allDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

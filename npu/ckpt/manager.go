@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/mspipe/mspipe/internal/atomicfile"
 )
 
 // DefaultPrefix is ModelCheckpoint's default file name prefix.
@@ -55,7 +57,8 @@ type ModelCheckpoint struct {
 // NewModelCheckpoint prepares checkpointing into dir (created if missing)
 // with the given prefix ("" means DefaultPrefix). Unless cfg.ReusePrefix is
 // set, the prefix is changed as MindSpore does when dir already holds files
-// of it (see ResolvePrefix).
+// of it (see ResolvePrefix). It removes what saves of the prefix killed
+// before their rename left in dir (temporary files no reader takes).
 func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpoint, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -85,6 +88,9 @@ func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpo
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoint directory: %w", err)
 	}
+	if err := removeKilledSaves(dir, prefix); err != nil {
+		return nil, err
+	}
 	if !cfg.ReusePrefix {
 		p, err := ResolvePrefix(dir, prefix)
 		if err != nil {
@@ -93,6 +99,31 @@ func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpo
 		m.prefix = p
 	}
 	return m, nil
+}
+
+// removeKilledSaves deletes the temporary files that saves of the prefix's
+// series (prefix, prefix_1, ...) left in dir when their process was killed
+// before the rename. No reader takes them for checkpoints, but each holds
+// the space of one; a new ModelCheckpoint is the series' only writer now.
+func removeKilledSaves(dir, prefix string) error {
+	stale, err := atomicfile.Leftovers(dir, func(target string) bool {
+		p, _, _, ok := ParseFileName(target)
+		if !ok || p == prefix {
+			return ok
+		}
+		n, found := strings.CutPrefix(p, prefix+"_")
+		_, digits := atoiDigits(n)
+		return found && digits
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint directory: %w", err)
+	}
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove what a killed save left: %w", err)
+		}
+	}
+	return nil
 }
 
 // Prefix returns the prefix in use, after any renaming.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -281,5 +282,32 @@ func TestParseFileName(t *testing.T) {
 		if p != tc.prefix || e != tc.epoch || s != tc.step || ok != tc.ok {
 			t.Fatalf("ParseFileName(%q) = %q %d %d %v, want %q %d %d %v", tc.name, p, e, s, ok, tc.prefix, tc.epoch, tc.step, tc.ok)
 		}
+	}
+}
+
+// A save killed before its rename leaves a temporary file: the next
+// ModelCheckpoint of the series removes it (it holds a checkpoint's worth
+// of disk), and leaves other series' files and everything else alone.
+func TestModelCheckpointRemovesKilledSaves(t *testing.T) {
+	dir := t.TempDir()
+	killed := []string{".CKP-1_10.ckpt.tmp-123", ".CKP_2-3_5.ckpt.tmp-4"}
+	kept := []string{".OTHER-1_10.ckpt.tmp-5", ".CKP_x-1_1.ckpt.tmp-6", "CKP-1_5.ckpt", "notes.txt"}
+	for _, name := range append(slices.Clone(killed), kept...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := NewModelCheckpoint("", dir, CheckpointConfig{ReusePrefix: true}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := slices.Clone(kept)
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
 	}
 }

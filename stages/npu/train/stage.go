@@ -417,21 +417,22 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}, nil
 }
 
-// withReportedFailures adds to the launcher's error what failed ranks
-// reported on the event stream and the error does not already quote from
-// their logs: on a full disk, "no space left on device" is the line a log
-// may not have room for.
+// withReportedFailures adds to the launcher's error what the failed ranks
+// reported on the event stream, unless the error already quotes one of
+// those reports from a log: on a full disk, "no space left on device" is
+// the line a log may have no room for.
 func withReportedFailures(err error, failures map[int]string) error {
-	var missing []string
+	var reports []string
 	for _, rank := range slices.Sorted(maps.Keys(failures)) {
-		if msg := failures[rank]; !strings.Contains(err.Error(), msg) {
-			missing = append(missing, fmt.Sprintf("rank %d: %s", rank, msg))
+		if strings.Contains(err.Error(), failures[rank]) {
+			return err
 		}
+		reports = append(reports, fmt.Sprintf("rank %d: %s", rank, failures[rank]))
 	}
-	if len(missing) == 0 {
+	if len(reports) == 0 {
 		return err
 	}
-	return fmt.Errorf("%w; failed ranks reported: %s", err, strings.Join(missing, "; "))
+	return fmt.Errorf("%w; failed ranks reported: %s", err, strings.Join(reports, "; "))
 }
 
 // defaultStrategyFile is the strategy file a split job writes in its work
