@@ -371,6 +371,9 @@ func TestKilledRankFailsStageAndResumeIsBitIdentical(t *testing.T) {
 					t.Logf("rank %d: %s", r, b.Error)
 				}
 			}
+			if left := shmFilesOf(t, stageDir); len(left) > 0 {
+				t.Errorf("shared memory files left: %v", left)
+			}
 			requireSoundCheckpoints(t, dir)
 			resumeAndCompare(t, w, id, tc.job.devices, want)
 		})
@@ -475,6 +478,9 @@ func TestKilledMspipeWhileSavingLeavesNothingTorn(t *testing.T) {
 			t.Logf("killed as rank 0 began %s, after %d whole checkpoint(s); every process was gone %.2fs later",
 				writing, saved, time.Since(killed).Seconds())
 
+			if left := shmFilesOf(t, filepath.Join(dir, "stages", "train")); len(left) > 0 {
+				t.Errorf("shared memory files left: %v", left)
+			}
 			n, unfinished := requireSoundCheckpoints(t, dir)
 			_, err := os.Stat(filepath.Join(ckptDir, writing))
 			t.Logf("%d checkpoints on disk, all whole with matching CRC; %d unfinished temporary file(s); rank 0's write finished: %v",
@@ -570,6 +576,10 @@ func TestFullDiskFailsNamingTheFileAndResumeContinues(t *testing.T) {
 	t.Logf("train stage: %s", train.Reason)
 	if st.Status != "failed" || train.Status != "failed" || !strings.Contains(train.Reason, noSpace) || !strings.Contains(train.Reason, "ckpt_") {
 		t.Errorf("run.json: run %s, train %s: %q; want failed, saying %q and naming the checkpoint", st.Status, train.Status, train.Reason, noSpace)
+	}
+	var saved struct{ Error string }
+	if data, err := os.ReadFile(filepath.Join(dir, "run.json")); err != nil || json.Unmarshal(data, &saved) != nil || !strings.Contains(saved.Error, noSpace) {
+		t.Errorf("run.json's error %q (%v) does not say %q", saved.Error, err, noSpace)
 	}
 	n, _ := requireSoundCheckpoints(t, dir)
 	if n < dataParallelJob.devices {
