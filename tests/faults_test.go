@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -59,15 +60,15 @@ stages:
 `, j.devices, j.images, j.devices, j.train)
 }
 
-// uninterruptedRuns keeps the checkpoints of each job's uninterrupted run
+// uninterruptedRunFiles keeps the checkpoints of each job's uninterrupted run
 // for the tests that break the same job.
-var uninterruptedRuns = map[faultJob]map[string][]byte{}
+var uninterruptedRunFiles = map[faultJob]map[string][]byte{}
 
-// uninterrupted runs job to its end in a workspace of its own (once per
+// uninterruptedCheckpoints runs job to its end in a workspace of its own (once per
 // test binary) and returns the checkpoints of its train stage.
-func uninterrupted(t *testing.T, job faultJob) map[string][]byte {
+func uninterruptedCheckpoints(t *testing.T, job faultJob) map[string][]byte {
 	t.Helper()
-	if files, ok := uninterruptedRuns[job]; ok {
+	if files, ok := uninterruptedRunFiles[job]; ok {
 		return files
 	}
 	w := newWorkspace(t)
@@ -76,23 +77,23 @@ func uninterrupted(t *testing.T, job faultJob) map[string][]byte {
 	if r.code != 0 {
 		t.Fatalf("uninterrupted run: exit %d\n%s", r.code, r.stderr)
 	}
-	files := checkpointFiles(t, filepath.Join(w.dir, "runs", strings.TrimSpace(r.stdout), "stages", "train"))
-	uninterruptedRuns[job] = files
+	files := stageCheckpointFiles(t, filepath.Join(w.dir, "runs", strings.TrimSpace(r.stdout), "stages", "train"))
+	uninterruptedRunFiles[job] = files
 	return files
 }
 
-// background is an `mspipe` command running while the test breaks it.
-type background struct {
+// backgroundRun is an `mspipe` command running while the test breaks it.
+type backgroundRun struct {
 	cmd            *exec.Cmd
 	stdout, stderr bytes.Buffer
 	exited         chan struct{}
 }
 
-func (w *workspace) start(args ...string) *background {
+func (w *workspace) startInBackground(args ...string) *backgroundRun {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	w.t.Cleanup(cancel)
-	b := &background{cmd: w.command(ctx, args...), exited: make(chan struct{})}
+	b := &backgroundRun{cmd: w.command(ctx, args...), exited: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.stdout, &b.stderr
 	if err := b.cmd.Start(); err != nil {
 		w.t.Fatal(err)
@@ -103,13 +104,13 @@ func (w *workspace) start(args ...string) *background {
 }
 
 // wait waits for the command and returns its exit code.
-func (b *background) wait() int {
+func (b *backgroundRun) wait() int {
 	<-b.exited
 	return b.cmd.ProcessState.ExitCode()
 }
 
-// runDir waits for the one run directory of the workspace.
-func (w *workspace) runDir() (id, dir string) {
+// waitRunDir waits for the one run directory of the workspace.
+func (w *workspace) waitRunDir() (id, dir string) {
 	w.t.Helper()
 	waitFor(w.t, "the run directory", func() bool {
 		entries, _ := os.ReadDir(filepath.Join(w.dir, "runs"))
@@ -123,17 +124,17 @@ func (w *workspace) runDir() (id, dir string) {
 	return id, filepath.Join(w.dir, "runs", id)
 }
 
-// trainStep is a step event of the train stage in events.jsonl.
-type trainStep struct {
+// faultStepEvent is a step event of the train stage in events.jsonl.
+type faultStepEvent struct {
 	Stage      string `json:"stage"`
 	Event      string `json:"event"`
 	Rank       int    `json:"rank"`
 	GlobalStep int    `json:"global_step"`
 }
 
-// waitStep follows events.jsonl of the run in dir until rank reports a
+// waitRankStep follows events.jsonl of the run in dir until rank reports a
 // finished global step of at least step, and returns that step.
-func waitStep(t *testing.T, dir string, rank, step int, b *background) int {
+func waitRankStep(t *testing.T, dir string, rank, step int, b *backgroundRun) int {
 	t.Helper()
 	var offset int64
 	deadline := time.Now().Add(time.Minute)
@@ -152,7 +153,7 @@ func waitStep(t *testing.T, dir string, rank, step int, b *background) int {
 		sc := bufio.NewScanner(bytes.NewReader(data[offset:end]))
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			var ev trainStep
+			var ev faultStepEvent
 			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Stage == "train" && ev.Event == "step" && ev.Rank == rank && ev.GlobalStep >= step {
 				return ev.GlobalStep
 			}
@@ -163,9 +164,9 @@ func waitStep(t *testing.T, dir string, rank, step int, b *background) int {
 	return 0
 }
 
-// checkpointFiles reads every .ckpt of a train stage's directory, by path
+// stageCheckpointFiles reads every .ckpt of a train stage's directory, by path
 // relative to it (device{i}/ckpt_{i}/CKP-{epoch}_{step}.ckpt).
-func checkpointFiles(t *testing.T, stageDir string) map[string][]byte {
+func stageCheckpointFiles(t *testing.T, stageDir string) map[string][]byte {
 	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(stageDir, "device*", "ckpt_*", "*.ckpt"))
 	if err != nil || len(paths) == 0 {
@@ -252,19 +253,19 @@ func requireSoundCheckpoints(t *testing.T, dir string) (checkpoints, others int)
 	return checkpoints, others
 }
 
-// resultJSON is the part of a rank's result.json the tests read.
-type resultJSON struct {
+// rankResult is the part of a rank's result.json the tests read.
+type rankResult struct {
 	GlobalStep  int    `json:"global_step"`
 	ResumedFrom string `json:"resumed_from"`
 }
 
-func readResult(t *testing.T, stageDir string, rank int) resultJSON {
+func readRankResult(t *testing.T, stageDir string, rank int) rankResult {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(stageDir, fmt.Sprintf("device%d", rank), "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r resultJSON
+	var r rankResult
 	if err := json.Unmarshal(data, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func resumeAndCompare(t *testing.T, w *workspace, id string, devices int, want m
 	}
 	stageDir := filepath.Join(w.dir, "runs", id, "stages", "train")
 	for rank := range devices {
-		res := readResult(t, stageDir, rank)
+		res := readRankResult(t, stageDir, rank)
 		if res.ResumedFrom == "" {
 			t.Errorf("rank %d started afresh: resume must continue from the last checkpoint", rank)
 		}
@@ -297,7 +298,7 @@ func resumeAndCompare(t *testing.T, w *workspace, id string, devices int, want m
 	if left := w.waitNoProcesses(5 * time.Second); len(left) > 0 {
 		t.Errorf("processes left after resume: %s", describe(left))
 	}
-	requireSameCheckpoints(t, checkpointFiles(t, stageDir), want)
+	requireSameCheckpoints(t, stageCheckpointFiles(t, stageDir), want)
 }
 
 // TestKilledRankFailsStageAndResumeIsBitIdentical kills one rank with
@@ -317,12 +318,12 @@ func TestKilledRankFailsStageAndResumeIsBitIdentical(t *testing.T) {
 		{"semi_auto_parallel", splitJob, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want := uninterrupted(t, tc.job)
+			want := uninterruptedCheckpoints(t, tc.job)
 			w := newWorkspace(t)
 			w.write("job.yaml", tc.job.spec())
-			run := w.start("run", "job.yaml")
-			id, dir := w.runDir()
-			step := waitStep(t, dir, tc.victim, 7, run)
+			run := w.startInBackground("run", "job.yaml")
+			id, dir := w.waitRunDir()
+			step := waitRankStep(t, dir, tc.victim, 7, run)
 			pid := w.rankPid(tc.victim)
 			if pid == 0 {
 				t.Fatalf("rank %d's process not found", tc.victim)
@@ -380,13 +381,13 @@ func TestKilledRankFailsStageAndResumeIsBitIdentical(t *testing.T) {
 	}
 }
 
-// inotify watches one directory for files created in it or renamed into it.
-type inotify struct {
+// dirWatch watches one directory for files created in it or renamed into it.
+type dirWatch struct {
 	f   *os.File
 	buf [64 << 10]byte
 }
 
-func watchDir(t *testing.T, dir string) *inotify {
+func watchCreates(t *testing.T, dir string) *dirWatch {
 	t.Helper()
 	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
 	if err != nil {
@@ -396,14 +397,14 @@ func watchDir(t *testing.T, dir string) *inotify {
 		syscall.Close(fd)
 		t.Fatalf("watch %s: %v", dir, err)
 	}
-	n := &inotify{f: os.NewFile(uintptr(fd), "inotify")}
+	n := &dirWatch{f: os.NewFile(uintptr(fd), "inotify")}
 	t.Cleanup(func() { n.f.Close() })
 	return n
 }
 
 // next returns the names of the next batch of files created in or renamed
 // into the directory.
-func (n *inotify) next(t *testing.T) []string {
+func (n *dirWatch) next(t *testing.T) []string {
 	t.Helper()
 	_ = n.f.SetReadDeadline(time.Now().Add(time.Minute))
 	k, err := n.f.Read(n.buf[:])
@@ -434,18 +435,18 @@ func TestKilledMspipeWhileSavingLeavesNothingTorn(t *testing.T) {
 		killWriter bool
 	}{{"mspipe", false}, {"mspipe and the writing rank", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			want := uninterrupted(t, dataParallelJob)
+			want := uninterruptedCheckpoints(t, dataParallelJob)
 			w := newWorkspace(t)
 			w.write("job.yaml", dataParallelJob.spec())
-			run := w.start("run", "job.yaml")
-			id, dir := w.runDir()
+			run := w.startInBackground("run", "job.yaml")
+			id, dir := w.waitRunDir()
 			ckptDir := filepath.Join(dir, "stages", "train", "device0", "ckpt_0")
 			waitFor(t, "rank 0's checkpoint directory", func() bool { _, err := os.Stat(ckptDir); return err == nil })
 			rank0 := w.rankPid(0)
 			if rank0 == 0 {
 				t.Fatal("rank 0's process not found")
 			}
-			watch := watchDir(t, ckptDir)
+			watch := watchCreates(t, ckptDir)
 			// The first save may have begun before the watch: count whole files.
 			saved, writing := 0, ""
 			if names, _ := filepath.Glob(filepath.Join(ckptDir, "*.ckpt")); len(names) > 0 {
@@ -499,9 +500,9 @@ func TestKilledMspipeWhileSavingLeavesNothingTorn(t *testing.T) {
 	}
 }
 
-// mountTmpfs mounts a tmpfs of the given size on dir, or skips the test
+// mountSmallTmpfs mounts a tmpfs of the given size on dir, or skips the test
 // (saying why) where mounting is not allowed.
-func mountTmpfs(t *testing.T, dir, size string) {
+func mountSmallTmpfs(t *testing.T, dir, size string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -516,8 +517,8 @@ func mountTmpfs(t *testing.T, dir, size string) {
 	})
 }
 
-// fillDisk writes path until the file system is full.
-func fillDisk(t *testing.T, path string) {
+// fillFileSystem writes path until the file system is full.
+func fillFileSystem(t *testing.T, path string) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
@@ -544,11 +545,11 @@ func fillDisk(t *testing.T, path string) {
 // bit-identical to an uninterrupted one.
 func TestFullDiskFailsNamingTheFileAndResumeContinues(t *testing.T) {
 	w := newWorkspace(t)
-	mountTmpfs(t, filepath.Join(w.dir, "runs"), "64m")
-	want := uninterrupted(t, dataParallelJob)
+	mountSmallTmpfs(t, filepath.Join(w.dir, "runs"), "64m")
+	want := uninterruptedCheckpoints(t, dataParallelJob)
 	w.write("job.yaml", dataParallelJob.spec())
-	run := w.start("run", "job.yaml")
-	id, dir := w.runDir()
+	run := w.startInBackground("run", "job.yaml")
+	id, dir := w.waitRunDir()
 	stageDir := filepath.Join(dir, "stages", "train")
 	waitFor(t, "every rank's step-5 checkpoint", func() bool {
 		for r := range dataParallelJob.devices {
@@ -559,27 +560,27 @@ func TestFullDiskFailsNamingTheFileAndResumeContinues(t *testing.T) {
 		return true
 	})
 	filler := filepath.Join(w.dir, "runs", "filler")
-	fillDisk(t, filler)
+	fillFileSystem(t, filler)
 	if code := run.wait(); code != 1 {
 		t.Fatalf("run on a full disk: exit %d, want 1\n%s", code, run.stderr.String())
 	}
 	if left := w.waitNoProcesses(5 * time.Second); len(left) > 0 {
 		t.Errorf("processes left: %s", describe(left))
 	}
-	const noSpace = "no space left on device"
-	stderr := run.stderr.String()
-	if !strings.Contains(stderr, noSpace) || !strings.Contains(stderr, ".ckpt") {
-		t.Errorf("stderr does not say %q naming the checkpoint:\n%s", noSpace, stderr)
+	// The checkpoint a rank could not write, and why.
+	noSpace := regexp.MustCompile(`write checkpoint ckpt_\d/CKP-\d+_\d+\.ckpt: .*no space left on device`)
+	if !noSpace.MatchString(run.stderr.String()) {
+		t.Errorf("stderr does not match %q:\n%s", noSpace, run.stderr.String())
 	}
 	st := w.state(id)
 	train := st.Stages["train"]
 	t.Logf("train stage: %s", train.Reason)
-	if st.Status != "failed" || train.Status != "failed" || !strings.Contains(train.Reason, noSpace) || !strings.Contains(train.Reason, "ckpt_") {
-		t.Errorf("run.json: run %s, train %s: %q; want failed, saying %q and naming the checkpoint", st.Status, train.Status, train.Reason, noSpace)
+	if st.Status != "failed" || train.Status != "failed" || !noSpace.MatchString(train.Reason) {
+		t.Errorf("run.json: run %s, train %s: %q; want failed, matching %q", st.Status, train.Status, train.Reason, noSpace)
 	}
 	var saved struct{ Error string }
-	if data, err := os.ReadFile(filepath.Join(dir, "run.json")); err != nil || json.Unmarshal(data, &saved) != nil || !strings.Contains(saved.Error, noSpace) {
-		t.Errorf("run.json's error %q (%v) does not say %q", saved.Error, err, noSpace)
+	if data, err := os.ReadFile(filepath.Join(dir, "run.json")); err != nil || json.Unmarshal(data, &saved) != nil || !noSpace.MatchString(saved.Error) {
+		t.Errorf("run.json's error %q (%v) does not match %q", saved.Error, err, noSpace)
 	}
 	n, _ := requireSoundCheckpoints(t, dir)
 	if n < dataParallelJob.devices {
