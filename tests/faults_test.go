@@ -381,6 +381,58 @@ func TestKilledRankFailsStageAndResumeIsBitIdentical(t *testing.T) {
 	}
 }
 
+// stagePluginPid finds the live plugin process serving the stage type uses
+// among the workspace's processes.
+func (w *workspace) stagePluginPid(uses string) int {
+	for _, pid := range w.taggedProcesses() {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte("\x00__stage\x00"+uses+"\x00")) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestKilledStagePluginLeavesNoRank kills the npu/train plugin process
+// with SIGKILL mid-training (as the OOM killer would): it cannot stop its
+// ranks, but they die with it (their parent-death signal); mspipe fails
+// the stage saying the plugin died, and resume ends bit-identical to an
+// uninterrupted run.
+func TestKilledStagePluginLeavesNoRank(t *testing.T) {
+	want := uninterruptedCheckpoints(t, dataParallelJob)
+	w := newWorkspace(t)
+	w.write("job.yaml", dataParallelJob.spec())
+	run := w.startInBackground("run", "job.yaml")
+	id, dir := w.waitRunDir()
+	step := waitRankStep(t, dir, 0, 7, run)
+	plugin := w.stagePluginPid("npu/train")
+	if plugin == 0 {
+		t.Fatal("the npu/train plugin process not found")
+	}
+	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if code := run.wait(); code != 1 {
+		t.Fatalf("run after the plugin was killed: exit %d, want 1\n%s", code, run.stderr.String())
+	}
+	if left := w.waitNoProcesses(10 * time.Second); len(left) > 0 {
+		t.Fatalf("processes left 10s after the plugin was killed: %s", describe(left))
+	}
+	st := w.state(id)
+	train := st.Stages["train"]
+	t.Logf("killed the plugin after rank 0's step %d; every process was gone %.2fs later; train stage: %s",
+		step, time.Since(killed).Seconds(), train.Reason)
+	if st.Status != "failed" || train.Status != "failed" || !strings.Contains(train.Reason, "plugin") {
+		t.Errorf("run.json: run %s, train %s: %q; want failed, saying the plugin died", st.Status, train.Status, train.Reason)
+	}
+	if left := shmFilesOf(t, filepath.Join(dir, "stages", "train")); len(left) > 0 {
+		t.Errorf("shared memory files left: %v", left)
+	}
+	requireSoundCheckpoints(t, dir)
+	resumeAndCompare(t, w, id, dataParallelJob.devices, want)
+}
+
 // dirWatch watches one directory for files created in it or renamed into it.
 type dirWatch struct {
 	f   *os.File
