@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/plugins/host"
 )
 
 // The fault tests break a training run at a moment they observe (a step
@@ -386,7 +387,7 @@ func TestKilledRankFailsStageAndResumeIsBitIdentical(t *testing.T) {
 func (w *workspace) stagePluginPid(uses string) int {
 	for _, pid := range w.taggedProcesses() {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if bytes.Contains(cmdline, []byte("\x00__stage\x00"+uses+"\x00")) {
+		if bytes.Contains(cmdline, []byte("\x00"+host.ServeCommand+"\x00"+uses+"\x00")) {
 			return pid
 		}
 	}
