@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -66,10 +67,11 @@ type eventWriter struct {
 	rank   int
 	failed bool
 	buf    []byte // the unfinished line of Write
+	limit  int    // the longest line, newline included, written at once
 }
 
 func newEventWriter(w io.Writer, rank int) *eventWriter {
-	return &eventWriter{w: w, rank: rank}
+	return &eventWriter{w: w, rank: rank, limit: maxEventWrite}
 }
 
 // step sends a finished training step.
@@ -105,12 +107,12 @@ func (e *eventWriter) Write(p []byte) (int, error) {
 
 func (e *eventWriter) send(ev workerEvent) {
 	line, err := json.Marshal(ev)
-	for err == nil && len(line)+1 > maxEventWrite && ev.Message != "" {
+	for err == nil && len(line)+1 > e.limit && ev.Message != "" {
 		// Only a log message can make a line long: shorten it.
 		ev.Message = ev.Message[:len(ev.Message)/2] + "…"
 		line, err = json.Marshal(ev)
 	}
-	if err != nil || len(line)+1 > maxEventWrite {
+	if err != nil || len(line)+1 > e.limit {
 		return
 	}
 	line = append(line, '\n')
@@ -206,8 +208,15 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
 }
 
 // openEventStream returns the rank's end of the event stream, or nil when
-// the environment names none (a rank started by hand).
-func openEventStream(rank int) (*eventWriter, error) {
+// the environment names none (a rank started by hand). A rank that mpirun
+// or srun started writes its events, prefixed, on the stdout the launcher
+// gave it (launch.Attached.Events), which reaches the stage from any host.
+func openEventStream(rank int, att *launch.Attached) (*eventWriter, error) {
+	if att != nil {
+		e := newEventWriter(att.Events(), rank)
+		e.limit -= len(launch.EventPrefix)
+		return e, nil
+	}
 	v := os.Getenv(EnvEventFD)
 	if v == "" {
 		return nil, nil

@@ -159,12 +159,12 @@ func FuzzRelayEvents(f *testing.F) {
 // closed, whatever that process had open as fd 3.)
 func TestEventStreamOnlyFromTheEnvironment(t *testing.T) {
 	t.Setenv(EnvEventFD, "")
-	if w, err := openEventStream(0); w != nil || err != nil {
+	if w, err := openEventStream(0, nil); w != nil || err != nil {
 		t.Errorf("no %s: got %v, %v; want no stream", EnvEventFD, w, err)
 	}
 	for _, bad := range []string{"x", "-1", "0", "2"} {
 		t.Setenv(EnvEventFD, bad)
-		if _, err := openEventStream(0); err == nil || !strings.Contains(err.Error(), "not an inherited file descriptor") {
+		if _, err := openEventStream(0, nil); err == nil || !strings.Contains(err.Error(), "not an inherited file descriptor") {
 			t.Errorf("%s=%s: err %v", EnvEventFD, bad, err)
 		}
 	}

@@ -94,6 +94,9 @@ type With struct {
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
 	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
 	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
+	Launcher            launch.Launcher    `json:"launcher,omitempty" description:"what starts the rank processes: local (mspipe, on this host), mpirun (Open MPI, on the hosts of a hostfile) or srun (Slurm, inside an allocation); with mpirun and srun the run directory and the rank table must be on a filesystem every host sees"`
+	LauncherArgs        []string           `json:"launcher_args,omitempty" description:"mpirun or srun: extra arguments, appended to mspipe's own as they are (one argument per item, no shell)"`
+	Hostfile            string             `json:"hostfile,omitempty" description:"mpirun: an absolute path to an Open MPI hostfile; default one written in the work directory from the rank table's servers, in table order, with slots=<devices>"`
 }
 
 // defaults is the stage's one table of defaults: the trainer's, and the
@@ -146,6 +149,7 @@ func check(w With) []plugins.Problem {
 	if _, err := parseMemory(w.DeviceMemory); err != nil {
 		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
 	}
+	out = append(out, launcherProblems(w)...)
 	return out
 }
 
@@ -367,7 +371,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		// A rank that every other one blames (it hangs) is stopped at once.
 		job.Blame = func(r launch.Rank) (int, bool) { return readBlame(jobDir, r) }
 	}
-	runErr := launch.Run(ctx, job)
+	var runErr error
+	if w.Launcher == launch.Local {
+		runErr = launch.Run(ctx, job)
+	} else {
+		runErr = runExternal(ctx, sc, w, job)
+	}
 	// The ranks are gone: once the stage's write end is closed too, the
 	// relay reads what is left and ends. A process that escaped its rank's
 	// process group may still hold a write end: do not wait for it long.

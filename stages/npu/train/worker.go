@@ -28,9 +28,23 @@ import (
 // the current directory (device{rank}/), prints LossMonitor lines on
 // stdout (train.log{rank}), reports every step on the event stream and
 // writes result.json.
-func RunWorker(ctx context.Context, cfgPath string) error {
+//
+// A rank that mpirun or srun started first takes its rank from the
+// launcher's variables and prepares its directory and logs (launch.Attach),
+// and reports its steps on the launcher's stdout instead.
+func RunWorker(ctx context.Context, cfgPath string) (err error) {
+	att, err := launch.Attach()
+	if att != nil {
+		defer reportExit(att, &err)
+	}
+	if err != nil {
+		return err
+	}
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
+		if att != nil {
+			return fmt.Errorf("worker config on host %s (the run directory must be on a filesystem every host sees): %w", att.Host, err)
+		}
 		return fmt.Errorf("worker config: %w", err)
 	}
 	var cfg WorkerConfig
@@ -48,7 +62,7 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	if _, err := envInt("DEVICE_ID"); err != nil {
 		return err
 	}
-	events, err := openEventStream(rank)
+	events, err := openEventStream(rank, att)
 	if err != nil {
 		return err
 	}
