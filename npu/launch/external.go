@@ -92,6 +92,8 @@ type ExternalJob struct {
 	// Warn, if set, is told about output that could not be read as the
 	// ranks meant it (lines of several ranks run together).
 	Warn func(string)
+	// Info, if set, is told the launcher's command line.
+	Info func(string)
 }
 
 // Variables the launcher passes to every rank, which Attach reads.
@@ -215,6 +217,9 @@ func RunExternal(ctx context.Context, job ExternalJob) error {
 		}
 	}
 	cmd := exec.Command(program, args...)
+	if job.Info != nil {
+		job.Info(strings.Join(cmd.Args, " "))
+	}
 	cmd.Dir = job.Dir
 	cmd.Env = append(append(os.Environ(), job.Env...),
 		EnvLauncher+"="+job.Launcher.String(),

@@ -44,7 +44,7 @@ func runExternal(ctx context.Context, sc sdk.Context, w With, job launch.Job) er
 	err := launch.RunExternal(ctx, launch.ExternalJob{
 		Launcher: w.Launcher, Path: job.Path, Args: job.Args, Dir: job.Dir, RankTable: job.RankTable,
 		Hostfile: w.Hostfile, LauncherArgs: w.LauncherArgs, ExitWait: srunExitWait,
-		Events: sink, Warn: func(msg string) { sc.Warn(msg) },
+		Events: sink, Warn: func(msg string) { sc.Warn(msg) }, Info: func(msg string) { sc.Info(msg) },
 	})
 	sink.Close()
 	if rerr := <-relayed; rerr != nil {
