@@ -243,6 +243,7 @@ func RunExternal(ctx context.Context, job ExternalJob) error {
 		closeAll(stdoutR, stdoutW, stderrR, stderrW)
 		return fmt.Errorf("launch: %w", err)
 	}
+	softDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
 		closeAll(stdoutR, stdoutW, stderrR, stderrW)
 		return fmt.Errorf("launch: start %s: %w", job.Launcher, err)
