@@ -128,7 +128,7 @@ func Attach() (*Attached, error) {
 	a.writeStatus(rankStatus{Rank: place.rank, Host: host, State: stateStart})
 	watchParent()
 	if err := a.setup(place); err != nil {
-		return a, fmt.Errorf("rank %d on host %s: %w", place.rank, host, err)
+		return a, err
 	}
 	return a, nil
 }

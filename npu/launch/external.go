@@ -512,10 +512,12 @@ func (o *launcherOutput) failure(ctx context.Context, job ExternalJob, t *rankta
 		}
 		return fmt.Errorf("%w: %s", ErrRankFailed, launcher)
 	}
-	host := server(culprit) + " in the rank table"
+	// The host the rank ran on, as it said, and the server the rank
+	// table puts it on: they differ when the launcher placed it wrongly.
+	where := "server " + server(culprit)
 	if s := o.ranks[culprit]; s != nil && s.host != "" {
-		host = s.host
+		where = "host " + s.host + ", " + where
 	}
-	return fmt.Errorf("%w: rank %d (host %s) %s%s; %s", ErrRankFailed, culprit, host, why,
+	return fmt.Errorf("%w: rank %d (%s) %s%s; %s", ErrRankFailed, culprit, where, why,
 		logTail(LogPath(job.Dir, culprit)), launcher)
 }
