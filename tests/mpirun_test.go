@@ -2,13 +2,16 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // launcherSpec is a small data-parallel job on 8 devices whose launcher is
@@ -137,7 +140,7 @@ func TestMPIRunTrainsLikeTheLocalLauncher(t *testing.T) {
 			t.Errorf("train.log%d lacks the last LossMonitor line: %v", r, err)
 		}
 	}
-	if pids := w.waitNoProcesses(10e9); len(pids) > 0 {
+	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
 		t.Errorf("processes left: %v", pids)
 	}
 }
@@ -145,4 +148,74 @@ func TestMPIRunTrainsLikeTheLocalLauncher(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// mpiRankPid finds the live worker process that mpirun started as rank.
+func (w *workspace) mpiRankPid(rank int) int {
+	for _, pid := range w.taggedProcesses() {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte("__npu-worker")) && bytes.Contains(env, []byte(fmt.Sprintf("\x00OMPI_COMM_WORLD_RANK=%d\x00", rank))) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestMPIRunKilledRankIsNamed kills rank 2 of an 8-device job that mpirun
+// started: the stage fails naming rank 2 (not a peer that noticed first),
+// and mpirun, every rank and mspipe are gone.
+func TestMPIRunKilledRankIsNamed(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun (Open MPI) is not installed")
+	}
+	w := newWorkspace(t)
+	w.write("kill.yaml", `version: 1
+name: kill
+cluster: {devices: 8}
+stages:
+  prepare: {uses: cifar/prepare, with: {train_images: 2560, test_images: 40, shards: 8}}
+  train:
+    uses: npu/train
+    needs: prepare
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, epochs: 50, batch_size: 4, log_steps: 1, launcher: mpirun, collective_timeout: 5s}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := w.command(ctx, "run", "kill.yaml")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(2 * time.Minute); pid == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 2 never trained\n%s", stderr.String())
+		}
+		logs, _ := filepath.Glob(filepath.Join(w.dir, "runs", "*", "stages", "train", "device2", "train.log2"))
+		if len(logs) == 1 {
+			if data, _ := os.ReadFile(logs[0]); bytes.Count(data, []byte("loss is")) >= 3 {
+				pid = w.mpiRankPid(2)
+			}
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code == 0 {
+		t.Fatal("mspipe run succeeded although rank 2 was killed")
+	}
+	id := strings.TrimSpace(lastLine(stdout.String()))
+	train := w.state(id).Stages["train"]
+	if train.Status != "failed" || !strings.Contains(train.Reason, "rank 2 (host ") || !strings.Contains(train.Reason, "ended without reporting why (killed by a signal?)") {
+		t.Errorf("train: %s, reason %q; want failed naming rank 2", train.Status, train.Reason)
+	}
+	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
+		t.Errorf("processes left: %v", pids)
+	}
 }

@@ -94,6 +94,9 @@ type ExternalJob struct {
 	Warn func(string)
 	// Info, if set, is told the launcher's command line.
 	Info func(string)
+	// Blame, if set, tells which rank a failed rank blames for its
+	// failure (a peer that died or did not answer), as Job.Blame.
+	Blame func(failed Rank) (culprit int, ok bool)
 }
 
 // Variables the launcher passes to every rank, which Attach reads.
@@ -462,44 +465,71 @@ func (o *launcherOutput) failure(ctx context.Context, job ExternalJob, t *rankta
 		}
 		return "?"
 	}
-	culprit, why := -1, ""
-	// A rank that reported its own failure, in the order they reported.
-	best := 0
-	for id, r := range o.ranks {
-		if r.err != "" && !stoppedError(r.err) && (culprit < 0 || r.order < best) {
-			culprit, best, why = id, r.order, r.err
-		}
+	const silentWhy = "ended without reporting why (killed by a signal?)"
+	silent := func(rank int) bool {
+		s := o.ranks[rank]
+		return s != nil && s.started && !s.exited
 	}
-	if culprit < 0 && !o.canceled {
-		// A rank that vanished without a word (a signal, the OOM killer):
-		// the one the launcher names if it is one, since the launcher
-		// stops the others without a word too; else one that never
-		// started (missing on a host, or it could not read its variables).
-		silent := func(rank int) bool {
-			s := o.ranks[rank]
-			return s != nil && s.started && !s.exited
-		}
+	failedItself := func(rank int) bool {
+		s := o.ranks[rank]
+		return s != nil && s.err != "" && !stoppedError(s.err)
+	}
+	culprit, why := -1, ""
+	if !o.canceled {
+		// The rank the launcher names as the first to die or fail: the
+		// others' errors (a peer that closed its connection) are its
+		// effect, even when they are reported first.
 		for _, r := range o.named {
 			if silent(r) {
-				culprit = r
+				culprit, why = r, silentWhy
+			} else if failedItself(r) {
+				culprit, why = r, o.ranks[r].err
+			}
+			if culprit >= 0 {
 				break
 			}
 		}
-		for _, r := range ranks {
-			if culprit < 0 && silent(r.RankID) {
-				culprit = r.RankID
+	}
+	if culprit < 0 {
+		// Else the first rank that reported its own failure.
+		best := 0
+		for id, r := range o.ranks {
+			if failedItself(id) && (best == 0 || r.order < best) {
+				culprit, best, why = id, r.order, r.err
 			}
-		}
-		if culprit >= 0 {
-			why = "ended without reporting why (killed by a signal?)"
 		}
 	}
 	if culprit < 0 && !o.canceled {
+		// Else a rank that vanished without a word, else one that never
+		// started (missing on a host, or it could not read its variables).
 		for _, r := range ranks {
-			if o.ranks[r.RankID] == nil {
-				culprit, why = r.RankID, "never started"
+			if silent(r.RankID) {
+				culprit, why = r.RankID, silentWhy
 				break
 			}
+		}
+		for _, r := range ranks {
+			if culprit < 0 && o.ranks[r.RankID] == nil {
+				culprit, why = r.RankID, "never started"
+			}
+		}
+	}
+	// A failed rank may blame a peer: follow the blame to a rank that
+	// failed or vanished itself, the cause.
+	for seen := map[int]bool{}; culprit >= 0 && job.Blame != nil && !seen[culprit]; {
+		seen[culprit] = true
+		b, ok := job.Blame(Rank{RankID: culprit, DeviceID: -1})
+		if !ok || b == culprit || !(silent(b) || failedItself(b) || o.ranks[b] == nil && !o.canceled) {
+			break
+		}
+		culprit = b
+		switch s := o.ranks[b]; {
+		case s == nil:
+			why = "never started"
+		case silent(b):
+			why = silentWhy
+		default:
+			why = s.err
 		}
 	}
 	launcher := fmt.Sprintf("%s %v", job.Launcher, waitErr)

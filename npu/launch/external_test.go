@@ -351,3 +351,53 @@ func TestLauncherOutputSortsLines(t *testing.T) {
 		t.Errorf("warnings = %q", warnings)
 	}
 }
+
+// TestFailureBlamesWhomTheLauncherNames: rank 4 reports that rank 2 closed
+// its connection before mpirun says that rank 2 was killed: the error
+// names rank 2, the cause, not rank 4, the first to speak.
+func TestFailureBlamesWhomTheLauncherNames(t *testing.T) {
+	dir := t.TempDir()
+	table, err := LocalRankTable(dir, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, _, err := ranktable.Load(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines strings.Builder
+	for r := 0; r < 8; r++ {
+		fmt.Fprintf(&lines, "%s{\"rank\":%d,\"host\":\"h\",\"state\":\"start\"}\n", statusPrefix, r)
+	}
+	fmt.Fprintf(&lines, "%s{\"rank\":4,\"host\":\"h\",\"state\":\"exit\",\"error\":\"allreduce: rank 2 closed the connection\"}\n", statusPrefix)
+	fmt.Fprintf(&lines, "%s{\"rank\":5,\"host\":\"h\",\"state\":\"exit\",\"error\":\"context canceled\"}\n", statusPrefix)
+	lines.WriteString("mpirun noticed that process rank 2 with PID 0 on node h exited on signal 9 (Killed).\n")
+	job := ExternalJob{Launcher: MPIRun, Dir: dir}
+	noWord := strings.ReplaceAll(lines.String(), "mpirun noticed that process rank 2", "mpirun noticed that a process")
+	for _, tc := range []struct {
+		input string
+		blame bool // rank 4 blames rank 2 (blame.json)
+		want  string
+	}{
+		{lines.String(), false, "rank 2 (host h, server 127.0.0.1) ended without reporting why (killed by a signal?); mpirun exit status 137: mpirun noticed"},
+		// Without the launcher's word or a blame, the first rank that
+		// failed itself.
+		{noWord, false, "rank 4 (host h, server 127.0.0.1) allreduce: rank 2 closed the connection; mpirun"},
+		// Without the launcher's word, the first rank that failed itself,
+		// and the rank it blames.
+		{noWord, true, "rank 2 (host h, server 127.0.0.1) ended without reporting why"},
+		// mpirun names rank 4, which exited first, blaming rank 2.
+		{strings.ReplaceAll(lines.String(), "mpirun noticed that process rank 2", "Process name: [[1,1],4]"), true, "rank 2 (host h, server 127.0.0.1) ended without reporting why"},
+	} {
+		o := &launcherOutput{ranks: map[int]*rankState{}}
+		o.read(strings.NewReader(tc.input), true)
+		job.Blame = nil
+		if tc.blame {
+			job.Blame = func(r Rank) (int, bool) { return 2, r.RankID == 4 }
+		}
+		err := o.failure(context.Background(), job, tbl, errors.New("exit status 137"))
+		if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v\nwant it to contain %q", err, tc.want)
+		}
+	}
+}

@@ -45,6 +45,7 @@ func runExternal(ctx context.Context, sc sdk.Context, w With, job launch.Job) er
 		Launcher: w.Launcher, Path: job.Path, Args: job.Args, Dir: job.Dir, RankTable: job.RankTable,
 		Hostfile: w.Hostfile, LauncherArgs: w.LauncherArgs, ExitWait: srunExitWait,
 		Events: sink, Warn: func(msg string) { sc.Warn(msg) }, Info: func(msg string) { sc.Info(msg) },
+		Blame: job.Blame,
 	})
 	sink.Close()
 	if rerr := <-relayed; rerr != nil {
