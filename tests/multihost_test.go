@@ -152,6 +152,20 @@ func TestTwoHostsTrainLikeOne(t *testing.T) {
 	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
 		t.Errorf("processes left behind: %v", pids)
 	}
+	// The shared secret is in no file of either run (env{i}.log names
+	// the file, not its content).
+	secret, _ := os.ReadFile(s.secret)
+	for _, dir := range s.hostDir {
+		_ = filepath.WalkDir(filepath.Join(dir, "runs"), func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			if data, err := os.ReadFile(path); err == nil && bytes.Contains(data, secret) {
+				t.Errorf("%s holds the job secret", path)
+			}
+			return nil
+		})
+	}
 	for h, r := range runs {
 		dir := s.stageDir(h, r)
 		first, other := 8*h, 8*(1-h)

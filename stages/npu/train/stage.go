@@ -128,7 +128,7 @@ func New() plugins.Stage {
 			{Name: "accuracy", Type: plugins.TypeFloat, Description: "held-out accuracy (0-1) of rank 0's model; -1 when eval is off"},
 			{Name: "global_step", Type: plugins.TypeInt},
 			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
-			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
+			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices of this host together (every device unless the rank table spans hosts)"},
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
 			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices), or \"\""},
 		},
