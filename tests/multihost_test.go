@@ -252,10 +252,12 @@ func TestHostLinkDownFailsBothSides(t *testing.T) {
 	if err := s.c.SetLink(1, false); err != nil {
 		t.Fatal(err)
 	}
+	down := time.Now()
 	for h, r := range runs {
 		if code := r.code(); code != 1 {
 			t.Fatalf("host %d: exit %d, want 1 (ctx: %v)\n%s", h, code, ctx.Err(), r.stderr.String())
 		}
+		t.Logf("host %d: mspipe exited %.1fs after the link went down", h, time.Since(down).Seconds())
 	}
 	if ctx.Err() != nil {
 		t.Fatal("a host hung until the test's deadline")
