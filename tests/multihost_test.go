@@ -137,7 +137,7 @@ func TestTwoHostsTrainLikeOne(t *testing.T) {
 	if msg := refused.stderr.String(); !strings.Contains(msg, "MSPIPE_JOB_SECRET_FILE is not set") || !strings.Contains(msg, "head -c 32 /dev/urandom") {
 		t.Errorf("refusal does not say how to make a secret:\n%s", msg)
 	}
-	if devs, _ := filepath.Glob(filepath.Join(s.stageDir(0, refused), "device*")); len(devs) != 0 {
+	if devs, _ := filepath.Glob(filepath.Join(s.hostDir[0], "runs", "*", "stages", "train", "device*")); len(devs) != 0 {
 		t.Errorf("refused job started ranks: %v", devs)
 	}
 
