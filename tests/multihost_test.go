@@ -141,6 +141,14 @@ func TestTwoHostsTrainLikeOne(t *testing.T) {
 		t.Errorf("refused job started ranks: %v", devs)
 	}
 
+	// Outside the cluster (this machine's own namespace) no rank is local.
+	outside := w.run("run", spec)
+	for _, want := range []string{"no rank runs on this host", "the table's servers are 10.213.0.10, 10.213.0.11"} {
+		if outside.code != 1 || !strings.Contains(outside.stderr, want) {
+			t.Errorf("run outside the cluster: exit %d, want 1 and %q:\n%s", outside.code, want, outside.stderr)
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	runs := []*hostRun{s.start(ctx, 0, false, "run", spec), s.start(ctx, 1, false, "run", spec)}
