@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"path/filepath"
 	"time"
 
 	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
@@ -40,7 +42,8 @@ func launcherProblems(w With) []plugins.Problem {
 func runExternal(ctx context.Context, sc sdk.Context, w With, job launch.Job) error {
 	events, sink := io.Pipe()
 	relayed := make(chan error, 1)
-	go func() { relayed <- relayEvents(events, sc, job.RankSize) }()
+	// Every rank runs under the launcher, rank 0 too: its lines are shown.
+	go func() { relayed <- relayEvents(events, sc, job.RankSize, 0) }()
 	err := launch.RunExternal(ctx, launch.ExternalJob{
 		Launcher: w.Launcher, Path: job.Path, Args: job.Args, Dir: job.Dir, RankTable: job.RankTable,
 		Hostfile: w.Hostfile, LauncherArgs: w.LauncherArgs, ExitWait: srunExitWait,
@@ -51,6 +54,31 @@ func runExternal(ctx context.Context, sc sdk.Context, w With, job launch.Job) er
 	if rerr := <-relayed; rerr != nil {
 		sc.Warn(rerr.Error())
 	}
+	return err
+}
+
+// externalCollective sets up the collective of a job that mpirun or srun
+// starts: the launcher places every rank, wherever this stage runs, and the
+// run directory is shared, so the job secret can be a file in it (unless
+// MSPIPE_JOB_SECRET_FILE names one). A job on this host alone picks free
+// ports; one that spans hosts uses with.collective_base_port or the
+// default, checked free for the ranks of this host.
+func externalCollective(w With, t *ranktable.RankTable, jobDir string, cfg *WorkerConfig) error {
+	ranks, err := t.Ranks()
+	if err != nil {
+		return err
+	}
+	share := hostShare{Size: len(ranks)}
+	for _, r := range ranks {
+		if ip, err := netip.ParseAddr(r.DeviceIP); err == nil && canListen(ip) {
+			share.Ranks = append(share.Ranks, r)
+		}
+	}
+	cfg.SpansHosts = len(t.ServerList) > 1
+	if cfg.SecretFile, err = sharedSecretFile(false); err != nil {
+		return err
+	}
+	cfg.BasePort, err = basePort(w, t, share)
 	return err
 }
 
