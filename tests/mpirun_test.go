@@ -219,3 +219,79 @@ stages:
 		t.Errorf("processes left: %v", pids)
 	}
 }
+
+// TestMPIRunTwoHosts runs a 2-host x 8-device job with one `mspipe run`
+// in the first simulated host (network namespaces): mpirun starts the
+// second host's ranks through an rsh agent that enters its namespace, as
+// ssh would log in. Every rank's checkpoints equal bit for bit those of
+// the same 16-device job on one host, with the local launcher and a
+// loopback table of two servers.
+func TestMPIRunTwoHosts(t *testing.T) {
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun (Open MPI) is not installed")
+	}
+	w := newWorkspace(t)
+	s := newSimulatedHosts(t, w)
+	spec := w.write("mh.yaml", multiHostSpec(s.table, "epochs: 1, launcher: mpirun"))
+	agent := filepath.Join(w.dir, "rsh-agent")
+	script := "#!/bin/sh\nhost=$1\nshift\ncase $host in\n"
+	for _, h := range s.c.Hosts {
+		script += fmt.Sprintf("%s) ns=%s ;;\n", h.ServerIP, h.Netns)
+	}
+	script += "*) echo \"rsh-agent: no simulated host $host\" >&2; exit 255 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n"
+	if err := os.WriteFile(agent, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := s.c.Command(ctx, 0, mspipeBin, "run", spec)
+	cmd.Dir = w.dir
+	// No MSPIPE_JOB_SECRET_FILE: under mpirun the run directory is shared
+	// (here: one filesystem), and so is the job secret in it.
+	cmd.Env = append(os.Environ(), "MSPIPE_E2E_TAG="+w.tag, "MSPIPE_PLUGIN_PATH=", "XDG_CONFIG_HOME="+filepath.Join(w.dir, ".config"),
+		"OMPI_MCA_plm_rsh_agent="+agent)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mspipe run in host 0 through mpirun: %v\n%s", err, stderr.String())
+	}
+	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
+		t.Errorf("processes left: %v", pids)
+	}
+	if pids, err := s.c.Processes(); err != nil || len(pids) > 0 {
+		t.Errorf("processes left in the hosts' namespaces: %v %v", pids, err)
+	}
+	mpiDir := filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(stdout.String())), "stages", "train")
+	for rank := 0; rank < 16; rank++ {
+		log, err := os.ReadFile(filepath.Join(mpiDir, fmt.Sprintf("device%d", rank), fmt.Sprintf("train.log%d", rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("collective: rank %d of 16, transport shm within each of 2 servers, tcp between them", rank); !bytes.Contains(log, []byte(want)) {
+			t.Errorf("rank %d's log does not say %q", rank, want)
+		}
+	}
+	if steps := stepRanks(t, filepath.Dir(filepath.Dir(mpiDir))); len(steps) != 16 || steps[15] == 0 || steps[15] != steps[0] {
+		t.Errorf("step events per rank through mpirun: %v, want the same number from each of 16 ranks", steps)
+	}
+
+	g := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local", "-o", "loopback_16pcs.json")
+	if g.code != 0 {
+		t.Fatalf("ranktable generate: exit %d\n%s", g.code, g.stderr)
+	}
+	w.write("one.yaml", multiHostSpec(filepath.Join(w.dir, "loopback_16pcs.json"), "epochs: 1"))
+	one := w.run("run", "one.yaml")
+	if one.code != 0 {
+		t.Fatalf("one host: exit %d\n%s", one.code, one.stderr)
+	}
+	want := checkpoints(t, filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(one.stdout)), "stages", "train"))
+	got := checkpoints(t, mpiDir)
+	if len(want) != 16 || len(got) != len(want) {
+		t.Errorf("%d checkpoints through mpirun, %d on one host; want 16 (one per rank)", len(got), len(want))
+	}
+	for name, data := range want {
+		if !bytes.Equal(got[name], data) {
+			t.Errorf("%s differs between mpirun on two hosts and one host", name)
+		}
+	}
+}
