@@ -694,7 +694,7 @@ func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
 			case err != nil || !memoryRe.MatchString(text):
 				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
 			case size < MinMemoryLimit:
-				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process needs that much to start)", what, userfile.Size(size), userfile.Size(MinMemoryLimit))
+				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, userfile.Size(size), userfile.Size(MinMemoryLimit))
 			default:
 				s.Limits.Memory = size
 			}

@@ -37,7 +37,7 @@ func TestStageMemoryLimit(t *testing.T) {
 		{"{memory: lots}", "lots", `stages.s.limits.memory: "lots" is not a size with a unit`},
 		{"{memory: 512mb}", "512mb", `stages.s.limits.memory: "512mb" is not a size with a unit`},
 		{"{memory: 0MiB}", "0MiB", `stages.s.limits.memory: "0MiB" is not a size with a unit`},
-		{"{memory: 32MiB}", "32MiB", "stages.s.limits.memory: 32.0 MiB is below the smallest limit, 64.0 MiB"},
+		{"{memory: 200MiB}", "200MiB", "stages.s.limits.memory: 200.0 MiB is below the smallest limit, 256.0 MiB"},
 		{"{memory: [1GiB]}", "[1GiB]", "stages.s.limits.memory: expected a string, got a list"},
 		{"{cpu: 2}", "cpu", `stages.s.limits: unknown key "cpu"`},
 	}

@@ -88,9 +88,12 @@ type Limits struct {
 	MemoryPos Pos
 }
 
-// MinMemoryLimit is the smallest limits.memory accepted: below it a Go
-// plugin cannot even start its runtime and gRPC server.
-const MinMemoryLimit = 64 << 20
+// MinMemoryLimit is the smallest limits.memory accepted. The limit counts
+// a process's data segment, reserved rather than resident: a Go plugin
+// linked with cgo holds about 150 MiB of it at rest (8 MiB of stack for
+// each of its threads, the C and Go heaps), and below this it would fail
+// before doing any work.
+const MinMemoryLimit = 256 << 20
 
 // Retry says how often a failed stage is attempted again.
 type Retry struct {

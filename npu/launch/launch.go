@@ -346,7 +346,7 @@ func logTail(path string) string {
 	// A Go crash ends with a long stack trace: its message is the line
 	// that starts it.
 	for _, l := range lines {
-		if strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "panic: ") {
+		if strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "runtime/cgo: ") {
 			return ": " + l
 		}
 	}

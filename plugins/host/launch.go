@@ -205,7 +205,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		return nil, err
+		return nil, c.memoryError(err)
 	}
 	c.desc = desc
 	return c, nil

@@ -16,8 +16,8 @@ var ErrMemoryLimit = errors.New("limits.memory")
 
 // outOfMemoryRe matches what a process prints when an allocation is
 // refused: the Go runtime's fatal error, C's ENOMEM text, C++'s and
-// Python's exceptions.
-var outOfMemoryRe = regexp.MustCompile(`fatal error: (runtime: )?out of memory|[Cc]annot allocate memory|std::bad_alloc|MemoryError`)
+// Python's exceptions, and a thread the C runtime could not start.
+var outOfMemoryRe = regexp.MustCompile(`fatal error: (runtime: )?out of memory|[Cc]annot allocate memory|std::bad_alloc|MemoryError|pthread_create failed`)
 
 // rankRe finds the rank a launcher's error names ("rank 3 (device 3) ...").
 var rankRe = regexp.MustCompile(`\brank (\d+) \(device \d+\)`)
@@ -37,9 +37,9 @@ func (c *Client) memoryError(err error) error {
 	if c.cfg.MemoryLimit <= 0 || err == nil {
 		return err
 	}
-	limit := fmt.Sprintf("limit %s per process (%v)", userfile.Size(c.cfg.MemoryLimit), ErrMemoryLimit)
+	limit := userfile.Size(c.cfg.MemoryLimit)
 	if errors.Is(err, plugins.ErrPluginExited) && outOfMemoryRe.MatchString(c.tail.summary()) {
-		return fmt.Errorf("%s ran out of memory: %s: %w: %w", c.label, limit, ErrMemoryLimit, err)
+		return fmt.Errorf("%s ran out of memory: limit %s per process (%w): %w", c.label, limit, ErrMemoryLimit, err)
 	}
 	msg := err.Error()
 	if !outOfMemoryRe.MatchString(msg) {
@@ -49,5 +49,5 @@ func (c *Client) memoryError(err error) error {
 	if m := rankRe.FindStringSubmatch(msg); m != nil {
 		who = "rank " + m[1]
 	}
-	return fmt.Errorf("%s ran out of memory: %s: %w: %w", who, limit, ErrMemoryLimit, err)
+	return fmt.Errorf("%s ran out of memory: limit %s per process (%w): %w", who, limit, ErrMemoryLimit, err)
 }
