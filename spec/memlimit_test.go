@@ -16,8 +16,8 @@ func TestStageMemoryLimit(t *testing.T) {
 	good := map[string]int64{
 		"{memory: 512MiB}":   512 << 20,
 		"{memory: 2GiB}":     2 << 30,
-		"{memory: 100MB}":    100e6,
-		"{memory: 64 MiB}":   64 << 20,
+		"{memory: 300MB}":    300e6,
+		"{memory: 256 MiB}":  256 << 20,
 		"{memory: 1TiB}":     1 << 40,
 		"{}":                 0,
 		"{memory: \"3GiB\"}": 3 << 30,
