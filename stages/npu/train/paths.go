@@ -26,19 +26,19 @@ func checkSaveFile(w With) []plugins.Problem {
 // their logs and checkpoints through whatever is there). It returns where
 // the strategy file goes ("" when the job saves none).
 func checkWrites(jobDir string, w With, devices int) (string, error) {
+	path := ""
+	if usesEngine(w) && devices > 1 {
+		name := w.StrategySaveFile
+		if name == "" {
+			name = defaultStrategyFile
+		}
+		var err error
+		if path, err = userfile.WritableWithin(jobDir, name); err != nil {
+			return "", withError("/strategy_ckpt_save_file", err)
+		}
+	}
 	if _, err := userfile.WritableWithin(jobDir, "."); err != nil {
 		return "", fmt.Errorf("work dir: %w", err)
-	}
-	if !usesEngine(w) || devices <= 1 {
-		return "", nil
-	}
-	name := w.StrategySaveFile
-	if name == "" {
-		name = defaultStrategyFile
-	}
-	path, err := userfile.WritableWithin(jobDir, name)
-	if err != nil {
-		return "", withError("/strategy_ckpt_save_file", err)
 	}
 	return path, nil
 }
