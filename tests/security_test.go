@@ -1,14 +1,23 @@
 package tests
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
 // snapshot lists every entry under dir with its kind and, for files and
@@ -136,5 +145,222 @@ func TestWritesStayInTheRunDirectory(t *testing.T) {
 				t.Errorf("processes left: %v", pids)
 			}
 		})
+	}
+}
+
+// listener is a listening TCP socket seen in a process of the run.
+type listener struct {
+	pid  int
+	role string // rank, plugin or mspipe
+	addr netip.AddrPort
+}
+
+// listeners returns the listening TCP sockets (IPv4 and IPv6) of the
+// workspace's processes, read from /proc.
+func (w *workspace) listeners() []listener {
+	inodes := map[string]netip.AddrPort{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			if ap, ok := parseProcAddr(f[1]); ok {
+				inodes[f[9]] = ap
+			}
+		}
+	}
+	var out []listener
+	for _, pid := range w.taggedProcesses() {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		role := "mspipe"
+		switch {
+		case bytes.Contains(cmdline, []byte("__npu-worker")):
+			role = "rank"
+		case bytes.Contains(cmdline, []byte("__stage")):
+			role = "plugin"
+		}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+			if err != nil || !strings.HasPrefix(target, "socket:[") {
+				continue
+			}
+			if ap, ok := inodes[strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]")]; ok {
+				out = append(out, listener{pid: pid, role: role, addr: ap})
+			}
+		}
+	}
+	return out
+}
+
+// parseProcAddr reads /proc/net/tcp's "0100007F:1F90": the address as
+// 32-bit words in host (little-endian) order, then the port in hex.
+func parseProcAddr(s string) (netip.AddrPort, bool) {
+	hexAddr, hexPort, ok := strings.Cut(s, ":")
+	raw, err := hex.DecodeString(hexAddr)
+	port, perr := strconv.ParseUint(hexPort, 16, 16)
+	if !ok || err != nil || perr != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.AddrPort{}, false
+	}
+	for i := 0; i < len(raw); i += 4 {
+		raw[i], raw[i+1], raw[i+2], raw[i+3] = raw[i+3], raw[i+2], raw[i+1], raw[i]
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), true
+}
+
+// secretForms are the ways a secret could be written to a log.
+func secretForms(secret []byte) map[string][]byte {
+	return map[string][]byte{
+		"raw":              secret,
+		"hex":              []byte(hex.EncodeToString(secret)),
+		"HEX":              []byte(strings.ToUpper(hex.EncodeToString(secret))),
+		"base64":           []byte(base64.RawStdEncoding.EncodeToString(secret)), // a prefix of the padded form too
+		"base64url":        []byte(base64.RawURLEncoding.EncodeToString(secret)),
+		"hex of 8 bytes":   []byte(hex.EncodeToString(secret[:8])),
+		"Go byte slice":    []byte(strings.Trim(fmt.Sprint(secret), "[]")),
+		"quoted (%q form)": []byte(strings.Trim(fmt.Sprintf("%q", secret), `"`)),
+	}
+}
+
+// TestCollectiveJobSecurity runs a data-parallel job over TCP and a
+// semi_auto_parallel job, 2 ranks each. While they run, every listening
+// socket of the run's processes is on a device_ip of the stage's rank
+// table (ranks) or on loopback (anything else), never on a wildcard
+// address. Afterwards, no file of the run (but job.secret itself), no
+// event and nothing mspipe printed holds either job's secret in any
+// common encoding.
+func TestCollectiveJobSecurity(t *testing.T) {
+	w := newWorkspace(t)
+	w.write("jobs.yaml", `version: 1
+name: jobs
+cluster: {devices: 2}
+stages:
+  prepare: {uses: cifar/prepare, with: {train_images: 640, test_images: 40, shards: 2}}
+  dp:
+    uses: npu/train
+    needs: prepare
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, epochs: 2, batch_size: 8, log_steps: 1, collective_timeout: 5s, collective_transport: tcp}
+  semi:
+    uses: npu/train
+    needs: dp
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, epochs: 1, batch_size: 8, collective_timeout: 5s}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := w.command(ctx, "run", "jobs.yaml")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	seen := map[listener]bool{}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-time.After(20 * time.Millisecond):
+			for _, l := range w.listeners() {
+				seen[l] = true
+			}
+		}
+	}
+	if cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("run: exit %d\n%s", cmd.ProcessState.ExitCode(), stderr.String())
+	}
+	id := strings.TrimSpace(stdout.String())
+	runDir := filepath.Join(w.dir, "runs", id)
+
+	deviceIPs := map[netip.Addr]bool{}
+	for _, stage := range []string{"dp", "semi"} {
+		tables, _ := filepath.Glob(filepath.Join(runDir, "stages", stage, "rank_table_*pcs.json"))
+		if len(tables) != 1 {
+			t.Fatalf("stage %s: rank tables %v", stage, tables)
+		}
+		table, _, err := ranktable.Load(tables[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranks, err := table.Ranks()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range ranks {
+			deviceIPs[netip.MustParseAddr(r.DeviceIP)] = true
+		}
+	}
+	rankListeners := 0
+	for l := range seen {
+		t.Logf("%s pid %d listens on %s", l.role, l.pid, l.addr)
+		switch {
+		case l.addr.Addr().IsUnspecified():
+			t.Errorf("%s pid %d listens on the wildcard address %s", l.role, l.pid, l.addr)
+		case l.role == "rank":
+			rankListeners++
+			if !deviceIPs[l.addr.Addr()] {
+				t.Errorf("rank pid %d listens on %s, not a device_ip of the rank table %v", l.pid, l.addr, deviceIPs)
+			}
+		case l.addr.Addr() != netip.MustParseAddr("127.0.0.1"):
+			t.Errorf("%s pid %d listens on %s, not 127.0.0.1", l.role, l.pid, l.addr)
+		}
+	}
+	if rankListeners == 0 {
+		t.Error("no rank was seen listening: the listener check saw nothing to check")
+	}
+
+	secrets := map[string][]byte{}
+	for _, stage := range []string{"dp", "semi"} {
+		path := filepath.Join(runDir, "stages", stage, "job.secret")
+		s, err := os.ReadFile(path)
+		if err != nil || len(s) < 16 {
+			t.Fatalf("stage %s: job secret: %v (%d bytes)", stage, err, len(s))
+		}
+		if info, _ := os.Stat(path); info.Mode().Perm() != 0o600 {
+			t.Errorf("%s is mode %v, want 0600", path, info.Mode().Perm())
+		}
+		secrets[stage] = s
+	}
+	search := map[string][]byte{"mspipe stdout": stdout.Bytes(), "mspipe stderr": stderr.Bytes()}
+	files := 0
+	err := filepath.WalkDir(runDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || d.Name() == "job.secret" {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(runDir, p)
+		search[rel] = data
+		files++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, must := range []string{"events.jsonl", "stages/dp/device0/env0.log", "stages/dp/device1/train.log1", "stages/semi/worker.json"} {
+		if _, ok := search[must]; !ok {
+			t.Errorf("%s is missing from the run: the search would not cover it", must)
+		}
+	}
+	for stage, secret := range secrets {
+		for form, needle := range secretForms(secret) {
+			for name, data := range search {
+				if bytes.Contains(data, needle) {
+					t.Errorf("%s holds stage %s's job secret (%s)", name, stage, form)
+				}
+			}
+		}
+	}
+	t.Logf("searched %d files of the run and mspipe's output for %d secrets in %d forms", files, len(secrets), len(secretForms(secrets["dp"])))
+	if pids := w.waitNoProcesses(5 * time.Second); len(pids) > 0 {
+		t.Errorf("processes left: %v", pids)
 	}
 }
