@@ -108,6 +108,13 @@ func TestWritesStayInTheRunDirectory(t *testing.T) {
 		{"launch rank dir linked", "version: 1\nname: escape\ncluster: {devices: 2}\nstages:\n" + plant("mkdir -p ../launch && ln -s "+sentinel+" ../launch/device0") +
 			"  launch: {uses: npu/launch, needs: plant, with: {command: 'echo hi > out.txt'}}\n",
 			[]string{"work dir: device0 is a symbolic link to " + sentinel}},
+		{"checkpoint outputs linked", "version: 1\nname: escape\nstages:\n" +
+			"  prepare: {uses: cifar/prepare, with: {train_images: 40, test_images: 20}}\n" +
+			"  train: {uses: npu/train, needs: prepare, with: {data: \"${{ stages.prepare.outputs.dir }}\", model: cnn, mode: stand_alone, epochs: 1, batch_size: 8, eval: false}}\n" +
+			plant("mkdir -p ../integrate ../reshard && ln -s "+sentinel+" ../integrate/checkpoint && ln -s "+filepath.Join(sentinel, "sub")+" ../reshard/checkpoints") +
+			"  integrate: {uses: ckpt/integrate, needs: [train, plant], with: {from: \"${{ stages.train.outputs.checkpoints }}\"}}\n" +
+			"  reshard: {uses: ckpt/reshard, needs: [train, plant], with: {from: \"${{ stages.train.outputs.checkpoints }}\", devices: 2}}\n",
+			[]string{"work dir: checkpoint resolves to " + sentinel + ", outside the directory", "work dir: checkpoints resolves to " + filepath.Join(sentinel, "sub") + ", outside the directory"}},
 		{"checkpoint prefix with a slash", head + train("prepare", ", prefix: ../../x"),
 			[]string{"stages.train.with.prefix", "pattern"}},
 		{"stage id climbs", "version: 1\nname: escape\nstages:\n  \"../../x\": {uses: exec, with: {command: 'echo hi > f'}}\n",
