@@ -71,8 +71,6 @@ func TestWritesStayInTheRunDirectory(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(sentinel, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, sentinel)
-
 	const head = "version: 1\nname: escape\ncluster: {devices: 2}\nstages:\n" +
 		"  prepare: {uses: cifar/prepare, with: {train_images: 40, test_images: 20, shards: 2}}\n"
 	// plant runs a command in an exec stage's work dir (stages/plant/)
@@ -122,6 +120,7 @@ func TestWritesStayInTheRunDirectory(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			before := snapshot(t, sentinel)
 			w := newWorkspace(t)
 			w.write("escape.yaml", c.spec)
 			r := w.run("run", "escape.yaml")
