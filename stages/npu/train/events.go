@@ -125,10 +125,11 @@ func (e *eventWriter) send(ev workerEvent) {
 }
 
 // relayEvents reads the event stream until EOF or a read error: steps
-// become step events (and rank 0's the loss metric), rank 0's log lines
-// log records. A line that is too long or not a valid event is skipped
+// become step events (and the lead rank's the loss metric), the lead
+// rank's log lines log records. The lead is rank 0, or this host's lowest
+// rank when rank 0 runs on another server. A line that is too long or not a valid event is skipped
 // with a warning. It returns the read error, nil at EOF.
-func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
+func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int) error {
 	rd := bufio.NewReaderSize(r, maxEventLine)
 	warnings, lineNo := 0, 0
 	warn := func(msg string) {
@@ -154,7 +155,7 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
 		}
 		if len(line) > 0 && !tooLong {
 			lineNo++
-			relayLine(bytes.TrimSpace(line), sc, ranks, warn)
+			relayLine(bytes.TrimSpace(line), sc, ranks, lead, warn)
 		}
 		tooLong = false
 		if err == io.EOF {
@@ -166,7 +167,7 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks int) error {
 	}
 }
 
-func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
+func relayLine(line []byte, sc sdk.Context, ranks, lead int, warn func(string)) {
 	if len(line) == 0 {
 		return
 	}
@@ -183,7 +184,7 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
 	}
 	switch ev.Kind {
 	case kindLog:
-		if ev.Rank == 0 {
+		if ev.Rank == lead {
 			sc.Info(ev.Message)
 		}
 	case kindStep:
@@ -196,7 +197,7 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string)) {
 			Loss: ev.Loss, LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSecond,
 			DeviceMemory: ev.DeviceMemory, EpochEnd: ev.EpochEnd,
 		}
-		if ev.Rank == 0 {
+		if ev.Rank == lead {
 			sc.Metric("loss", ev.Loss, ev.GlobalStep)
 		}
 		sc.Step(st)

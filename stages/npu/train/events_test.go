@@ -46,7 +46,7 @@ func TestEventStreamRoundTrip(t *testing.T) {
 	fmt.Fprintf(r1, "rank 1 talks too\n")
 
 	sc, got := collect()
-	if err := relayEvents(&pipe, sc, 2); err != nil {
+	if err := relayEvents(&pipe, sc, 2, 0); err != nil {
 		t.Fatal(err)
 	}
 	loss := float64(float32(2.0084016)) // the trainer's float32, widened
@@ -78,7 +78,7 @@ func TestEventStreamSkipsMalformedLines(t *testing.T) {
 		good,
 	}
 	sc, got := collect()
-	if err := relayEvents(strings.NewReader(strings.Join(lines, "\n")), sc, 2); err != nil {
+	if err := relayEvents(strings.NewReader(strings.Join(lines, "\n")), sc, 2, 0); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -143,7 +143,7 @@ func FuzzRelayEvents(f *testing.F) {
 				t.Errorf("relayed an invalid step %+v", e.Step)
 			}
 		})
-		if err := relayEvents(bytes.NewReader(stream), sc, 2); err != nil {
+		if err := relayEvents(bytes.NewReader(stream), sc, 2, 0); err != nil {
 			t.Fatal(err)
 		}
 		if warnings > maxEventWarnings+1 {

@@ -91,6 +91,7 @@ type With struct {
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
+	CollectiveBasePort  int                `json:"collective_base_port,omitempty" jsonschema:"minimum=1,maximum=65535" description:"port of rank 0's collective endpoint; rank r listens on its device_ip, port collective_base_port+r. Default 29500 when the rank table spans several hosts (every server must use the same); a single-host job picks a free range unless this is set"`
 	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
 	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
 }
@@ -126,7 +127,7 @@ func New() plugins.Stage {
 			{Name: "accuracy", Type: plugins.TypeFloat, Description: "held-out accuracy (0-1) of rank 0's model; -1 when eval is off"},
 			{Name: "global_step", Type: plugins.TypeInt},
 			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
-			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
+			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices of this host together (every device unless the rank table spans hosts)"},
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
 			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices), or \"\""},
 		},
@@ -238,6 +239,13 @@ type WorkerConfig struct {
 	// authenticate each other; it is not in the environment, because
 	// env{i}.log records the environment.
 	SecretFile string `json:"secret_file,omitempty"`
+	// SpansHosts is set when ranks of the job run on other servers (they
+	// are started there by the same pipeline), so ranks wait longer for
+	// their peers to come up.
+	SpansHosts bool `json:"spans_hosts,omitempty"`
+	// LeadRank is the rank whose lines the stage shows: 0, or this host's
+	// lowest rank when rank 0 runs on another server.
+	LeadRank int `json:"lead_rank,omitempty"`
 }
 
 // WorkerResult is what a rank process leaves in result.json.
@@ -294,6 +302,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if cfg.StrategyFile = strategyFile; strategyFile != "" {
 		_ = os.Remove(strategyFile)
 	}
+	// here lists the ranks of a collective job that run on this host (all
+	// of them unless the rank table spans hosts).
+	var here []ranktable.Rank
 	if w.Mode.Collective() {
 		t, problems, err := ranktable.Load(rankTable)
 		if err != nil {
@@ -302,11 +313,26 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		if problems.HasErrors() {
 			return nil, fmt.Errorf("rank table %s: %w", rankTable, problems.Err())
 		}
-		if cfg.BasePort, err = freeBasePort(t); err != nil {
+		// Every server runs this same stage and starts its own ranks.
+		share, err := localShare(t, canListen, interfaceAddrs)
+		if err != nil {
 			return nil, err
 		}
-		if cfg.SecretFile, err = writeSecret(jobDir); err != nil {
+		if share.SpansHosts() {
+			sc.Info(share.Describe())
+			cfg.SpansHosts, cfg.LeadRank = true, share.Lead()
+		}
+		here = share.Ranks
+		if cfg.SecretFile, err = sharedSecretFile(share.SpansHosts()); err != nil {
 			return nil, err
+		}
+		if cfg.BasePort, err = basePort(w, t, share); err != nil {
+			return nil, err
+		}
+		if cfg.SecretFile == "" {
+			if cfg.SecretFile, err = writeSecret(jobDir); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if w.Init != "" {
@@ -336,10 +362,16 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	for i := range ranks {
 		ranks[i] = launch.Rank{RankID: i, DeviceID: i % 8}
 	}
+	if here != nil {
+		ranks = ranks[:0]
+		for _, r := range here {
+			ranks = append(ranks, launch.Rank{RankID: r.RankID, DeviceID: r.DeviceID})
+		}
+	}
 	sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
-	for i := range ranks {
-		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
-		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), blameFile))
+	for _, r := range ranks {
+		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, r.RankID), "result.json"))
+		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, r.RankID), blameFile))
 	}
 	events, sink, err := os.Pipe()
 	if err != nil {
@@ -347,7 +379,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	defer events.Close()
 	relayed := make(chan error, 1)
-	go func() { relayed <- relayEvents(events, sc, devices) }()
+	go func() { relayed <- relayEvents(events, sc, devices, cfg.LeadRank) }()
 	job := launch.Job{
 		Path: self, Args: []string{WorkerCommand, cfgPath},
 		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
@@ -382,21 +414,26 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if runErr != nil {
 		return nil, runErr
 	}
-	results := make([]WorkerResult, devices)
+	// Results are those of this host's ranks; the lead rank's (rank 0's
+	// when it runs here) become the outputs.
+	results := make([]WorkerResult, len(ranks))
 	ips := 0.0
 	var peak int64
-	for i := range results {
-		data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
+	var r0 WorkerResult
+	for i, r := range ranks {
+		data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, r.RankID), "result.json"))
 		if err != nil {
-			return nil, fmt.Errorf("rank %d left no result: %w", i, err)
+			return nil, fmt.Errorf("rank %d left no result: %w", r.RankID, err)
 		}
 		if err := json.Unmarshal(data, &results[i]); err != nil {
-			return nil, fmt.Errorf("rank %d result.json: %w", i, err)
+			return nil, fmt.Errorf("rank %d result.json: %w", r.RankID, err)
 		}
 		ips += results[i].ImagesPerSec
 		peak = max(peak, results[i].PeakMemory)
+		if r.RankID == cfg.LeadRank {
+			r0 = results[i]
+		}
 	}
-	r0 := results[0]
 	return map[string]any{
 		"checkpoints":        jobDir,
 		"checkpoint":         r0.Checkpoint,

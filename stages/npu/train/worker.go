@@ -52,10 +52,11 @@ func RunWorker(ctx context.Context, cfgPath string) error {
 	if err != nil {
 		return err
 	}
-	// train.log{rank} is for people; rank 0's lines also go to the stage,
+	// train.log{rank} is for people; the lead rank's lines (rank 0's, or
+	// this host's first when rank 0 runs elsewhere) also go to the stage,
 	// which shows them on the console.
 	var say io.Writer = os.Stdout
-	if events != nil && rank == 0 {
+	if events != nil && rank == cfg.LeadRank {
 		say = io.MultiWriter(os.Stdout, events)
 	}
 	tc, err := trainerConfig(cfg, rank, size, say)
