@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,14 +268,39 @@ stages:
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	// Ranks listen only while they connect, a few milliseconds. To see
+	// it, the first rank found is stopped (SIGSTOP) until a listener of
+	// another rank, which waits for it, has been seen, or for at most 3s
+	// (well inside the collective timeout); then it goes on.
 	seen := map[listener]bool{}
+	stopped, stoppedAt := 0, time.Time{}
+	resume := func() {
+		if stopped > 0 {
+			_ = syscall.Kill(stopped, syscall.SIGCONT)
+			stopped = -1
+		}
+	}
+	t.Cleanup(resume)
 	for running := true; running; {
 		select {
 		case <-done:
 			running = false
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
+			if stopped == 0 {
+				if pid := w.rankPid(0); pid != 0 {
+					if pid = w.rankPid(1); pid != 0 && syscall.Kill(pid, syscall.SIGSTOP) == nil {
+						stopped, stoppedAt = pid, time.Now()
+					}
+				}
+			}
 			for _, l := range w.listeners() {
 				seen[l] = true
+				if l.role == "rank" && l.pid != stopped && stopped > 0 {
+					resume()
+				}
+			}
+			if stopped > 0 && time.Since(stoppedAt) > 3*time.Second {
+				resume()
 			}
 		}
 	}
