@@ -43,7 +43,6 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -151,7 +150,7 @@ func check(w With) []plugins.Problem {
 		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
 	}
 	out = append(out, launcherProblems(w)...)
-	return out
+	return append(out, checkSaveFile(w)...)
 }
 
 // checkCluster checks what depends on several fields or on the cluster:
@@ -286,6 +285,10 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		return nil, err
 	}
 	jobDir := sc.WorkDir()
+	strategyFile, err := checkWrites(jobDir, w, devices)
+	if err != nil {
+		return nil, err
+	}
 	rankTable := req.Cluster.RankTable
 	if rankTable == "" {
 		var err error
@@ -300,15 +303,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			sc.Info("auto_parallel chose (predicted by its cost model):\n" + strings.TrimRight(table.String(), "\n"))
 		}
 	}
-	if usesEngine(w) && devices > 1 {
-		name := w.StrategySaveFile
-		if name == "" {
-			name = defaultStrategyFile
-		}
-		if cfg.StrategyFile, err = userfile.Within(jobDir, name); err != nil {
-			return nil, withError("/strategy_ckpt_save_file", err)
-		}
-		_ = os.Remove(cfg.StrategyFile)
+	if cfg.StrategyFile = strategyFile; strategyFile != "" {
+		_ = os.Remove(strategyFile)
 	}
 	// here lists the ranks of a collective job that run on this host (all
 	// of them unless the rank table spans hosts).
