@@ -13,8 +13,9 @@ import (
 
 // onEvent forwards a plugin event to the events log, the stage log, the
 // engine's logger (log records at info and above are console lines) and,
-// for progress, the progress view; rank 0's training steps are the
-// stage's progress.
+// for progress, the progress view. The steps of the lowest rank that
+// reports are the stage's progress: rank 0's, or on a server of a
+// multi-host job without rank 0, that server's first rank's.
 func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 	l := r.events.Info().Str("stage", sid)
 	switch {
@@ -48,10 +49,22 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 		r.log.Debug().Str("event", "step").Str("stage", sid).Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
 			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
 			Msgf("[%s] rank %d epoch %d step %d loss %g", sid, st.Rank, st.Epoch, st.Step, st.Loss)
-		if st.Rank == 0 && r.e.Progress != nil {
+		if r.e.Progress != nil && r.leads(sid, st.Rank) {
 			r.e.Progress.Progress(sid, st.Progress())
 		}
 	}
+}
+
+// leads reports whether rank's steps are stage sid's progress: it is the
+// lowest rank of the stage seen so far.
+func (r *runner) leads(sid string, rank int) bool {
+	r.leadMu.Lock()
+	defer r.leadMu.Unlock()
+	if lead, ok := r.lead[sid]; ok && lead < rank {
+		return false
+	}
+	r.lead[sid] = rank
+	return true
 }
 
 // logLevel is the logger's level of a plugin log record.

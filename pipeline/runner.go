@@ -31,6 +31,9 @@ type runner struct {
 
 	schemaMu sync.Mutex
 	schemas  map[string]*spec.WithSchema // compiled `with` schemas by plugin identity
+
+	leadMu sync.Mutex
+	lead   map[string]int // per stage, the lowest rank whose steps were seen: its steps are the progress
 }
 
 func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, resolver *spec.Resolver) *runner {
@@ -39,6 +42,7 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		log:       e.Log.With().Str("run", st.ID).Logger(),
 		schemas:   map[string]*spec.WithSchema{},
 		stageErrs: map[string]*StageError{},
+		lead:      map[string]int{},
 	}
 }
 

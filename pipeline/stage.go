@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/spec"
 )
@@ -90,7 +91,13 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 // fails with the error of the last one.
 func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, with map[string]any) {
 	sid := s.ID
-	workDir := filepath.Join(r.dir, "stages", sid)
+	// A link planted at stages/<id> would take every write of the stage
+	// out of the run directory.
+	workDir, err := userfile.Within(r.dir, filepath.Join("stages", sid))
+	if err != nil {
+		r.fail(sid, 0, fmt.Errorf("stages.%s: work dir: %w", sid, err), time.Time{})
+		return
+	}
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		r.fail(sid, 0, fmt.Errorf("create work dir: %w", err), time.Time{})
 		return

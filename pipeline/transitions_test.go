@@ -222,8 +222,8 @@ func TestLogEvents(t *testing.T) {
 		emit(plugins.Event{Time: now, Progress: &plugins.ProgressEvent{Done: 1, Total: 2, Unit: "steps", Message: "step 1"}})
 		emit(plugins.Event{Time: now, Metric: &plugins.MetricEvent{Name: "loss", Value: 2.5, Step: 1}})
 		emit(plugins.Event{Time: now, Artifact: &plugins.ArtifactEvent{Name: "ckpt", Path: "x.ckpt", SHA256: "ab"}})
-		emit(plugins.Event{Time: now, Step: &plugins.StepEvent{Rank: 1, Epoch: 1, Step: 2, GlobalStep: 2, TotalSteps: 4, Loss: 2.25}})
 		emit(plugins.Event{Time: now, Step: &plugins.StepEvent{Rank: 0, Epoch: 1, Step: 2, GlobalStep: 2, TotalSteps: 4, Loss: 2.25}})
+		emit(plugins.Event{Time: now, Step: &plugins.StepEvent{Rank: 1, Epoch: 1, Step: 2, GlobalStep: 2, TotalSteps: 4, Loss: 2.25}})
 		return map[string]any{"n": 1}, nil
 	}}
 	var out bytes.Buffer
@@ -255,8 +255,8 @@ func TestLogEvents(t *testing.T) {
 		{"debug", "progress", "a", st.ID, "[a] step 1"},
 		{"debug", "metric", "a", st.ID, "[a] loss=2.5"},
 		{"debug", "artifact", "a", st.ID, "[a] artifact ckpt: x.ckpt"},
-		{"debug", "step", "a", st.ID, "[a] rank 1 epoch 1 step 2 loss 2.25"},
 		{"debug", "step", "a", st.ID, "[a] rank 0 epoch 1 step 2 loss 2.25"},
+		{"debug", "step", "a", st.ID, "[a] rank 1 epoch 1 step 2 loss 2.25"},
 		{"info", "stage_succeeded", "a", st.ID, "[a] succeeded in 0s"},
 	}
 	if len(got) != len(want)+1 {
@@ -276,7 +276,8 @@ func TestLogEvents(t *testing.T) {
 	if last := got[len(got)-1]; last.Event != "run_finished" || !strings.HasPrefix(last.Message, "run "+st.ID+" succeeded in ") || !strings.HasSuffix(last.Message, ": 1 succeeded") {
 		t.Errorf("last event %+v", last)
 	}
-	// The progress event and rank 0's step; rank 1's step is not progress.
+	// The progress event and rank 0's step; rank 1's step, after rank 0's,
+	// is not progress.
 	if pv.progress != 2 || pv.ended["a"] != StatusSucceeded {
 		t.Errorf("progress view: %d progress, ended %v; want 2 and succeeded", pv.progress, pv.ended)
 	}
@@ -477,5 +478,28 @@ func TestResumeKeepsLogsInTheRunDirectory(t *testing.T) {
 	}
 	if got := final.Stages["a"].Log; got != filepath.Join("stages", "a", "stage.log") {
 		t.Errorf("log after resume = %q, want stages/a/stage.log", got)
+	}
+}
+
+// TestProgressFollowsLowestRank: on a server of a multi-host job without
+// rank 0, the steps of its lowest rank are the stage's progress; a higher
+// rank's are not.
+func TestProgressFollowsLowestRank(t *testing.T) {
+	w := newWorkspace(t)
+	l := &scriptLauncher{run: func(_ context.Context, c call, emit func(plugins.Event)) (map[string]any, error) {
+		now := time.Now()
+		for step := int64(1); step <= 3; step++ {
+			for _, rank := range []int{8, 9, 15} {
+				emit(plugins.Event{Time: now, Step: &plugins.StepEvent{Rank: rank, Epoch: 1, Step: step, GlobalStep: step, TotalSteps: 3, Loss: 2}})
+			}
+		}
+		return map[string]any{"n": 1}, nil
+	}}
+	e := w.engine(l)
+	pv := &progressRecorder{}
+	e.Progress = pv
+	w.mustRun(e, "version: 1\nname: lead\nstages:\n  a: {uses: work}\n")
+	if pv.progress != 3 {
+		t.Errorf("progress view got %d updates, want rank 8's 3", pv.progress)
 	}
 }

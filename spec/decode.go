@@ -40,13 +40,17 @@ var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // (`cifar/prepare`, `exec`), or a path to a plugin binary (`./bin/x`).
 var usesRe = regexp.MustCompile(`^([a-z][a-z0-9_-]*(/[a-z][a-z0-9_-]*)*|\.{1,2}/.+|/.+)$`)
 
+// memoryRe is a size with a unit; the schema has the same pattern.
+var memoryRe = regexp.MustCompile(`^[0-9]+ ?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$`)
+
 var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 var (
 	pipelineKeys = []string{"version", "name", "description", "params", "cluster", "env", "stages"}
 	paramKeys    = []string{"type", "default", "description"}
 	clusterKeys  = []string{"devices", "rank_table"}
-	stageKeys    = []string{"uses", "description", "with", "needs", "if", "cluster", "timeout", "retry", "outputs", "env", "sha256"}
+	stageKeys    = []string{"uses", "description", "with", "needs", "if", "cluster", "timeout", "retry", "outputs", "env", "sha256", "limits"}
+	limitsKeys   = []string{"memory"}
 	retryKeys    = []string{"max_attempts", "backoff"}
 	outputKeys   = []string{"type", "description"}
 )
@@ -597,6 +601,8 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 				s.Timeout, _ = d.duration(vv, what+".timeout")
 			case "retry":
 				d.retry(s, vv, what+".retry")
+			case "limits":
+				d.limits(s, vv, what+".limits")
 			case "outputs":
 				d.outputs(s, vv, what+".outputs")
 			case "env":
@@ -666,6 +672,32 @@ func (d *decoder) retry(s *Stage, n *yaml.Node, what string) {
 			}
 		case "backoff":
 			s.Retry.Backoff, _ = d.duration(v, what+".backoff")
+		}
+	})
+}
+
+func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
+	d.mapping(n, what, limitsKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "memory":
+			s.Limits.MemoryPos = d.pos(v)
+			if r := d.resolve(v); r != nil && r.Kind == yaml.ScalarNode && r.Tag == "!!int" {
+				d.errs.add(d.pos(r), "%s.memory: give a unit, for example %sMiB (a bare number would be bytes)", what, r.Value)
+				return
+			}
+			text, ok := d.str(v, what+".memory")
+			if !ok {
+				return
+			}
+			size, err := userfile.ParseSize(text)
+			switch {
+			case err != nil || !memoryRe.MatchString(text):
+				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
+			case size < MinMemoryLimit:
+				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, userfile.Size(size), userfile.Size(MinMemoryLimit))
+			default:
+				s.Limits.Memory = size
+			}
 		}
 	})
 }

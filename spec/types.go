@@ -68,6 +68,7 @@ type Stage struct {
 	Outputs     []OutputDecl // outputs declared in the spec (for exec and custom plugins)
 	Env         map[string]string
 	SHA256      string // optional pin of a plugin binary (hex)
+	Limits      Limits // resources each process of the stage may use
 
 	Pos       Pos            // the stage's key
 	UsesPos   Pos            // the uses value
@@ -77,6 +78,22 @@ type Stage struct {
 
 	badTemplates map[*yaml.Node]bool // values whose template did not parse (already reported)
 }
+
+// Limits bounds the resources of a stage's processes.
+type Limits struct {
+	// Memory is the most memory, in bytes, that each process of the stage
+	// may allocate: the plugin and every process it starts (ranks inherit
+	// it). It is per process, not a total for the stage. 0: no limit.
+	Memory    int64
+	MemoryPos Pos
+}
+
+// MinMemoryLimit is the smallest limits.memory accepted. The limit counts
+// a process's data segment, reserved rather than resident: a Go plugin
+// linked with cgo holds about 150 MiB of it at rest (8 MiB of stack for
+// each of its threads, the C and Go heaps), and below this it would fail
+// before doing any work.
+const MinMemoryLimit = 256 << 20
 
 // Retry says how often a failed stage is attempted again.
 type Retry struct {

@@ -38,4 +38,9 @@
 // SetLink takes the bridge end of a host's veth down, as if its cable were
 // pulled: packets in both directions vanish silently, so peers see a
 // timeout rather than an immediate error, as across a real network.
+//
+// # Platforms
+//
+// Linux only, as root with iproute2's ip command. Elsewhere, and without
+// them, Available says what is missing, so tests skip with that reason.
 package netns

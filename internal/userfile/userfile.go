@@ -121,17 +121,29 @@ func Copy(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
 	}
 }
 
+// Relative checks, without looking at the file system, that rel names a
+// path inside whatever directory it will be joined to: not absolute, no
+// ".." that climbs out. The error wraps ErrOutside; Within adds the
+// directory's name. Validation uses it where the directory is not known yet.
+func Relative(rel string) error {
+	if filepath.IsAbs(rel) {
+		return fmt.Errorf("%s is absolute, %w", rel, ErrOutside)
+	}
+	clean := filepath.Clean(rel)
+	if clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("%s climbs %w", rel, ErrOutside)
+	}
+	return nil
+}
+
 // Within returns the path rel names inside root, refusing one that leaves
 // root: an absolute path, a ".." that climbs out, or a symbolic link (in
 // any component that exists) that points outside. root itself must exist.
 func Within(root, rel string) (string, error) {
-	if filepath.IsAbs(rel) {
-		return "", fmt.Errorf("%s is absolute, %w %s", rel, ErrOutside, root)
+	if err := Relative(rel); err != nil {
+		return "", fmt.Errorf("%w %s", err, root)
 	}
 	clean := filepath.Clean(rel)
-	if clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
-		return "", fmt.Errorf("%s climbs %w %s", rel, ErrOutside, root)
-	}
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return "", err
@@ -141,15 +153,68 @@ func Within(root, rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if r, err := filepath.Rel(realRoot, real); err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+	if !inside(realRoot, real) {
 		return "", fmt.Errorf("%s resolves to %s, %w %s", rel, real, ErrOutside, root)
 	}
 	return joined, nil
 }
 
+// maxLinks bounds the dangling links evalExisting follows, as the kernel
+// bounds a path's links (ELOOP).
+const maxLinks = 40
+
+// WritableWithin is Within for a path that is about to be written: a file,
+// or a directory that files will be written into. When it is an existing
+// directory, every symbolic link under it must also resolve inside root,
+// since a write through one would land where it points. Nothing is
+// followed or created while checking.
+func WritableWithin(root, rel string) (string, error) {
+	path, err := Within(root, rel)
+	if err != nil {
+		return "", err
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	info, err := os.Lstat(path)
+	if err != nil || !info.IsDir() {
+		return path, nil // absent, or a file: Within has checked where it leads
+	}
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink == 0 {
+			return err
+		}
+		real, err := evalExisting(p)
+		if err != nil {
+			return err
+		}
+		if !inside(realRoot, real) {
+			name, _ := filepath.Rel(root, p)
+			return fmt.Errorf("%s is a symbolic link to %s, %w %s", name, real, ErrOutside, root)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// inside tells whether the resolved path real is root or under it.
+func inside(realRoot, real string) bool {
+	r, err := filepath.Rel(realRoot, real)
+	return err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
+}
+
 // evalExisting resolves symbolic links in the longest existing prefix of
-// path and appends the rest unchanged.
+// path and appends the rest unchanged. A dangling link is followed too:
+// creating the file it names would write where it points.
 func evalExisting(path string) (string, error) {
+	return evalExistingDepth(path, 0)
+}
+
+func evalExistingDepth(path string, links int) (string, error) {
 	rest := ""
 	for p := path; ; {
 		real, err := filepath.EvalSymlinks(p)
@@ -158,6 +223,15 @@ func evalExisting(path string) (string, error) {
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return "", err
+		}
+		if target, lerr := os.Readlink(p); lerr == nil {
+			if links >= maxLinks {
+				return "", fmt.Errorf("%s: too many levels of symbolic links", path)
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(p), target)
+			}
+			return evalExistingDepth(filepath.Join(target, rest), links+1)
 		}
 		parent := filepath.Dir(p)
 		if parent == p {

@@ -113,3 +113,84 @@ func TestSize(t *testing.T) {
 		}
 	}
 }
+
+// Within and WritableWithin refuse every way out of the root: "..", an
+// absolute path, a link in a parent, a link at the path itself (dangling
+// too: creating its file would write where it points), and, for a
+// directory about to be written into, a link anywhere under it.
+func TestWithinRefusesEveryWayOut(t *testing.T) {
+	outside := t.TempDir()
+	root := t.TempDir()
+	mk := func(dir string) {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, name string) {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("ok/sub")
+	mk("out")
+	link(outside, "parent")                                       // a symlinked parent
+	link(filepath.Join(outside, "missing.ckpt"), "dangling.ckpt") // dangling, to outside
+	link("chain2", "chain1")                                      // dangling chain leading out
+	link(filepath.Join(outside, "x"), "chain2")
+	link(filepath.Join(root, "ok", "sub"), "inner") // a link that stays inside
+	link(outside, "out/device0")                    // a link inside an output directory
+	link("../../ok", "ok/sub/up")                   // relative, still inside
+
+	cases := map[string]bool{ // rel -> allowed by WritableWithin
+		"ok":                 true,
+		"ok/new/file":        true,
+		"inner/file":         true,
+		"new":                true,
+		"../x":               false,
+		"ok/../../x":         false,
+		outside + "/x":       false,
+		"parent/x":           false,
+		"parent":             false,
+		"dangling.ckpt":      false,
+		"chain1":             false,
+		"out":                false,
+		"out/device0/ckpt_0": false,
+	}
+	for rel, ok := range cases {
+		_, err := WritableWithin(root, rel)
+		if ok && err != nil {
+			t.Errorf("WritableWithin(%q) = %v, want allowed", rel, err)
+		}
+		if !ok && !errors.Is(err, ErrOutside) {
+			t.Errorf("WritableWithin(%q) = %v, want ErrOutside", rel, err)
+		}
+	}
+	// Within checks the path, not what lies under a directory.
+	if _, err := Within(root, "out"); err != nil {
+		t.Errorf("Within(out) = %v: the directory itself is inside", err)
+	}
+	if _, err := Within(root, "dangling.ckpt"); !errors.Is(err, ErrOutside) {
+		t.Errorf("Within(dangling.ckpt) = %v, want ErrOutside", err)
+	}
+	_, err := WritableWithin(root, "out")
+	if want := "device0 is a symbolic link to " + outside + ", outside the directory " + root; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("WritableWithin(out) = %v, want it to say %q", err, want)
+	}
+	entries, _ := os.ReadDir(outside)
+	if len(entries) != 0 {
+		t.Errorf("checking created %v outside", entries)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"1": 1, "512MiB": 512 << 20, "2 GiB": 2 << 30, "3KB": 3000, "1TiB": 1 << 40} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "-1MiB", "1.5GiB", "12 parsecs", "99999999999TiB"} {
+		if got, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", bad, got)
+		}
+	}
+}

@@ -143,9 +143,11 @@ type Config struct {
 	// ShmDir is the tmpfs directory for shared-memory segments (default
 	// DefaultShmDir).
 	ShmDir string
-	// AllowRemote permits non-loopback addresses, for real clusters. On a
-	// single machine leave it false: a rank table meant for hardware is then
-	// refused instead of sending traffic to the network.
+	// AllowRemote permits non-loopback addresses, for real clusters (and
+	// hosts simulated as network namespaces). On a single machine leave it
+	// false: a rank table meant for hardware is then refused instead of
+	// sending traffic to the network. Wildcard (0.0.0.0, ::), multicast
+	// and broadcast addresses are refused either way.
 	AllowRemote bool
 }
 
@@ -223,6 +225,11 @@ func (c *Config) Validate() error {
 		}
 		if ap.Port() == 0 {
 			return bad("addrs[%d] %q: port 0", i, a)
+		}
+		// A rank listens on its own address only: a wildcard would accept
+		// connections on every interface of its host.
+		if ip := ap.Addr(); ip.IsUnspecified() || ip.IsMulticast() || ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+			return bad("addrs[%d] %q is not a unicast address of one rank", i, a)
 		}
 		if !c.AllowRemote && !ap.Addr().IsLoopback() {
 			return bad("addrs[%d] %q is not a loopback address (set AllowRemote to use a real network)", i, a)

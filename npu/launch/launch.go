@@ -343,6 +343,13 @@ func logTail(path string) string {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	// A Go crash ends with a long stack trace: its message is the line
+	// that starts it.
+	for _, l := range lines {
+		if strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "runtime/cgo: ") {
+			return ": " + l
+		}
+	}
 	if len(lines) > 5 {
 		lines = lines[len(lines)-5:]
 	}

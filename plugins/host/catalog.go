@@ -401,6 +401,7 @@ func (c *Catalog) Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, l
 	cfg := d.resolved.LaunchConfig()
 	cfg.SHA256 = s.SHA256
 	cfg.Log = log
+	cfg.MemoryLimit = s.Limits.Memory
 	return Launch(ctx, cfg)
 }
 

@@ -60,6 +60,11 @@ type LaunchConfig struct {
 	// Grace is how long Close waits after SIGTERM before SIGKILL;
 	// 0 means DefaultGrace.
 	Grace time.Duration
+	// MemoryLimit, when positive, is the most memory in bytes the plugin
+	// process may allocate (RLIMIT_DATA, set right after the handshake,
+	// before any Run); processes it starts inherit the same limit, each on
+	// its own. Go plugins also get a GOMEMLIMIT a little below it.
+	MemoryLimit int64
 }
 
 // Client is a running plugin process. It is a [plugins.Stage]: Describe returns the
@@ -133,6 +138,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	// a plugin built with an SDK that relied on AutoMTLS answer with its own
 	// server certificate, which go-plugin then trusts for that connection.
 	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
+	if cfg.MemoryLimit > 0 {
+		cmd.Env = append(cmd.Env, goMemoryLimit(cfg.MemoryLimit))
+	}
 	cmd.Dir = cfg.Dir
 	if err := procgroup.PrepareSupervisor(cmd, plugins.ParentDeathSignal); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
@@ -165,6 +173,13 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		return nil, startError(label, cfg, cmd, tail, err)
 	}
 	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client, closing: make(chan struct{})}
+	if cfg.MemoryLimit > 0 {
+		if err := limitMemory(c.pid, cfg.MemoryLimit); err != nil {
+			_ = procgroup.Signal(c.pid, syscall.SIGKILL)
+			pc.Kill()
+			return nil, fmt.Errorf("%s: set its memory limit (limits.memory): %w", label, err)
+		}
+	}
 	raw, err := rpc.Dispense(plugins.PluginName)
 	if err != nil {
 		_ = c.Close()
@@ -190,7 +205,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		return nil, err
+		return nil, c.memoryError(err)
 	}
 	c.desc = desc
 	return c, nil
@@ -237,7 +252,10 @@ func (c *Client) Validate(ctx context.Context, req plugins.ValidateRequest) ([]p
 func (c *Client) Run(ctx context.Context, req plugins.RunRequest, emit func(plugins.Event)) (map[string]any, error) {
 	outputs, err := c.stage.Run(ctx, req, emit)
 	if err != nil {
-		return nil, c.explain(ctx, err)
+		if ctx.Err() != nil {
+			return nil, c.explain(ctx, err)
+		}
+		return nil, c.memoryError(c.explain(ctx, err))
 	}
 	return plugins.CheckOutputs(c.desc, req.WorkDir, outputs)
 }

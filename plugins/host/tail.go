@@ -52,7 +52,7 @@ func (t *stderrTail) addLine(line string) {
 	if strings.HasPrefix(line, "{") && json.Valid([]byte(line)) {
 		return
 	}
-	if t.crash == nil && (strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ")) {
+	if t.crash == nil && crashStart(line) {
 		t.inCrash = true
 	}
 	if t.inCrash && len(t.crash) < crashLines {
@@ -65,6 +65,12 @@ func (t *stderrTail) addLine(line string) {
 		t.lines = append(t.lines[:0], t.lines[1:]...)
 	}
 	t.lines = append(t.lines, line)
+}
+
+// crashStart tells whether line starts a Go crash report: a panic, a
+// fatal error of the runtime, or a thread the C runtime could not create.
+func crashStart(line string) bool {
+	return strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") || strings.HasPrefix(line, "runtime/cgo: ")
 }
 
 // summary is one line: the panic message and where it happened, else the

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -62,7 +63,11 @@ func check(w With) []plugins.Problem {
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	root := filepath.Join(sc.WorkDir(), "data")
+	// A link planted in the work dir would take the data set's files out.
+	root, err := userfile.WritableWithin(sc.WorkDir(), "data")
+	if err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
 	opts := data.PrepareOptions{Source: w.Source, NumShards: w.Shards, Synth: data.DefaultSynthConfig()}
 	opts.Synth.Seed = uint64(w.Seed)
 	if w.TrainImages > 0 {

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
@@ -102,7 +103,11 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		layout = "layout from " + in.Strategy
 	}
 	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
-	outDir := filepath.Join(sc.WorkDir(), "checkpoint")
+	// A link planted in the work dir would take the checkpoint out.
+	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoint")
+	if err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
 	name := ckptset.FileName(w.Prefix, in.Files[0])
 	plan, err := reshard.Plan(ctx, set.Source, reshard.Target{Ranks: 1, Files: []string{name}}, opt)
 	if err != nil {

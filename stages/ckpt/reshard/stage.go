@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
@@ -126,7 +127,11 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split, %d bytes to read, %d to write, peak memory %d of %d",
 		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
-	outDir := filepath.Join(sc.WorkDir(), "checkpoints")
+	// A link planted in the work dir would take the rank files out.
+	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoints")
+	if err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
 	opt.Progress = func(written, total int64) {
 		sc.Progress(written, total, "bytes", fmt.Sprintf("writing %d rank files", target.Ranks))
 	}

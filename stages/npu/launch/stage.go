@@ -13,6 +13,7 @@ import (
 	osexec "os/exec"
 	"sort"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -51,6 +52,11 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	req := sc.Request()
 	devices := max(req.Cluster.Devices, 1)
 	jobDir := sc.WorkDir()
+	// Each rank writes device{i}/ here: a link planted in it would take
+	// those writes out.
+	if _, err := userfile.WritableWithin(jobDir, "."); err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
 	table := req.Cluster.RankTable
 	if table == "" {
 		var err error

@@ -52,6 +52,88 @@ func freeBasePort(t *ranktable.RankTable) (int, error) {
 	return 0, fmt.Errorf("no free port range for %d ranks on their device_ip addresses (are they addresses of this machine?)", len(ranks))
 }
 
+// EnvJobSecretFile names the file holding the job secret. A job whose
+// ranks span several hosts needs it: the hosts start their ranks without
+// talking to each other first, so they cannot agree on a fresh secret.
+// Every server has its own copy of the same file.
+const EnvJobSecretFile = "MSPIPE_JOB_SECRET_FILE"
+
+// maxSecretFileBytes bounds what is read from EnvJobSecretFile.
+const maxSecretFileBytes = 1 << 20
+
+// multiHostConnectWait is how long the ranks of a job that spans hosts
+// wait for their peers to come up, at least: the other servers start the
+// same pipeline by hand or by a script, not all in the same second.
+const multiHostConnectWait = 5 * time.Minute
+
+// makeSecretHint is the command the refusals suggest.
+const makeSecretHint = "umask 077 && head -c 32 /dev/urandom > job.secret, copy it to every server (scp -p), and export " + EnvJobSecretFile + "=/path/to/job.secret on each"
+
+// sharedSecretFile returns the absolute path of the job secret file named
+// by EnvJobSecretFile, after checking that it is a regular file only its
+// owner can read or write, of at least collective.MinSecretBytes. It
+// returns "" when the variable is unset and the job runs on this host
+// only; a job spanning hosts is refused without it.
+func sharedSecretFile(spansHosts bool) (string, error) {
+	path := os.Getenv(EnvJobSecretFile)
+	if path == "" {
+		if spansHosts {
+			return "", fmt.Errorf("the rank table spans several hosts, so every host must use the same job secret: none given (%s is not set); make one: %s", EnvJobSecretFile, makeSecretHint)
+		}
+		return "", nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("%s=%s: %w", EnvJobSecretFile, path, err)
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s: %w", EnvJobSecretFile, err)
+	case !st.Mode().IsRegular():
+		return "", fmt.Errorf("%s=%s: not a regular file", EnvJobSecretFile, path)
+	case st.Mode().Perm()&0o077 != 0:
+		return "", fmt.Errorf("%s=%s: mode %04o lets others read or write the job secret: want 0600 or stricter (chmod 600 %s)", EnvJobSecretFile, path, st.Mode().Perm(), path)
+	case st.Size() < collective.MinSecretBytes:
+		return "", fmt.Errorf("%s=%s: %d bytes, want at least %d random bytes (%s)", EnvJobSecretFile, path, st.Size(), collective.MinSecretBytes, makeSecretHint)
+	case st.Size() > maxSecretFileBytes:
+		return "", fmt.Errorf("%s=%s: %d bytes, more than a job secret needs (at most %d)", EnvJobSecretFile, path, st.Size(), maxSecretFileBytes)
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", EnvJobSecretFile, err)
+	}
+	f.Close()
+	return abs, nil
+}
+
+// basePort chooses rank 0's collective port. A job spanning hosts uses
+// with.collective_base_port or collective.DefaultBasePort, as every
+// server must compute the same addresses on its own; a job on this host
+// only takes with.collective_base_port when set, else a free range.
+// Either way the ports of this host's ranks must be free now.
+func basePort(w With, t *ranktable.RankTable, share hostShare) (int, error) {
+	if !share.SpansHosts() && w.CollectiveBasePort == 0 {
+		return freeBasePort(t)
+	}
+	base := w.CollectiveBasePort
+	if base == 0 {
+		base = collective.DefaultBasePort
+	}
+	if base+share.Size-1 > 65535 {
+		return 0, fmt.Errorf("collective_base_port %d leaves no port for rank %d (ports go up to 65535)", base, share.Size-1)
+	}
+	for _, r := range share.Ranks {
+		addr := net.JoinHostPort(r.DeviceIP, fmt.Sprint(base+r.RankID))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return 0, fmt.Errorf("rank %d cannot listen on %s (another job?): set with.collective_base_port to the start of %d free ports, the same on every server: %w", r.RankID, addr, share.Size, err)
+		}
+		ln.Close()
+	}
+	return base, nil
+}
+
 // writeSecret writes a fresh job secret, readable by this user only.
 func writeSecret(jobDir string) (string, error) {
 	secret, err := collective.NewSecret()
@@ -89,6 +171,13 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 		return nil, fmt.Errorf("job secret: %w", err)
 	}
 	cc.Timeout = collectiveTimeout(cfg.With)
+	if cfg.SpansHosts {
+		cc.ConnectTimeout = max(cc.Timeout, multiHostConnectWait)
+	}
+	// A table whose servers are real addresses describes a real cluster:
+	// its ranks on other servers are reached over the network. Each rank
+	// still listens on its own device_ip only.
+	cc.AllowRemote = serversAreReal(t)
 	if cfg.With.CollectiveTransport != "" {
 		if cc.Transport, err = collective.ParseTransport(cfg.With.CollectiveTransport); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
@@ -52,14 +53,14 @@ func TestDefaultsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, d := range schemaDefaults {
-		if name == "mode" {
-			continue // the zero Mode, omitted from JSON: checked below
+		if name == "mode" || name == "launcher" {
+			continue // the zero Mode and Launcher, omitted from JSON: checked below
 		}
 		if !reflect.DeepEqual(stageValues[name], d) {
 			t.Errorf("%s: schema default %v, the stage gets %v", name, d, stageValues[name])
 		}
 	}
-	want := []string{"batch_size", "collective_transport", "epochs", "keep_checkpoint_max", "learning_rate", "lr_schedule", "mode", "model", "momentum", "prefix", "seed"}
+	want := []string{"batch_size", "collective_transport", "epochs", "keep_checkpoint_max", "launcher", "learning_rate", "lr_schedule", "mode", "model", "momentum", "prefix", "seed"}
 	for _, name := range want {
 		if _, ok := schemaDefaults[name]; !ok {
 			t.Errorf("%s: no default in the schema", name)
@@ -70,6 +71,9 @@ func TestDefaultsAgree(t *testing.T) {
 	}
 	if got.Mode != parallel.StandAlone || schemaDefaults["mode"] != "stand_alone" {
 		t.Errorf("mode: stage %v, schema %v; want stand_alone", got.Mode, schemaDefaults["mode"])
+	}
+	if got.Launcher != launch.Local || schemaDefaults["launcher"] != "local" {
+		t.Errorf("launcher: stage %v, schema %v; want local", got.Launcher, schemaDefaults["launcher"])
 	}
 
 	// What the trainer runs with.

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -72,10 +73,11 @@ type eventWriter struct {
 	rank   int
 	failed bool
 	buf    []byte // the unfinished line of Write
+	limit  int    // the longest line, newline included, written at once
 }
 
 func newEventWriter(w io.Writer, rank int) *eventWriter {
-	return &eventWriter{w: w, rank: rank}
+	return &eventWriter{w: w, rank: rank, limit: maxEventWrite}
 }
 
 // step sends a finished training step.
@@ -121,12 +123,12 @@ func (e *eventWriter) Write(p []byte) (int, error) {
 
 func (e *eventWriter) send(ev workerEvent) {
 	line, err := json.Marshal(ev)
-	for err == nil && len(line)+1 > maxEventWrite && ev.Message != "" {
+	for err == nil && len(line)+1 > e.limit && ev.Message != "" {
 		// Only a log message can make a line long: shorten it.
 		ev.Message = ev.Message[:len(ev.Message)/2] + "…"
 		line, err = json.Marshal(ev)
 	}
-	if err != nil || len(line)+1 > maxEventWrite {
+	if err != nil || len(line)+1 > e.limit {
 		return
 	}
 	line = append(line, '\n')
@@ -141,11 +143,13 @@ func (e *eventWriter) send(ev workerEvent) {
 }
 
 // relayEvents reads the event stream until EOF or a read error: steps
-// become step events (and rank 0's the loss metric), rank 0's log lines
-// log records; the error a rank failed with goes into failures (if not
-// nil), by rank. A line that is too long or not a valid event is skipped
-// with a warning. It returns the read error, nil at EOF.
-func relayEvents(r io.Reader, sc sdk.Context, ranks int, failures map[int]string) error {
+// become step events (and the lead rank's the loss metric), the lead
+// rank's log lines log records. The lead is rank 0, or this host's lowest
+// rank when rank 0 runs on another server. The error a rank failed with
+// goes into failures (if not nil), by rank. A line that is too long or
+// not a valid event is skipped with a warning. It returns the read error,
+// nil at EOF.
+func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]string) error {
 	rd := bufio.NewReaderSize(r, maxEventLine)
 	warnings, lineNo := 0, 0
 	warn := func(msg string) {
@@ -171,7 +175,7 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks int, failures map[int]string
 		}
 		if len(line) > 0 && !tooLong {
 			lineNo++
-			relayLine(bytes.TrimSpace(line), sc, ranks, warn, failures)
+			relayLine(bytes.TrimSpace(line), sc, ranks, lead, warn, failures)
 		}
 		tooLong = false
 		if err == io.EOF {
@@ -183,7 +187,7 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks int, failures map[int]string
 	}
 }
 
-func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string), failures map[int]string) {
+func relayLine(line []byte, sc sdk.Context, ranks, lead int, warn func(string), failures map[int]string) {
 	if len(line) == 0 {
 		return
 	}
@@ -200,7 +204,7 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string), failur
 	}
 	switch ev.Kind {
 	case kindLog:
-		if ev.Rank == 0 {
+		if ev.Rank == lead {
 			sc.Info(ev.Message)
 		}
 	case kindStep:
@@ -213,7 +217,7 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string), failur
 			Loss: ev.Loss, LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSecond,
 			DeviceMemory: ev.DeviceMemory, EpochEnd: ev.EpochEnd,
 		}
-		if ev.Rank == 0 {
+		if ev.Rank == lead {
 			sc.Metric("loss", ev.Loss, ev.GlobalStep)
 		}
 		sc.Step(st)
@@ -227,8 +231,15 @@ func relayLine(line []byte, sc sdk.Context, ranks int, warn func(string), failur
 }
 
 // openEventStream returns the rank's end of the event stream, or nil when
-// the environment names none (a rank started by hand).
-func openEventStream(rank int) (*eventWriter, error) {
+// the environment names none (a rank started by hand). A rank that mpirun
+// or srun started writes its events, prefixed, on the stdout the launcher
+// gave it (launch.Attached.Events), which reaches the stage from any host.
+func openEventStream(rank int, att *launch.Attached) (*eventWriter, error) {
+	if att != nil {
+		e := newEventWriter(att.Events(), rank)
+		e.limit -= len(launch.EventPrefix)
+		return e, nil
+	}
 	v := os.Getenv(EnvEventFD)
 	if v == "" {
 		return nil, nil

@@ -50,7 +50,7 @@ func TestEventStreamRoundTrip(t *testing.T) {
 	fmt.Fprintf(r1, "rank 1 talks too\n")
 
 	sc, got := collect()
-	if err := relayEvents(&pipe, sc, 2, nil); err != nil {
+	if err := relayEvents(&pipe, sc, 2, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	loss := float64(float32(2.0084016)) // the trainer's float32, widened
@@ -82,7 +82,7 @@ func TestEventStreamSkipsMalformedLines(t *testing.T) {
 		good,
 	}
 	sc, got := collect()
-	if err := relayEvents(strings.NewReader(strings.Join(lines, "\n")), sc, 2, nil); err != nil {
+	if err := relayEvents(strings.NewReader(strings.Join(lines, "\n")), sc, 2, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -147,7 +147,7 @@ func FuzzRelayEvents(f *testing.F) {
 				t.Errorf("relayed an invalid step %+v", e.Step)
 			}
 		})
-		if err := relayEvents(bytes.NewReader(stream), sc, 2, nil); err != nil {
+		if err := relayEvents(bytes.NewReader(stream), sc, 2, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if warnings > maxEventWarnings+1 {
@@ -163,12 +163,12 @@ func FuzzRelayEvents(f *testing.F) {
 // closed, whatever that process had open as fd 3.)
 func TestEventStreamOnlyFromTheEnvironment(t *testing.T) {
 	t.Setenv(EnvEventFD, "")
-	if w, err := openEventStream(0); w != nil || err != nil {
+	if w, err := openEventStream(0, nil); w != nil || err != nil {
 		t.Errorf("no %s: got %v, %v; want no stream", EnvEventFD, w, err)
 	}
 	for _, bad := range []string{"x", "-1", "0", "2"} {
 		t.Setenv(EnvEventFD, bad)
-		if _, err := openEventStream(0); err == nil || !strings.Contains(err.Error(), "not an inherited file descriptor") {
+		if _, err := openEventStream(0, nil); err == nil || !strings.Contains(err.Error(), "not an inherited file descriptor") {
 			t.Errorf("%s=%s: err %v", EnvEventFD, bad, err)
 		}
 	}
@@ -185,7 +185,7 @@ func TestFailuresTravelOnTheStream(t *testing.T) {
 	r2.fail(fmt.Errorf("train: %w", context.Canceled))
 	sc, got := collect()
 	failures := map[int]string{}
-	if err := relayEvents(&pipe, sc, 3, failures); err != nil {
+	if err := relayEvents(&pipe, sc, 3, 0, failures); err != nil {
 		t.Fatal(err)
 	}
 	want := map[int]string{1: "write checkpoint ckpt_1/CKP-1_10.ckpt: no space left on device"}

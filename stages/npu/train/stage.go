@@ -45,7 +45,6 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -94,8 +93,12 @@ type With struct {
 	LogSteps            int                `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration       `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
+	CollectiveBasePort  int                `json:"collective_base_port,omitempty" jsonschema:"minimum=1,maximum=65535" description:"port of rank 0's collective endpoint; rank r listens on its device_ip, port collective_base_port+r. Default 29500 when the rank table spans several hosts (every server must use the same); a single-host job picks a free range unless this is set"`
 	CollectiveTransport string             `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
 	ShuffleBuffer       int                `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
+	Launcher            launch.Launcher    `json:"launcher,omitempty" description:"what starts the rank processes: local (mspipe, on this host), mpirun (Open MPI, on the hosts of a hostfile) or srun (Slurm, inside an allocation); with mpirun and srun the run directory and the rank table must be on a filesystem every host sees"`
+	LauncherArgs        []string           `json:"launcher_args,omitempty" description:"mpirun or srun: extra arguments, appended to mspipe's own as they are (one argument per item, no shell)"`
+	Hostfile            string             `json:"hostfile,omitempty" description:"mpirun: an absolute path to an Open MPI hostfile; default one written in the work directory from the rank table's servers, in table order, with slots=<devices>"`
 }
 
 // defaults is the stage's one table of defaults: the trainer's, and the
@@ -129,7 +132,7 @@ func New() plugins.Stage {
 			{Name: "accuracy", Type: plugins.TypeFloat, Description: "held-out accuracy (0-1) of rank 0's model; -1 when eval is off"},
 			{Name: "global_step", Type: plugins.TypeInt},
 			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
-			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices together"},
+			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices of this host together (every device unless the rank table spans hosts)"},
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
 			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices), or \"\""},
 		},
@@ -148,7 +151,8 @@ func check(w With) []plugins.Problem {
 	if _, err := parseMemory(w.DeviceMemory); err != nil {
 		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
 	}
-	return out
+	out = append(out, launcherProblems(w)...)
+	return append(out, checkSaveFile(w)...)
 }
 
 // checkCluster checks what depends on several fields or on the cluster:
@@ -241,6 +245,13 @@ type WorkerConfig struct {
 	// authenticate each other; it is not in the environment, because
 	// env{i}.log records the environment.
 	SecretFile string `json:"secret_file,omitempty"`
+	// SpansHosts is set when ranks of the job run on other servers (they
+	// are started there by the same pipeline), so ranks wait longer for
+	// their peers to come up.
+	SpansHosts bool `json:"spans_hosts,omitempty"`
+	// LeadRank is the rank whose lines the stage shows: 0, or this host's
+	// lowest rank when rank 0 runs on another server.
+	LeadRank int `json:"lead_rank,omitempty"`
 }
 
 // WorkerResult is what a rank process leaves in result.json.
@@ -276,6 +287,10 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		return nil, err
 	}
 	jobDir := sc.WorkDir()
+	strategyFile, err := checkWrites(jobDir, w, devices)
+	if err != nil {
+		return nil, err
+	}
 	rankTable := req.Cluster.RankTable
 	if rankTable == "" {
 		var err error
@@ -290,16 +305,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			sc.Info("auto_parallel chose (predicted by its cost model):\n" + strings.TrimRight(table.String(), "\n"))
 		}
 	}
-	if usesEngine(w) && devices > 1 {
-		name := w.StrategySaveFile
-		if name == "" {
-			name = defaultStrategyFile
-		}
-		if cfg.StrategyFile, err = userfile.Within(jobDir, name); err != nil {
-			return nil, withError("/strategy_ckpt_save_file", err)
-		}
-		_ = os.Remove(cfg.StrategyFile)
+	if cfg.StrategyFile = strategyFile; strategyFile != "" {
+		_ = os.Remove(strategyFile)
 	}
+	// here lists the ranks of a collective job that run on this host (all
+	// of them unless the rank table spans hosts).
+	var here []ranktable.Rank
 	if w.Mode.Collective() {
 		t, problems, err := ranktable.Load(rankTable)
 		if err != nil {
@@ -308,11 +319,33 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		if problems.HasErrors() {
 			return nil, fmt.Errorf("rank table %s: %w", rankTable, problems.Err())
 		}
-		if cfg.BasePort, err = freeBasePort(t); err != nil {
-			return nil, err
+		if w.Launcher != launch.Local {
+			// mpirun or srun starts every rank, on every server, from here.
+			if err := externalCollective(w, t, jobDir, &cfg); err != nil {
+				return nil, err
+			}
+		} else {
+			// Every server runs this same stage and starts its own ranks.
+			share, err := localShare(t, canListen, interfaceAddrs)
+			if err != nil {
+				return nil, err
+			}
+			if share.SpansHosts() {
+				sc.Info(share.Describe())
+				cfg.SpansHosts, cfg.LeadRank = true, share.Lead()
+			}
+			here = share.Ranks
+			if cfg.SecretFile, err = sharedSecretFile(share.SpansHosts()); err != nil {
+				return nil, err
+			}
+			if cfg.BasePort, err = basePort(w, t, share); err != nil {
+				return nil, err
+			}
 		}
-		if cfg.SecretFile, err = writeSecret(jobDir); err != nil {
-			return nil, err
+		if cfg.SecretFile == "" {
+			if cfg.SecretFile, err = writeSecret(jobDir); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if w.Init != "" {
@@ -342,10 +375,16 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	for i := range ranks {
 		ranks[i] = launch.Rank{RankID: i, DeviceID: i % 8}
 	}
+	if here != nil {
+		ranks = ranks[:0]
+		for _, r := range here {
+			ranks = append(ranks, launch.Rank{RankID: r.RankID, DeviceID: r.DeviceID})
+		}
+	}
 	sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
-	for i := range ranks {
-		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
-		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, i), blameFile))
+	for _, r := range ranks {
+		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, r.RankID), "result.json"))
+		_ = os.Remove(filepath.Join(launch.DeviceDir(jobDir, r.RankID), blameFile))
 	}
 	events, sink, err := os.Pipe()
 	if err != nil {
@@ -354,7 +393,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	defer events.Close()
 	relayed := make(chan error, 1)
 	failures := map[int]string{} // read once relayed has answered
-	go func() { relayed <- relayEvents(events, sc, devices, failures) }()
+	go func() { relayed <- relayEvents(events, sc, devices, cfg.LeadRank, failures) }()
 	job := launch.Job{
 		Path: self, Args: []string{WorkerCommand, cfgPath},
 		Dir: jobDir, RankSize: devices, Ranks: ranks, RankTable: rankTable,
@@ -370,7 +409,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		// A rank that every other one blames (it hangs) is stopped at once.
 		job.Blame = func(r launch.Rank) (int, bool) { return readBlame(jobDir, r) }
 	}
-	runErr := launch.Run(ctx, job)
+	var runErr error
+	if w.Launcher == launch.Local {
+		runErr = launch.Run(ctx, job)
+	} else {
+		runErr = runExternal(ctx, sc, w, job)
+	}
 	// The ranks are gone: once the stage's write end is closed too, the
 	// relay reads what is left and ends. A process that escaped its rank's
 	// process group may still hold a write end: do not wait for it long.
@@ -389,21 +433,26 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if runErr != nil {
 		return nil, withReportedFailures(runErr, failures)
 	}
-	results := make([]WorkerResult, devices)
+	// Results are those of this host's ranks; the lead rank's (rank 0's
+	// when it runs here) become the outputs.
+	results := make([]WorkerResult, len(ranks))
 	ips := 0.0
 	var peak int64
-	for i := range results {
-		data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, i), "result.json"))
+	var r0 WorkerResult
+	for i, r := range ranks {
+		data, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, r.RankID), "result.json"))
 		if err != nil {
-			return nil, fmt.Errorf("rank %d left no result: %w", i, err)
+			return nil, fmt.Errorf("rank %d left no result: %w", r.RankID, err)
 		}
 		if err := json.Unmarshal(data, &results[i]); err != nil {
-			return nil, fmt.Errorf("rank %d result.json: %w", i, err)
+			return nil, fmt.Errorf("rank %d result.json: %w", r.RankID, err)
 		}
 		ips += results[i].ImagesPerSec
 		peak = max(peak, results[i].PeakMemory)
+		if r.RankID == cfg.LeadRank {
+			r0 = results[i]
+		}
 	}
-	r0 := results[0]
 	return map[string]any{
 		"checkpoints":        jobDir,
 		"checkpoint":         r0.Checkpoint,

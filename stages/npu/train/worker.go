@@ -28,9 +28,23 @@ import (
 // the current directory (device{rank}/), prints LossMonitor lines on
 // stdout (train.log{rank}), reports every step on the event stream and
 // writes result.json.
+//
+// A rank that mpirun or srun started first takes its rank from the
+// launcher's variables and prepares its directory and logs (launch.Attach),
+// and reports its steps on the launcher's stdout instead.
 func RunWorker(ctx context.Context, cfgPath string) (err error) {
+	att, err := launch.Attach()
+	if att != nil {
+		defer reportExit(att, &err)
+	}
+	if err != nil {
+		return err
+	}
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
+		if att != nil {
+			return fmt.Errorf("worker config on host %s (the run directory must be on a filesystem every host sees): %w", att.Host, err)
+		}
 		return fmt.Errorf("worker config: %w", err)
 	}
 	var cfg WorkerConfig
@@ -48,7 +62,7 @@ func RunWorker(ctx context.Context, cfgPath string) (err error) {
 	if _, err := envInt("DEVICE_ID"); err != nil {
 		return err
 	}
-	events, err := openEventStream(rank)
+	events, err := openEventStream(rank, att)
 	if err != nil {
 		return err
 	}
@@ -59,10 +73,11 @@ func RunWorker(ctx context.Context, cfgPath string) (err error) {
 			}
 		}()
 	}
-	// train.log{rank} is for people; rank 0's lines also go to the stage,
+	// train.log{rank} is for people; the lead rank's lines (rank 0's, or
+	// this host's first when rank 0 runs elsewhere) also go to the stage,
 	// which shows them on the console.
 	var say io.Writer = os.Stdout
-	if events != nil && rank == 0 {
+	if events != nil && rank == cfg.LeadRank {
 		say = io.MultiWriter(os.Stdout, events)
 	}
 	tc, err := trainerConfig(cfg, rank, size, say)
