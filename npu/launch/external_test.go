@@ -401,3 +401,29 @@ func TestFailureBlamesWhomTheLauncherNames(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceInTable: a rank takes its device from the rank table, and a
+// launcher that put it at another place on its server than the table does
+// (hosts or slots in the wrong order) is refused before it trains.
+func TestPlaceInTable(t *testing.T) {
+	tbl, err := ranktable.Generate(ranktable.GenerateOptions{Hosts: 2, Devices: 8, Scheme: ranktable.SchemeLocal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Attached{Launcher: MPIRun, Host: "node1"}
+	r, err := a.placeInTable(tbl, launcherPlace{rank: 9, size: 16, local: 1})
+	if err != nil || r.RankID != 9 || r.DeviceID != 1 || r.HostIndex != 1 {
+		t.Errorf("rank 9 at local rank 1 = %+v, %v; want rank 9, device 1 of server 1", r, err)
+	}
+	for _, tc := range []struct {
+		place launcherPlace
+		want  string
+	}{
+		{launcherPlace{rank: 9, size: 16, local: 3}, "mpirun placed rank 9 on host node1 as its local rank 3, but the rank table puts it on server"},
+		{launcherPlace{rank: 2, size: 8, local: 2}, "mpirun started 8 ranks, but rank table"},
+	} {
+		if _, err := a.placeInTable(tbl, tc.place); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want %q", tc.place, err, tc.want)
+		}
+	}
+}
