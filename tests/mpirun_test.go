@@ -79,6 +79,33 @@ func stepRanks(t *testing.T, runDir string) map[int]int {
 	return out
 }
 
+// sameAsLocalLauncher checks that the run of launcherSpec through launcher
+// wrote the same checkpoints as the local launcher's run, bit for bit (2
+// per rank of 8), and that every rank's 40 steps reached the run's events;
+// it returns the launcher's run directory.
+func sameAsLocalLauncher(t *testing.T, w *workspace, local, other result, launcher string) string {
+	t.Helper()
+	runs := func(r result) string { return filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(r.stdout))) }
+	localDir, otherDir := runs(local), runs(other)
+	want := checkpoints(t, filepath.Join(localDir, "stages", "train"))
+	got := checkpoints(t, filepath.Join(otherDir, "stages", "train"))
+	if len(got) != len(want) || len(want) != 16 {
+		t.Errorf("%s wrote %d checkpoints, the local launcher %d; want 16 (2 per rank)", launcher, len(got), len(want))
+	}
+	for name, data := range want {
+		if !bytes.Equal(got[name], data) {
+			t.Errorf("%s differs between the local launcher and %s", name, launcher)
+		}
+	}
+	steps := stepRanks(t, otherDir)
+	for r := 0; r < 8; r++ {
+		if steps[r] != 40 {
+			t.Errorf("rank %d: %d step events through %s, want 40", r, steps[r], launcher)
+		}
+	}
+	return otherDir
+}
+
 // TestMPIRunTrainsLikeTheLocalLauncher runs the same 8-device job through
 // mspipe's own launcher and through Open MPI's mpirun: the checkpoints are
 // bit-identical, every rank's steps reach the run's events, the seeds'
@@ -100,24 +127,7 @@ func TestMPIRunTrainsLikeTheLocalLauncher(t *testing.T) {
 	if !strings.Contains(mpi.stdout+mpi.stderr, "--map-by slot") || !strings.Contains(mpi.stdout+mpi.stderr, "--bind-to none") {
 		t.Errorf("the output does not show mpirun's command line with the launcher_args:\n%s%s", mpi.stdout, mpi.stderr)
 	}
-	runs := func(r result) string { return filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(r.stdout))) }
-	localDir, mpiDir := runs(local), runs(mpi)
-	want := checkpoints(t, filepath.Join(localDir, "stages", "train"))
-	got := checkpoints(t, filepath.Join(mpiDir, "stages", "train"))
-	if len(got) != len(want) || len(want) != 16 {
-		t.Errorf("mpirun wrote %d checkpoints, the local launcher %d; want 16 (2 per rank)", len(got), len(want))
-	}
-	for name, data := range want {
-		if !bytes.Equal(got[name], data) {
-			t.Errorf("%s differs between the local launcher and mpirun", name)
-		}
-	}
-	steps := stepRanks(t, mpiDir)
-	for r := 0; r < 8; r++ {
-		if steps[r] != 40 {
-			t.Errorf("rank %d: %d step events through mpirun, want 40", r, steps[r])
-		}
-	}
+	mpiDir := sameAsLocalLauncher(t, w, local, mpi, "mpirun")
 	stageDir := filepath.Join(mpiDir, "stages", "train")
 	secret, err := os.ReadFile(filepath.Join(stageDir, "job.secret"))
 	if err != nil {

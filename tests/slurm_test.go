@@ -193,23 +193,8 @@ func TestSlurmSrunTrainsLikeTheLocalLauncher(t *testing.T) {
 	if !strings.Contains(srun.stdout+srun.stderr, "--ntasks-per-node 8") || !strings.Contains(srun.stdout+srun.stderr, "--job-name mspipe test") {
 		t.Errorf("the output does not show srun's command line with the launcher_args:\n%s%s", srun.stdout, srun.stderr)
 	}
-	runs := func(r result) string { return filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(r.stdout))) }
-	localDir, srunDir := runs(local), runs(srun)
-	want := checkpoints(t, filepath.Join(localDir, "stages", "train"))
-	got := checkpoints(t, filepath.Join(srunDir, "stages", "train"))
-	if len(got) != len(want) || len(want) != 16 {
-		t.Errorf("srun wrote %d checkpoints, the local launcher %d; want 16 (2 per rank)", len(got), len(want))
-	}
-	for name, data := range want {
-		if !bytes.Equal(got[name], data) {
-			t.Errorf("%s differs between the local launcher and srun", name)
-		}
-	}
-	steps := stepRanks(t, srunDir)
+	srunDir := sameAsLocalLauncher(t, w, local, srun, "srun")
 	for r := 0; r < 8; r++ {
-		if steps[r] != 40 {
-			t.Errorf("rank %d: %d step events through srun, want 40", r, steps[r])
-		}
 		env, err := os.ReadFile(filepath.Join(srunDir, "stages", "train", fmt.Sprintf("device%d/env%d.log", r, r)))
 		if err != nil {
 			t.Fatal(err)
