@@ -41,7 +41,7 @@ func externalRank() (code int) {
 		a.Exit(err)
 		os.Exit(4)
 	}
-	_ = os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+	writePid()
 	fmt.Printf("rank %s device %s size %s\n", os.Getenv("RANK_ID"), os.Getenv("DEVICE_ID"), os.Getenv("RANK_SIZE"))
 	fmt.Fprintf(a.Events(), "hello from %d\n", a.Rank.RankID)
 	me := os.Getenv("EXTERNAL_RANK_WHO") == strconv.Itoa(a.Rank.RankID)

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	case "rank-2-stops":
 		// Rank 2 stops itself; the others fail a moment later, as ranks
 		// whose collective timed out on it would.
-		_ = os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+		writePid()
 		if os.Getenv("RANK_ID") == "2" {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 			time.Sleep(time.Minute)
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		fallthrough
 	case "sleep":
 		// Record the pid, then wait to be stopped.
-		_ = os.WriteFile("pid", []byte(strconv.Itoa(os.Getpid())), 0o644)
+		writePid()
 		time.Sleep(time.Minute)
 		os.Exit(0)
 	}
@@ -106,10 +106,22 @@ func rankPids(t *testing.T, dir string, n int) []int {
 		if err != nil {
 			continue
 		}
-		pid, _ := strconv.Atoi(string(b))
-		pids = append(pids, pid)
+		// Never a pid of 0 or less: kill(0, sig) signals the test's own
+		// process group (go test and the shell that started it), and
+		// kill(-1, sig) every process of the user.
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid > 1 {
+			pids = append(pids, pid)
+		}
 	}
 	return pids
+}
+
+// writePid leaves the rank's pid in ./pid for rankPids, renamed into
+// place so that a reader never sees the file empty or half written.
+func writePid() {
+	if err := os.WriteFile("pid.tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err == nil {
+		_ = os.Rename("pid.tmp", "pid")
+	}
 }
 
 // TestOneRankFailingStopsTheOthers: rank 1 exits 3; the others, asleep, are
