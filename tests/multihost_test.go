@@ -298,3 +298,62 @@ func TestHostLinkDownFailsBothSides(t *testing.T) {
 		t.Errorf("processes left in the namespaces: %v (%v)", pids, err)
 	}
 }
+
+// TestTwoHostsOverHostNic is the job of TestTwoHostsTrainLikeOne on a rank
+// table for ordinary hosts (`ranktable generate --host-nic`): each server's
+// host_nic_ip is its own address and the device_ip values are the seeds'
+// example addresses, which no host has. Every rank of a server listens on
+// the host_nic_ip, and the final checkpoints equal those of the one-host job.
+func TestTwoHostsOverHostNic(t *testing.T) {
+	w := newWorkspace(t)
+	s := newSimulatedHosts(t, w)
+	servers := s.c.Hosts[0].ServerIP.String() + "," + s.c.Hosts[1].ServerIP.String()
+	table := filepath.Join(w.dir, "host_nic_16pcs.json")
+	if g := w.run("ranktable", "generate", "--servers", servers, "--host-nic", "-o", table); g.code != 0 {
+		t.Fatalf("ranktable generate --host-nic: exit %d\n%s", g.code, g.stderr)
+	}
+	spec := w.write("nic.yaml", multiHostSpec(table, "epochs: 1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	runs := []*hostRun{s.start(ctx, 0, false, "run", spec), s.start(ctx, 1, false, "run", spec)}
+	for h, r := range runs {
+		if code := r.code(); code != 0 {
+			t.Fatalf("host %d: exit %d\n%s", h, code, r.stderr.String())
+		}
+	}
+	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
+		t.Errorf("processes left behind: %v", pids)
+	}
+	g := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local", "-o", "loopback_16pcs.json")
+	if g.code != 0 {
+		t.Fatalf("ranktable generate: exit %d\n%s", g.code, g.stderr)
+	}
+	w.write("one.yaml", multiHostSpec(filepath.Join(w.dir, "loopback_16pcs.json"), "epochs: 1"))
+	one := w.run("run", "one.yaml")
+	if one.code != 0 {
+		t.Fatalf("one host: exit %d\n%s", one.code, one.stderr)
+	}
+	oneDir := filepath.Join(w.dir, "runs", strings.TrimSpace(one.stdout), "stages", "train")
+	for h, r := range runs {
+		dir := s.stageDir(h, r)
+		lead := 8 * h
+		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("device%d", lead), fmt.Sprintf("train.log%d", lead)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "transport shm within each of 2 servers, tcp between them"; !bytes.Contains(log, []byte(want)) {
+			t.Errorf("host %d: rank %d's log does not say %q:\n%s", h, lead, want, log)
+		}
+		got, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("device%d", lead), fmt.Sprintf("ckpt_%d", lead), "*.ckpt"))
+		if err != nil || len(got) == 0 {
+			t.Fatalf("host %d: no checkpoint of rank %d (%v)", h, lead, err)
+		}
+		for _, path := range got {
+			a, errA := os.ReadFile(path)
+			b, errB := os.ReadFile(filepath.Join(oneDir, fmt.Sprintf("device%d", lead), fmt.Sprintf("ckpt_%d", lead), filepath.Base(path)))
+			if errA != nil || errB != nil || !bytes.Equal(a, b) {
+				t.Errorf("host %d: %s differs from the one-host job's (%v, %v)", h, filepath.Base(path), errA, errB)
+			}
+		}
+	}
+}

@@ -79,6 +79,7 @@ func newRanktableGenerateCmd() *cobra.Command {
 		hosts       int
 		devices     int
 		deviceRange string
+		hostNic     bool
 		scheme      string
 		output      string
 	)
@@ -105,15 +106,21 @@ Address schemes:
          server_id 127.0.0.1, 127.0.0.2, ... and device d of host h at
          127.1.<h>.<d+1>.
 
+Simulated devices on a cluster of ordinary hosts: --host-nic writes each
+server's server_id as its host_nic_ip. The ranks of a server then listen on
+that address (ports apart) instead of on device_ip, which on Ascend hardware
+belongs to the NPU's own NIC.
+
 The table goes to stdout, or atomically to the file -o names.`,
 		Example: `  mspipe ranktable generate > rank_table_8pcs.json              # the documented 8-device table
   mspipe ranktable generate --devices 2 -o rank_table_2pcs.json
   mspipe ranktable generate --device-range 4-7 --scheme local    # 4 simulated devices on one network
-  mspipe ranktable generate --servers 192.168.0.10,192.168.0.11 -o rank_table_16pcs.json`,
+  mspipe ranktable generate --servers 192.168.0.10,192.168.0.11 -o rank_table_16pcs.json
+  mspipe ranktable generate --servers 192.168.0.10,192.168.0.11 --host-nic   # simulated devices on two hosts`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			table, err := ranktable.Generate(ranktable.GenerateOptions{
-				Servers: servers, Hosts: hosts, Devices: devices, DeviceRange: deviceRange, Scheme: ranktable.Scheme(scheme),
+				Servers: servers, Hosts: hosts, Devices: devices, DeviceRange: deviceRange, Scheme: ranktable.Scheme(scheme), HostNic: hostNic,
 			})
 			if err != nil {
 				return usageErr(err)
@@ -147,6 +154,7 @@ The table goes to stdout, or atomically to the file -o names.`,
 	f.StringVar(&deviceRange, "device-range", "", "devices per host as FIRST-LAST, such as 0-7, 4-7 or 2-3")
 	f.StringVar(&scheme, "scheme", string(ranktable.SchemeSeeds), "address scheme: seeds (documentation example addresses) or local (loopback, simulated devices)")
 	f.StringVarP(&output, "output", "o", "", "write the table to this file atomically instead of stdout")
+	f.BoolVar(&hostNic, "host-nic", false, "write each server_id as the server's host_nic_ip: simulated devices on ordinary hosts listen there")
 	cmd.MarkFlagsMutuallyExclusive("devices", "device-range")
 	cmd.MarkFlagsMutuallyExclusive("servers", "hosts")
 	return cmd

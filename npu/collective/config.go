@@ -152,7 +152,8 @@ type Config struct {
 }
 
 // FromRankTable returns the Config of the given rank of the job a validated
-// rank table describes: rank r listens on the device_ip of rank r, port
+// rank table describes: rank r listens on its ranktable.Rank.ListenIP (its
+// device_ip, or its server's host_nic_ip when that is an address), port
 // basePort+r (basePort 0 means DefaultBasePort), and Hosts says which
 // server of the table each rank is on. Using the rank in the port
 // keeps addresses unique even when device IPs repeat. Secret and timeouts are
@@ -185,9 +186,9 @@ func FromRankTable(t *ranktable.RankTable, rank, basePort int) (Config, error) {
 		if r.RankID != i {
 			return Config{}, fmt.Errorf("%w: %s: rank ids are not 0-%d (rank_id %d missing)", ErrConfig, name, len(ranks)-1, i)
 		}
-		ip, err := netip.ParseAddr(r.DeviceIP)
+		ip, err := netip.ParseAddr(r.ListenIP())
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: %s: rank %d: device_ip %q is not an IP address", ErrConfig, name, i, r.DeviceIP)
+			return Config{}, fmt.Errorf("%w: %s: rank %d: address %q is not an IP address", ErrConfig, name, i, r.ListenIP())
 		}
 		addrs[i] = netip.AddrPortFrom(ip, uint16(basePort+i)).String()
 	}

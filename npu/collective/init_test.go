@@ -87,6 +87,16 @@ func TestFromRankTable(t *testing.T) {
 		t.Errorf("two servers: hosts %v (%v), want 8 ranks on each", cfg.Hosts, err)
 	}
 
+	// Simulated devices on ordinary hosts: each server's ranks listen on
+	// its host_nic_ip, told apart by their ports.
+	nic, err := ranktable.Generate(ranktable.GenerateOptions{Servers: []string{"127.0.0.1", "127.0.0.2"}, HostNic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = FromRankTable(nic, 9, 0); err != nil || cfg.Addrs[0] != "127.0.0.1:29500" || cfg.Addrs[7] != "127.0.0.1:29507" || cfg.Addrs[8] != "127.0.0.2:29508" {
+		t.Errorf("host_nic_ip table: addrs %v (%v), want every server's ranks on its host_nic_ip", cfg.Addrs, err)
+	}
+
 	// The seeds' example addresses are real network addresses: refused
 	// unless the caller says the job runs on a real cluster.
 	seeds, err := ranktable.Generate(ranktable.GenerateOptions{Devices: 2, Scheme: ranktable.SchemeSeeds})

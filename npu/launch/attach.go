@@ -213,12 +213,12 @@ func (a *Attached) placeInTable(t *ranktable.RankTable, place launcherPlace) (ra
 		return r, fmt.Errorf("%s placed rank %d on host %s as its local rank %d, but the rank table puts it on server %s as device %d (its %s of that server's devices): give the launcher the servers in the rank table's order, each with as many slots as devices",
 			a.Launcher, r.RankID, a.Host, place.local, r.ServerID, r.DeviceID, ordinal(local))
 	}
-	// The rank listens on its device_ip: only an address of this host
-	// can be bound.
-	ln, err := net.Listen("tcp", net.JoinHostPort(r.DeviceIP, "0"))
+	// The rank listens on its device_ip (or its server's host_nic_ip):
+	// only an address of this host can be bound.
+	ln, err := net.Listen("tcp", net.JoinHostPort(r.ListenIP(), "0"))
 	if err != nil {
-		return r, fmt.Errorf("%s placed rank %d on host %s, but the rank table puts it on server %s (device_ip %s is not an address of this host)",
-			a.Launcher, r.RankID, a.Host, r.ServerID, r.DeviceIP)
+		return r, fmt.Errorf("%s placed rank %d on host %s, but the rank table puts it on server %s (%s %s is not an address of this host)",
+			a.Launcher, r.RankID, a.Host, r.ServerID, r.ListenKey(), r.ListenIP())
 	}
 	ln.Close()
 	return r, nil

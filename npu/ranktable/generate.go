@@ -43,11 +43,15 @@ type GenerateOptions struct {
 	DeviceRange string
 	// Scheme selects device IPs and default server ids (default SchemeSeeds).
 	Scheme Scheme
+	// HostNic writes each server's server_id as its host_nic_ip, so that
+	// simulated devices on ordinary hosts (one address each) listen on the
+	// host's address (Rank.ListenIP). The server ids must be addresses.
+	HostNic bool
 }
 
 // Generate builds a rank table for opts in the seeds' structure, with rank
 // ids in lexicographic server_id order and device order, host_nic_ip
-// "reserve" and status "completed". Encode writes it out. The table passes
+// "reserve" (or the server_id, with HostNic) and status "completed". Encode writes it out. The table passes
 // Validate; with the seeds scheme's placeholder server ids it carries the
 // placeholder warnings, as the seeds' own files do.
 func Generate(opts GenerateOptions) (*RankTable, error) {
@@ -69,10 +73,20 @@ func Generate(opts GenerateOptions) (*RankTable, error) {
 	if len(servers) > 1 && len(devices) != 8 {
 		return nil, fmt.Errorf("%w: %d hosts with %s each: a multi-host cluster needs 8 devices on every host", ErrOptions, len(servers), plural(len(devices), "device"))
 	}
+	if opts.HostNic {
+		for _, id := range servers {
+			if _, err := netip.ParseAddr(id); err != nil {
+				return nil, fmt.Errorf("%w: host_nic_ip from server_id %q: give the hosts' addresses with --servers", ErrOptions, id)
+			}
+		}
+	}
 	t := &RankTable{Version: "1.0", ServerCount: strconv.Itoa(len(servers)), Status: "completed"}
 	rank := 0
 	for h, id := range servers {
 		s := Server{ServerID: id, HostNicIP: "reserve"}
+		if opts.HostNic {
+			s.HostNicIP = id
+		}
 		for _, d := range devices {
 			s.Device = append(s.Device, Device{
 				DeviceID: strconv.Itoa(d),

@@ -220,3 +220,43 @@ func TestEncodeRoundTrip(t *testing.T) {
 		t.Errorf("round trip changed values: %+v", got)
 	}
 }
+
+// TestGenerateHostNic: --host-nic writes each server_id as its
+// host_nic_ip, which becomes every rank's listen address on that server;
+// without it device_ip is. Placeholder server ids cannot be one.
+func TestGenerateHostNic(t *testing.T) {
+	tbl, err := Generate(GenerateOptions{Servers: []string{"10.0.0.2", "10.0.0.1"}, HostNic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, problems := Parse("rt.json", tbl.Encode())
+	if problems.HasErrors() {
+		t.Fatalf("generated table does not parse: %v", problems.Err())
+	}
+	if problems := parsed.Validate(); problems.HasErrors() {
+		t.Fatalf("generated table is not valid: %v", problems.Err())
+	}
+	ranks, err := tbl.Ranks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ranks {
+		if r.ListenIP() != r.ServerID || r.ListenKey() != "host_nic_ip" {
+			t.Errorf("rank %d listens on %s (%s), want its server %s", r.RankID, r.ListenIP(), r.ListenKey(), r.ServerID)
+		}
+	}
+	if ranks[9].ServerID != "10.0.0.2" {
+		t.Errorf("rank 9 is on %s, want 10.0.0.2 (lexicographic server order)", ranks[9].ServerID)
+	}
+	plain, err := Generate(GenerateOptions{Servers: []string{"10.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks, _ = plain.Ranks()
+	if r := ranks[3]; r.ListenIP() != r.DeviceIP || r.ListenKey() != "device_ip" {
+		t.Errorf("with host_nic_ip reserve, rank 3 listens on %s (%s), want device_ip %s", r.ListenIP(), r.ListenKey(), r.DeviceIP)
+	}
+	if _, err := Generate(GenerateOptions{Hosts: 2, HostNic: true}); err == nil || !strings.Contains(err.Error(), `host_nic_ip from server_id "10.*.*.*"`) {
+		t.Errorf("placeholder servers with HostNic: err = %v", err)
+	}
+}

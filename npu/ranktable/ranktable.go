@@ -48,7 +48,29 @@ type Rank struct {
 	ServerID  string
 	DeviceID  int
 	DeviceIP  string
-	HostIndex int // index of the server in server_list
+	HostNicIP string // its server's host_nic_ip: "reserve", "" or an address
+	HostIndex int    // index of the server in server_list
+}
+
+// ListenIP is the address a simulated device's collective endpoint uses:
+// its server's host_nic_ip when the table gives an address there, else its
+// device_ip. On Ascend hardware device_ip belongs to the NPU's own NIC;
+// simulated devices run on the host's CPU, so a cluster of ordinary hosts
+// (one address each) names that address as host_nic_ip and the eight
+// devices of a server share it, told apart by their ports.
+func (r Rank) ListenIP() string {
+	if r.HostNicIP != "" && r.HostNicIP != "reserve" {
+		return r.HostNicIP
+	}
+	return r.DeviceIP
+}
+
+// ListenKey names the rank table key ListenIP comes from, for messages.
+func (r Rank) ListenKey() string {
+	if r.ListenIP() == r.HostNicIP {
+		return "host_nic_ip"
+	}
+	return "device_ip"
 }
 
 // File returns the name the table was parsed under ("" for in-memory tables).
@@ -85,7 +107,7 @@ func (t *RankTable) Ranks() ([]Rank, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: rank_id %q: %w", devicePath(i, j), d.RankID, err)
 			}
-			ranks = append(ranks, Rank{RankID: rank, ServerID: s.ServerID, DeviceID: dev, DeviceIP: d.DeviceIP, HostIndex: i})
+			ranks = append(ranks, Rank{RankID: rank, ServerID: s.ServerID, DeviceID: dev, DeviceIP: d.DeviceIP, HostNicIP: s.HostNicIP, HostIndex: i})
 		}
 	}
 	slices.SortStableFunc(ranks, func(a, b Rank) int { return a.RankID - b.RankID })

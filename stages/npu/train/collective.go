@@ -25,8 +25,9 @@ func collectiveTimeout(w With) time.Duration {
 	return defaultCollectiveTimeout
 }
 
-// freeBasePort picks a port range in which every rank's device_ip:port can
-// be bound now, so that concurrent jobs on one machine do not collide. A
+// freeBasePort picks a port range in which every rank's listen address
+// (device_ip or host_nic_ip) and port can be bound now, so that
+// concurrent jobs on one machine do not collide. A
 // rank table naming addresses of other machines cannot be checked here;
 // the collective layer refuses non-loopback addresses on its own.
 func freeBasePort(t *ranktable.RankTable) (int, error) {
@@ -38,7 +39,7 @@ func freeBasePort(t *ranktable.RankTable) (int, error) {
 		base := 20000 + rand.IntN(30000)
 		free := true
 		for i, r := range ranks {
-			ln, err := net.Listen("tcp", net.JoinHostPort(r.DeviceIP, fmt.Sprint(base+i)))
+			ln, err := net.Listen("tcp", net.JoinHostPort(r.ListenIP(), fmt.Sprint(base+i)))
 			if err != nil {
 				free = false
 				break
@@ -49,7 +50,7 @@ func freeBasePort(t *ranktable.RankTable) (int, error) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("no free port range for %d ranks on their device_ip addresses (are they addresses of this machine?)", len(ranks))
+	return 0, fmt.Errorf("no free port range for %d ranks on their device_ip (or host_nic_ip) addresses (are they addresses of this machine?)", len(ranks))
 }
 
 // EnvJobSecretFile names the file holding the job secret. A job whose
@@ -124,7 +125,7 @@ func basePort(w With, t *ranktable.RankTable, share hostShare) (int, error) {
 		return 0, fmt.Errorf("collective_base_port %d leaves no port for rank %d (ports go up to 65535)", base, share.Size-1)
 	}
 	for _, r := range share.Ranks {
-		addr := net.JoinHostPort(r.DeviceIP, fmt.Sprint(base+r.RankID))
+		addr := net.JoinHostPort(r.ListenIP(), fmt.Sprint(base+r.RankID))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return 0, fmt.Errorf("rank %d cannot listen on %s (another job?): set with.collective_base_port to the start of %d free ports, the same on every server: %w", r.RankID, addr, share.Size, err)
@@ -176,7 +177,7 @@ func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer
 	}
 	// A table whose servers are real addresses describes a real cluster:
 	// its ranks on other servers are reached over the network. Each rank
-	// still listens on its own device_ip only.
+	// still listens on its own address only (device_ip or host_nic_ip).
 	cc.AllowRemote = serversAreReal(t)
 	if cfg.With.CollectiveTransport != "" {
 		if cc.Transport, err = collective.ParseTransport(cfg.With.CollectiveTransport); err != nil {

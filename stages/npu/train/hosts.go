@@ -13,7 +13,8 @@ import (
 
 // hostShare is the part of a rank table's job that runs on this machine.
 // As in the seeds' run_cluster.sh, every server runs the same pipeline and
-// starts the ranks whose device_ip is one of its own addresses; the other
+// starts the ranks whose device_ip (or host_nic_ip, see
+// ranktable.Rank.ListenIP) is one of its own addresses; the other
 // servers start theirs.
 type hostShare struct {
 	// Ranks lists the ranks to start here, in rank order.
@@ -42,7 +43,8 @@ func (h hostShare) Describe() string {
 }
 
 // localShare selects the ranks of t that run on this machine: those whose
-// device_ip isLocal says this host can listen on. A server of the table is
+// listen address (device_ip, or the server's host_nic_ip) isLocal says
+// this host can listen on. A server of the table is
 // this host's entirely or not at all; a job with no local rank is refused,
 // naming the host's addresses and the table's servers.
 func localShare(t *ranktable.RankTable, isLocal func(netip.Addr) bool, hostAddrs func() []string) (hostShare, error) {
@@ -54,7 +56,7 @@ func localShare(t *ranktable.RankTable, isLocal func(netip.Addr) bool, hostAddrs
 	localOf := map[int][]int{}  // server index -> local rank ids
 	remoteOf := map[int][]int{} // server index -> other rank ids
 	for _, r := range ranks {
-		ip, err := netip.ParseAddr(r.DeviceIP)
+		ip, err := netip.ParseAddr(r.ListenIP())
 		if err == nil && isLocal(ip) {
 			share.Ranks = append(share.Ranks, r)
 			localOf[r.HostIndex] = append(localOf[r.HostIndex], r.RankID)
@@ -66,7 +68,7 @@ func localShare(t *ranktable.RankTable, isLocal func(netip.Addr) bool, hostAddrs
 		local, remote := localOf[i], remoteOf[i]
 		switch {
 		case len(local) > 0 && len(remote) > 0:
-			return hostShare{}, fmt.Errorf("rank table %s: server %s has ranks %s on this host but ranks %s on device_ip addresses this host does not have: a server's devices are all on one host",
+			return hostShare{}, fmt.Errorf("rank table %s: server %s has ranks %s on this host but ranks %s on addresses this host does not have: a server's devices are all on one host",
 				tableName(t), s.ServerID, rankRanges(local), rankRanges(remote))
 		case len(local) > 0:
 			share.Servers = append(share.Servers, s.ServerID)
@@ -77,7 +79,7 @@ func localShare(t *ranktable.RankTable, isLocal func(netip.Addr) bool, hostAddrs
 		for i, s := range t.ServerList {
 			servers[i] = s.ServerID
 		}
-		return hostShare{}, fmt.Errorf("rank table %s: no rank runs on this host: none of its device_ip addresses is an address of this host (this host has %s; the table's servers are %s); run the pipeline on those servers, or use a table with this host's addresses (mspipe ranktable generate --scheme local for simulated devices)",
+		return hostShare{}, fmt.Errorf("rank table %s: no rank runs on this host: none of its device_ip (or host_nic_ip) addresses is an address of this host (this host has %s; the table's servers are %s); run the pipeline on those servers, or use a table with this host's addresses (mspipe ranktable generate --scheme local for simulated devices)",
 			tableName(t), strings.Join(hostAddrs(), ", "), strings.Join(servers, ", "))
 	}
 	return share, nil

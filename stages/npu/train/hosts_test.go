@@ -94,7 +94,7 @@ func TestLocalShareRefusals(t *testing.T) {
 	// could never start anywhere.
 	half := func(a netip.Addr) bool { return onSubnet("10.2.0.0/16")(a) && a.As4()[3] <= 4 }
 	_, err = localShare(table, half, fixedAddrs)
-	if want := "server 10.0.0.2 has ranks 8-11 on this host but ranks 12-15 on device_ip addresses this host does not have"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "server 10.0.0.2 has ranks 8-11 on this host but ranks 12-15 on addresses this host does not have"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("split server: %v, want %q", err, want)
 	}
 }

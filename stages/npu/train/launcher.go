@@ -70,7 +70,7 @@ func externalCollective(w With, t *ranktable.RankTable, jobDir string, cfg *Work
 	}
 	share := hostShare{Size: len(ranks)}
 	for _, r := range ranks {
-		if ip, err := netip.ParseAddr(r.DeviceIP); err == nil && canListen(ip) {
+		if ip, err := netip.ParseAddr(r.ListenIP()); err == nil && canListen(ip) {
 			share.Ranks = append(share.Ranks, r)
 		}
 	}
