@@ -44,7 +44,8 @@
 //     contiguous block, and blocks ascend in lexicographic (textual) order
 //     of server_id, so "10.0.0.10" must come before "10.0.0.9";
 //   - device_ip is a dotted-quad IPv4 address, unique in the table;
-//     host_nic_ip is "reserve" or an IPv4 address;
+//     host_nic_ip is "reserve" or an IPv4 address, never one of another
+//     server (simulated devices listen there: see Rank.ListenIP);
 //   - server_id is an IPv4 address or a placeholder, and two servers never
 //     share a real IPv4 address.
 //

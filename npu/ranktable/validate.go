@@ -127,8 +127,9 @@ func (c *checker) check() {
 func (c *checker) servers() {
 	t := c.t
 	multi := len(t.ServerList) > 1
-	serverIDs := map[string]string{} // real server_id -> its path
-	deviceIPs := map[string]string{} // device_ip -> its path
+	serverIDs := map[string]string{}  // real server_id -> its path
+	deviceIPs := map[string]string{}  // device_ip -> its path
+	hostNicIPs := map[string]string{} // host_nic_ip address -> its path
 	placeholders := 0
 	total := 0       // devices in usable device lists
 	complete := true // every server and device decoded, every rank_id and device_id valid
@@ -157,6 +158,12 @@ func (c *checker) servers() {
 		if c.usable(sp+".host_nic_ip") && s.HostNicIP != "reserve" {
 			if checkIPv4(s.HostNicIP) != "" {
 				c.errorf(sp+".host_nic_ip", "host_nic_ip %q is neither \"reserve\" nor an IPv4 address", s.HostNicIP)
+			} else if first, dup := hostNicIPs[s.HostNicIP]; dup {
+				// Simulated devices listen on their server's host_nic_ip:
+				// two servers cannot be one host.
+				c.errorf(sp+".host_nic_ip", "duplicate host_nic_ip %q (first at %s); every server has its own host NIC", s.HostNicIP, c.where(first))
+			} else {
+				hostNicIPs[s.HostNicIP] = sp + ".host_nic_ip"
 			}
 		}
 		dp := devicesPath(i)
