@@ -5,13 +5,17 @@
 // train.log{i} written, checkpoints in device{i}/ckpt_{i}/ — and reports the
 // loss, accuracy and throughput.
 //
-// Modes: stand_alone (one device) and data_parallel (every device trains a
+// Modes: stand_alone (one device), data_parallel (every device trains a
 // full replica on its shard of the data; gradients are averaged by an
 // AllReduce between the rank processes, as HCCL does: through shared memory
-// within each server of the rank table, over TCP between servers) work.
-// semi_auto_parallel, auto_parallel and hybrid_parallel are not implemented
-// in this build: the stage refuses them with a clear error instead of
-// training something else.
+// within each server of the rank table, over TCP between servers), and the
+// split modes semi_auto_parallel, auto_parallel and hybrid_parallel, which
+// run on the operator-parallel engine (npu/shard; parallel.go plans them).
+//
+// Launchers (launcher.go): local starts this host's ranks itself — all of
+// them, or on a rank table that spans servers the ranks whose address is
+// this host's, as the seeds' run_cluster.sh runs on every server
+// (hosts.go); mpirun and srun start every rank of the job from here.
 //
 // Every device has a memory capacity (device_memory, default an Ascend
 // 910's 32 GiB) that the model's buffers are counted against; a job that
