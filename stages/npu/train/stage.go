@@ -38,7 +38,6 @@ package train
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -146,9 +145,6 @@ func New() plugins.Stage {
 		Execute:      execute,
 	}
 }
-
-// ErrNotImplemented is returned for options this build does not have yet.
-var ErrNotImplemented = errors.New("not implemented in this build")
 
 func check(w With) []plugins.Problem {
 	var out []plugins.Problem
