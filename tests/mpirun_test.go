@@ -285,16 +285,7 @@ func TestMPIRunTwoHosts(t *testing.T) {
 		t.Errorf("step events per rank through mpirun: %v, want the same number from each of 16 ranks", steps)
 	}
 
-	g := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local", "-o", "loopback_16pcs.json")
-	if g.code != 0 {
-		t.Fatalf("ranktable generate: exit %d\n%s", g.code, g.stderr)
-	}
-	w.write("one.yaml", multiHostSpec(filepath.Join(w.dir, "loopback_16pcs.json"), "epochs: 1"))
-	one := w.run("run", "one.yaml")
-	if one.code != 0 {
-		t.Fatalf("one host: exit %d\n%s", one.code, one.stderr)
-	}
-	want := checkpoints(t, filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(one.stdout)), "stages", "train"))
+	want := checkpoints(t, trainDir(w, runOnOneHost(t, w)))
 	got := checkpoints(t, mpiDir)
 	if len(want) != 16 || len(got) != len(want) {
 		t.Errorf("%d checkpoints through mpirun, %d on one host; want 16 (one per rank)", len(got), len(want))

@@ -105,6 +105,51 @@ func (s *simulatedHosts) stageDir(h int, r *hostRun) string {
 	return filepath.Join(s.hostDir[h], "runs", strings.TrimSpace(r.stdout.String()), "stages", "train")
 }
 
+// runEverywhere runs `mspipe run spec` in every host at once, as the
+// servers of a cluster do, and fails the test unless all succeed and no
+// process is left.
+func (s *simulatedHosts) runEverywhere(spec string) []*hostRun {
+	t := s.w.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var runs []*hostRun
+	for h := range s.c.Hosts {
+		runs = append(runs, s.start(ctx, h, false, "run", spec))
+	}
+	for h, r := range runs {
+		if code := r.code(); code != 0 {
+			t.Fatalf("host %d: exit %d\n%s", h, code, r.stderr.String())
+		}
+	}
+	if pids := s.w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
+		t.Errorf("processes left behind: %v", pids)
+	}
+	return runs
+}
+
+// runOnOneHost runs the job of multiHostSpec (epochs: 1) on this machine
+// alone, on a loopback table of two servers: the reference the multi-host
+// runs must equal bit for bit.
+func runOnOneHost(t *testing.T, w *workspace) result {
+	t.Helper()
+	g := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local", "-o", "loopback_16pcs.json")
+	if g.code != 0 {
+		t.Fatalf("ranktable generate: exit %d\n%s", g.code, g.stderr)
+	}
+	w.write("one.yaml", multiHostSpec(filepath.Join(w.dir, "loopback_16pcs.json"), "epochs: 1"))
+	one := w.run("run", "one.yaml")
+	if one.code != 0 {
+		t.Fatalf("one host: exit %d\n%s", one.code, one.stderr)
+	}
+	return one
+}
+
+// trainDir is the train stage's directory of a run in the workspace.
+func trainDir(w *workspace, r result) string {
+	return filepath.Join(w.dir, "runs", strings.TrimSpace(lastLine(r.stdout)), "stages", "train")
+}
+
 // trainOutputs reads the train stage's outputs from run.json.
 func trainOutputs(t *testing.T, runDir string) map[string]any {
 	t.Helper()
@@ -149,17 +194,7 @@ func TestTwoHostsTrainLikeOne(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	runs := []*hostRun{s.start(ctx, 0, false, "run", spec), s.start(ctx, 1, false, "run", spec)}
-	for h, r := range runs {
-		if code := r.code(); code != 0 {
-			t.Fatalf("host %d: exit %d\n%s", h, code, r.stderr.String())
-		}
-	}
-	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
-		t.Errorf("processes left behind: %v", pids)
-	}
+	runs := s.runEverywhere(spec)
 	// The shared secret is in no file of either run (env{i}.log names
 	// the file, not its content).
 	secret, _ := os.ReadFile(s.secret)
@@ -196,17 +231,9 @@ func TestTwoHostsTrainLikeOne(t *testing.T) {
 	}
 
 	// The same job on one host, two loopback servers.
-	g := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local", "-o", "loopback_16pcs.json")
-	if g.code != 0 {
-		t.Fatalf("ranktable generate: exit %d\n%s", g.code, g.stderr)
-	}
-	w.write("one.yaml", multiHostSpec(filepath.Join(w.dir, "loopback_16pcs.json"), "epochs: 1"))
-	one := w.run("run", "one.yaml")
-	if one.code != 0 {
-		t.Fatalf("one host: exit %d\n%s", one.code, one.stderr)
-	}
+	one := runOnOneHost(t, w)
 	oneOut := w.state(one.stdout).Stages["train"].Outputs
-	oneDir := filepath.Join(w.dir, "runs", strings.TrimSpace(one.stdout), "stages", "train")
+	oneDir := trainDir(w, one)
 	for h, r := range runs {
 		out := trainOutputs(t, filepath.Join(s.hostDir[h], "runs", strings.TrimSpace(r.stdout.String())))
 		got, _ := out["checkpoint"].(string)
@@ -313,27 +340,8 @@ func TestTwoHostsOverHostNic(t *testing.T) {
 		t.Fatalf("ranktable generate --host-nic: exit %d\n%s", g.code, g.stderr)
 	}
 	spec := w.write("nic.yaml", multiHostSpec(table, "epochs: 1"))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	runs := []*hostRun{s.start(ctx, 0, false, "run", spec), s.start(ctx, 1, false, "run", spec)}
-	for h, r := range runs {
-		if code := r.code(); code != 0 {
-			t.Fatalf("host %d: exit %d\n%s", h, code, r.stderr.String())
-		}
-	}
-	if pids := w.waitNoProcesses(10 * time.Second); len(pids) > 0 {
-		t.Errorf("processes left behind: %v", pids)
-	}
-	g := w.run("ranktable", "generate", "--devices", "8", "--hosts", "2", "--scheme", "local", "-o", "loopback_16pcs.json")
-	if g.code != 0 {
-		t.Fatalf("ranktable generate: exit %d\n%s", g.code, g.stderr)
-	}
-	w.write("one.yaml", multiHostSpec(filepath.Join(w.dir, "loopback_16pcs.json"), "epochs: 1"))
-	one := w.run("run", "one.yaml")
-	if one.code != 0 {
-		t.Fatalf("one host: exit %d\n%s", one.code, one.stderr)
-	}
-	oneDir := filepath.Join(w.dir, "runs", strings.TrimSpace(one.stdout), "stages", "train")
+	runs := s.runEverywhere(spec)
+	oneDir := trainDir(w, runOnOneHost(t, w))
 	for h, r := range runs {
 		dir := s.stageDir(h, r)
 		lead := 8 * h
