@@ -107,15 +107,9 @@ func checkCRC(data []byte) (payload []byte, found bool, err error) {
 	return payload, true, nil
 }
 
-// rawValue is one Checkpoint.Value as found in the file.
-type rawValue struct {
-	index   int
-	offset  int64
-	tag     string
-	dims    []int64
-	dtype   string
-	content []byte
-}
+// rawValue is one Checkpoint.Value as found in the file, its data aliasing
+// the file's bytes.
+type rawValue = value[[]byte]
 
 // parseValues walks the Checkpoint message field by field so that errors can
 // name the entry and its byte offset, and so tensor_content aliases data
@@ -286,67 +280,17 @@ func parseTensor(v *rawValue, body []byte) error {
 // mergeValues joins runs of consecutive Values with the same tag into one
 // tensor each, keeping file order.
 func mergeValues(name string, values []rawValue) ([]Tensor, error) {
-	var tensors []Tensor
-	firstSeen := make(map[string]int, len(values))
-	for start := 0; start < len(values); {
-		end := start + 1
-		for end < len(values) && values[end].tag == values[start].tag {
-			end++
-		}
-		run := values[start:end]
-		first := run[0]
-		if prev, dup := firstSeen[first.tag]; dup {
-			return nil, &Error{File: name, Tensor: first.tag, Value: first.index, Offset: first.offset,
-				Err: fmt.Errorf("tag already used by value[%d]: %w", prev, ErrName)}
-		}
-		firstSeen[first.tag] = first.index
-		t, bad, err := mergeRun(run)
-		if err != nil {
-			return nil, &Error{File: name, Tensor: bad.tag, Value: bad.index, Offset: bad.offset, Err: err}
-		}
-		tensors = append(tensors, t)
-		start = end
-	}
-	return tensors, nil
-}
-
-// mergeRun builds one tensor from its slices. MindSpore gives every slice the
-// dims of the whole tensor; a writer that gives each slice its own dims
-// (split along axis 0, trailing dims equal) is accepted too. On error it also
-// returns the slice to blame.
-func mergeRun(run []rawValue) (Tensor, rawValue, error) {
-	first := run[0]
-	var total int64
-	sameDims := true
-	for _, v := range run {
-		if v.dtype != first.dtype {
-			return Tensor{}, v, fmt.Errorf("slice has dtype %s, value[%d] has %s: %w", v.dtype, first.index, first.dtype, ErrShape)
-		}
-		total += int64(len(v.content))
-		sameDims = sameDims && equalDims(v.dims, first.dims)
-	}
-	last := run[len(run)-1]
-	var dims []int64
-	if sameDims {
-		var err error
-		if dims, err = wholeDims(last.dims, last.dtype, total, len(run)); err != nil {
-			return Tensor{}, last, err
-		}
-	} else {
-		var bad rawValue
-		var err error
-		if dims, bad, err = axis0Dims(run); err != nil {
-			return Tensor{}, bad, err
-		}
-	}
-	data := first.content
-	if len(run) > 1 {
-		data = make([]byte, 0, total)
-		for _, v := range run {
-			data = append(data, v.content...)
-		}
-	}
-	return Tensor{Name: first.tag, Dims: dims, DType: first.dtype, Data: data}, rawValue{}, nil
+	return joinValues(name, values, func(v rawValue) int64 { return int64(len(v.content)) },
+		func(run []rawValue, dims []int64, total int64) Tensor {
+			data := run[0].content
+			if len(run) > 1 {
+				data = make([]byte, 0, total)
+				for _, v := range run {
+					data = append(data, v.content...)
+				}
+			}
+			return Tensor{Name: run[0].tag, Dims: dims, DType: run[0].dtype, Data: data}
+		})
 }
 
 // wholeDims checks total data bytes against dims that describe the whole
@@ -368,35 +312,6 @@ func wholeDims(dims []int64, dtype string, total int64, slices int) ([]int64, er
 		return nil, fmt.Errorf("data is %d bytes, want %d for %s %v: %w", total, want, dtype, dims, ErrShape)
 	}
 	return append([]int64{}, dims...), nil
-}
-
-// axis0Dims handles slices that each carry their own dims: every slice must
-// be consistent on its own, all must share the trailing dims, and dim 0 is
-// the sum.
-func axis0Dims(run []rawValue) ([]int64, rawValue, error) {
-	first := run[0]
-	var rows int64
-	for _, v := range run {
-		if len(v.dims) == 0 || len(v.dims) != len(first.dims) || !equalDims(v.dims[1:], first.dims[1:]) {
-			return nil, v, fmt.Errorf("slice dims %v do not continue value[%d] dims %v along axis 0: %w", v.dims, first.index, first.dims, ErrShape)
-		}
-		want, err := byteSize(v.dims, v.dtype)
-		if err != nil {
-			return nil, v, err
-		}
-		if int64(len(v.content)) != want {
-			return nil, v, fmt.Errorf("slice data is %d bytes, want %d for %s %v: %w", len(v.content), want, v.dtype, v.dims, ErrShape)
-		}
-		if v.dims[0] > (1<<63-1)-rows {
-			return nil, v, fmt.Errorf("axis 0 sum overflows int64: %w", ErrShape)
-		}
-		rows += v.dims[0]
-	}
-	dims := append([]int64{rows}, first.dims[1:]...)
-	if _, err := byteSize(dims, first.dtype); err != nil {
-		return nil, first, err
-	}
-	return dims, rawValue{}, nil
 }
 
 func equalDims(a, b []int64) bool {

@@ -163,15 +163,8 @@ func (t *IndexedTensor) ReadAt(r io.ReaderAt, p []byte, off int64) error {
 }
 
 // indexedValue is one protobuf Value: its header facts and where its
-// tensor_content lies.
-type indexedValue struct {
-	index   int
-	offset  int64
-	tag     string
-	dims    []int64
-	dtype   string
-	content ByteRange
-}
+// tensor_content lies in the file.
+type indexedValue = value[ByteRange]
 
 // indexScanner reads protobuf framing through a small window, so indexing a
 // file costs a few reads per Value whatever the tensors' sizes.
@@ -369,73 +362,14 @@ func (s *indexScanner) tensor(v *indexedValue, start, end int64) error {
 }
 
 // joinIndexedValues joins runs of consecutive Values with the same tag into
-// one tensor each, with the shape rules of mergeRun.
+// one tensor each, with the shape rules of Decode.
 func joinIndexedValues(name string, values []indexedValue) ([]IndexedTensor, error) {
-	var tensors []IndexedTensor
-	firstSeen := make(map[string]int, len(values))
-	for start := 0; start < len(values); {
-		end := start + 1
-		for end < len(values) && values[end].tag == values[start].tag {
-			end++
-		}
-		run := values[start:end]
-		first := run[0]
-		if prev, dup := firstSeen[first.tag]; dup {
-			return nil, &Error{File: name, Tensor: first.tag, Value: first.index, Offset: first.offset,
-				Err: fmt.Errorf("tag already used by value[%d]: %w", prev, ErrName)}
-		}
-		firstSeen[first.tag] = first.index
-		t, bad, err := joinRun(run)
-		if err != nil {
-			return nil, &Error{File: name, Tensor: bad.tag, Value: bad.index, Offset: bad.offset, Err: err}
-		}
-		tensors = append(tensors, t)
-		start = end
-	}
-	return tensors, nil
-}
-
-func joinRun(run []indexedValue) (IndexedTensor, indexedValue, error) {
-	first, last := run[0], run[len(run)-1]
-	t := IndexedTensor{Name: first.tag, DType: first.dtype, Pieces: make([]ByteRange, 0, len(run))}
-	sameDims := true
-	for _, v := range run {
-		if v.dtype != first.dtype {
-			return IndexedTensor{}, v, fmt.Errorf("slice has dtype %s, value[%d] has %s: %w", v.dtype, first.index, first.dtype, ErrShape)
-		}
-		t.Bytes += v.content.Length
-		t.Pieces = append(t.Pieces, v.content)
-		sameDims = sameDims && equalDims(v.dims, first.dims)
-	}
-	if sameDims {
-		dims, err := wholeDims(last.dims, last.dtype, t.Bytes, len(run))
-		if err != nil {
-			return IndexedTensor{}, last, err
-		}
-		t.Dims = dims
-		return t, indexedValue{}, nil
-	}
-	// Each slice carries its own dims along axis 0 (see axis0Dims).
-	var rows int64
-	for _, v := range run {
-		if len(v.dims) == 0 || len(v.dims) != len(first.dims) || !equalDims(v.dims[1:], first.dims[1:]) {
-			return IndexedTensor{}, v, fmt.Errorf("slice dims %v do not continue value[%d] dims %v along axis 0: %w", v.dims, first.index, first.dims, ErrShape)
-		}
-		want, err := byteSize(v.dims, v.dtype)
-		if err != nil {
-			return IndexedTensor{}, v, err
-		}
-		if v.content.Length != want {
-			return IndexedTensor{}, v, fmt.Errorf("slice data is %d bytes, want %d for %s %v: %w", v.content.Length, want, v.dtype, v.dims, ErrShape)
-		}
-		if v.dims[0] > (1<<63-1)-rows {
-			return IndexedTensor{}, v, fmt.Errorf("axis 0 sum overflows int64: %w", ErrShape)
-		}
-		rows += v.dims[0]
-	}
-	t.Dims = append([]int64{rows}, first.dims[1:]...)
-	if _, err := byteSize(t.Dims, t.DType); err != nil {
-		return IndexedTensor{}, first, err
-	}
-	return t, indexedValue{}, nil
+	return joinValues(name, values, func(v indexedValue) int64 { return v.content.Length },
+		func(run []indexedValue, dims []int64, total int64) IndexedTensor {
+			t := IndexedTensor{Name: run[0].tag, DType: run[0].dtype, Dims: dims, Bytes: total, Pieces: make([]ByteRange, 0, len(run))}
+			for _, v := range run {
+				t.Pieces = append(t.Pieces, v.content)
+			}
+			return t
+		})
 }
