@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,7 +80,7 @@ func TestCkptMergeSeedsExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	dims, w := floats(t, got.Tensors, "weight")
-	if !slicesEqual(dims, []int64{8, 8}) || !got.CRC {
+	if !slices.Equal(dims, []int64{8, 8}) || !got.CRC {
 		t.Fatalf("weight dims %v, crc %v", dims, got.CRC)
 	}
 	for i, v := range w {
@@ -87,7 +88,7 @@ func TestCkptMergeSeedsExample(t *testing.T) {
 			t.Fatalf("weight[%d] = %v, want %d", i, v, i)
 		}
 	}
-	if dims, m := floats(t, got.Tensors, "moments.weight"); !slicesEqual(dims, []int64{8, 8}) || len(m) != 64 {
+	if dims, m := floats(t, got.Tensors, "moments.weight"); !slices.Equal(dims, []int64{8, 8}) || len(m) != 64 {
 		t.Fatalf("moments.weight follows weight: dims %v", dims)
 	}
 	// bn.moving_mean is replicated with per-rank values: rank 0's by default.
@@ -112,18 +113,6 @@ func TestCkptMergeSeedsExample(t *testing.T) {
 	if _, bn := floats(t, m, "bn.moving_mean"); math.Abs(float64(bn[0])-1.5) > 0 || bn[1] != 1 {
 		t.Fatalf("bn.moving_mean with --bn-stats mean = %v, want [1.5 1]", bn)
 	}
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCkptReshardSeedsExample splits the seeds' set for 2 devices: [4, 8]
@@ -161,7 +150,7 @@ func TestCkptReshardSeedsExample(t *testing.T) {
 			t.Fatal(err)
 		}
 		dims, w := floats(t, got, "weight")
-		if !slicesEqual(dims, []int64{4, 8}) || w[0] != float32(32*r) || w[31] != float32(32*r+31) {
+		if !slices.Equal(dims, []int64{4, 8}) || w[0] != float32(32*r) || w[31] != float32(32*r+31) {
 			t.Fatalf("rank %d weight %v: %v", r, dims, w)
 		}
 	}
@@ -169,7 +158,7 @@ func TestCkptReshardSeedsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := sf.Layouts["weight"]; sf.Devices() != 2 || !slicesEqualInt(l.TensorMap, []int{0, -1}) {
+	if l := sf.Layouts["weight"]; sf.Devices() != 2 || !slices.Equal(l.TensorMap, []int{0, -1}) {
 		t.Fatalf("target strategy %+v", sf.Layouts)
 	}
 	if found, err := ckptset.Find(out, ""); err != nil || len(found) != 2 {
@@ -204,18 +193,6 @@ func without(ts []ckpt.Tensor, name string) []ckpt.Tensor {
 		}
 	}
 	return out
-}
-
-func slicesEqualInt(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestCkptReshardErrors(t *testing.T) {

@@ -314,18 +314,6 @@ func wholeDims(dims []int64, dtype string, total int64, slices int) ([]int64, er
 	return append([]int64{}, dims...), nil
 }
 
-func equalDims(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // checkTensorHeader checks what a TensorProto must hold once its fields
 // are read, for Decode and Index alike: a type and content, a supported
 // dtype, and no negative dim.

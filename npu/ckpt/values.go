@@ -1,6 +1,9 @@
 package ckpt
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // value is one Checkpoint.Value: its place in the file, its header, and
 // its data C — the bytes themselves (Decode) or where they lie (Index).
@@ -55,7 +58,7 @@ func runDims[C any](run []value[C], size func(value[C]) int64) ([]int64, int64, 
 			return nil, 0, v, fmt.Errorf("slice has dtype %s, value[%d] has %s: %w", v.dtype, first.index, first.dtype, ErrShape)
 		}
 		total += size(v)
-		sameDims = sameDims && equalDims(v.dims, first.dims)
+		sameDims = sameDims && slices.Equal(v.dims, first.dims)
 	}
 	if sameDims {
 		last := run[len(run)-1]
@@ -69,7 +72,7 @@ func runDims[C any](run []value[C], size func(value[C]) int64) ([]int64, int64, 
 	// its own, all must share the trailing dims, and dim 0 is the sum.
 	var rows int64
 	for _, v := range run {
-		if len(v.dims) == 0 || len(v.dims) != len(first.dims) || !equalDims(v.dims[1:], first.dims[1:]) {
+		if len(v.dims) == 0 || len(v.dims) != len(first.dims) || !slices.Equal(v.dims[1:], first.dims[1:]) {
 			return nil, 0, v, fmt.Errorf("slice dims %v do not continue value[%d] dims %v along axis 0: %w", v.dims, first.index, first.dims, ErrShape)
 		}
 		want, err := byteSize(v.dims, v.dtype)
