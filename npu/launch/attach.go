@@ -215,13 +215,23 @@ func (a *Attached) placeInTable(t *ranktable.RankTable, place launcherPlace) (ra
 	}
 	// The rank listens on its device_ip (or its server's host_nic_ip):
 	// only an address of this host can be bound.
-	ln, err := net.Listen("tcp", net.JoinHostPort(r.ListenIP(), "0"))
-	if err != nil {
+	if !CanListen(r.ListenIP()) {
 		return r, fmt.Errorf("%s placed rank %d on host %s, but the rank table puts it on server %s (%s %s is not an address of this host)",
 			a.Launcher, r.RankID, a.Host, r.ServerID, r.ListenKey(), r.ListenIP())
 	}
-	ln.Close()
 	return r, nil
+}
+
+// CanListen reports whether this host can listen on the IP address ip,
+// that is whether it is one of the host's addresses (every loopback
+// address is): where a rank whose rank table address it is can run.
+func CanListen(ip string) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
 }
 
 func ordinal(i int) string {

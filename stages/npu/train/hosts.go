@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
@@ -85,16 +86,8 @@ func localShare(t *ranktable.RankTable, isLocal func(netip.Addr) bool, hostAddrs
 	return share, nil
 }
 
-// canListen reports whether this host can listen on ip, that is whether
-// ip is one of its addresses (any loopback address is).
-func canListen(ip netip.Addr) bool {
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
-	if err != nil {
-		return false
-	}
-	ln.Close()
-	return true
-}
+// canListen reports whether ip is one of this host's addresses.
+func canListen(ip netip.Addr) bool { return launch.CanListen(ip.String()) }
 
 // interfaceAddrs lists this host's IP addresses, for error messages.
 func interfaceAddrs() []string {
