@@ -230,7 +230,7 @@ func (d *decoder) mapping(n *yaml.Node, what string, known []string, fn func(key
 		}
 		seen[k.Value] = true
 		if known != nil && !contains(known, k.Value) {
-			d.errs.add(d.pos(k), "%s: unknown key %q%s", what, k.Value, suggest(k.Value, known))
+			d.errs.add(d.pos(k), "%s: unknown key %q%s", what, k.Value, diag.Suggest(k.Value, known))
 			continue
 		}
 		fn(k.Value, k, v)
@@ -400,7 +400,7 @@ func (d *decoder) params(p *Pipeline, n *yaml.Node) {
 				haveType = true
 				if s, ok := d.str(vv, what+".type"); ok {
 					if !contains(paramTypes, s) {
-						d.errs.add(d.pos(vv), "%s.type: unknown type %q (one of %s)%s", what, s, strings.Join(paramTypes, ", "), suggest(s, paramTypes))
+						d.errs.add(d.pos(vv), "%s.type: unknown type %q (one of %s)%s", what, s, strings.Join(paramTypes, ", "), diag.Suggest(s, paramTypes))
 					} else {
 						prm.Type = Type(s)
 					}
@@ -712,7 +712,7 @@ func (d *decoder) outputs(s *Stage, n *yaml.Node, what string) {
 		setType := func(n *yaml.Node) {
 			if t, ok := d.str(n, what+"."+name+".type"); ok {
 				if !contains(outputTypes, t) {
-					d.errs.add(d.pos(n), "%s.%s: unknown type %q (one of %s)%s", what, name, t, strings.Join(outputTypes, ", "), suggest(t, outputTypes))
+					d.errs.add(d.pos(n), "%s.%s: unknown type %q (one of %s)%s", what, name, t, strings.Join(outputTypes, ", "), diag.Suggest(t, outputTypes))
 					return
 				}
 				o.Type = Type(t)
