@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/diag"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
@@ -689,12 +691,12 @@ func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
 			if !ok {
 				return
 			}
-			size, err := userfile.ParseSize(text)
+			size, err := bytesize.Parse(text)
 			switch {
 			case err != nil || !memoryRe.MatchString(text):
 				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
 			case size < MinMemoryLimit:
-				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, userfile.Size(size), userfile.Size(MinMemoryLimit))
+				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, bytesize.Format(size), bytesize.Format(MinMemoryLimit))
 			default:
 				s.Limits.Memory = size
 			}

@@ -24,6 +24,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -82,14 +84,14 @@ func check(w With) []plugins.Problem {
 	if len(w.Strategy) > 0 {
 		p = append(p, plugins.Problem{Path: "/strategy", Message: "a target strategy per operator is not implemented in this build (it needs the model's operator-to-parameter map); give target_strategy, a strategy file"})
 	}
-	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		p = append(p, plugins.Problem{Path: "/max_memory", Message: err.Error()})
 	}
 	return p
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	mem, err := ckptset.ParseSize(w.MaxMemory)
+	mem, err := bytesize.Parse(w.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("max_memory: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -44,7 +46,7 @@ func (f *engineFlags) options() (reshard.Options, error) {
 	if f.format != "text" && f.format != "json" {
 		return reshard.Options{}, fmt.Errorf("--format: unknown format %q (text or json)", f.format)
 	}
-	mem, err := ckptset.ParseSize(f.maxMemory)
+	mem, err := bytesize.Parse(f.maxMemory)
 	if err != nil {
 		return reshard.Options{}, fmt.Errorf("--max-memory: %w", err)
 	}
@@ -261,7 +263,7 @@ tensor), 2 usage error or a missing manifest.`,
 				return writeJSON(cmd.OutOrStdout(), m)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: verified %d files, %d tensors (%s of tensor data) against %s\n",
-				args[0], len(m.Files), len(m.Tensors), userfile.Size(tensorBytes(m)), reshard.ManifestName)
+				args[0], len(m.Files), len(m.Tensors), bytesize.Format(tensorBytes(m)), reshard.ManifestName)
 			return nil
 		},
 	}
@@ -304,9 +306,9 @@ func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m 
 		proof = "every tensor re-read from the written files and its content hash checked against the source's"
 	}
 	fmt.Fprintf(w, "%d tensors (%s): %s; manifest: %s\n",
-		len(m.Tensors), userfile.Size(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
+		len(m.Tensors), bytesize.Format(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
 	if s := m.Stats; s != nil {
-		fmt.Fprintf(w, "read %s, wrote %s, peak memory %s\n", userfile.Size(s.ReadBytes), userfile.Size(s.WriteBytes), userfile.Size(s.PeakMemory))
+		fmt.Fprintf(w, "read %s, wrote %s, peak memory %s\n", bytesize.Format(s.ReadBytes), bytesize.Format(s.WriteBytes), bytesize.Format(s.PeakMemory))
 	}
 	return nil
 }
@@ -317,8 +319,8 @@ func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResu
 	}
 	fmt.Fprintf(w, "plan: %d ranks -> %d ranks\nsource: %s\n", p.SourceRanks, p.TargetRanks, sourceLine(in))
 	fmt.Fprintf(w, "read %d bytes (%s), write %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
-		p.ReadBytes, userfile.Size(p.ReadBytes), p.WriteBytes, userfile.Size(p.WriteBytes),
-		p.PeakMemory, userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
+		p.ReadBytes, bytesize.Format(p.ReadBytes), p.WriteBytes, bytesize.Format(p.WriteBytes),
+		p.PeakMemory, bytesize.Format(p.PeakMemory), bytesize.Format(p.MaxMemory))
 	for r, f := range p.Files {
 		fmt.Fprintf(w, "rank %d: %s (%d bytes)\n", r, f, p.FileBytes[r])
 	}
