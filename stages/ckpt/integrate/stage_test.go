@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -48,11 +50,8 @@ func writeSet(t *testing.T, withStrategy bool) string {
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := integrate.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "integrate", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, integrate.New(), plugins.RunRequest{StageID: "integrate", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 func values(t *testing.T, tensors []ckpt.Tensor, name string) []float32 {
