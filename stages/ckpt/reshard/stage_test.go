@@ -11,19 +11,19 @@ import (
 
 	"github.com/mspipe/mspipe/internal/cli"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/reshard"
-	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
 // TestMain lets mspipe run re-execute this test binary as its built-in
 // stage plugins (mspipe __stage NAME) and training ranks, as it
 // re-executes itself.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == host.ServeCommand || os.Args[1] == train.WorkerCommand) {
+	if len(os.Args) > 1 && (os.Args[1] == host.ServeCommand || os.Args[1] == job.Command) {
 		os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
