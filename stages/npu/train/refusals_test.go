@@ -150,7 +150,7 @@ func TestRunRejectsMissingOrBrokenResults(t *testing.T) {
 	}
 }
 
-// RunWorker run in this process on the worker.json the stage wrote, with
+// job.Run run in this process on the worker.json the stage wrote, with
 // the seeds' environment, trains exactly what the stage's rank process
 // trained; without that environment or with a broken config it refuses.
 func TestRunWorkerInProcess(t *testing.T) {
