@@ -14,7 +14,7 @@ import (
 	"github.com/mspipe/mspipe/plugins"
 )
 
-// check checks each field on its own, at validation.
+// check checks each field on its own, at validation and before a run.
 func check(w With) []plugins.Problem {
 	var out []plugins.Problem
 	if _, err := job.ParseDeviceMemory(w.DeviceMemory); err != nil {
