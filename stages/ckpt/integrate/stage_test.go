@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/integrate"
 )
 

@@ -1,33 +1,18 @@
 package reshard_test
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/mspipe/mspipe/internal/cli"
 	"github.com/mspipe/mspipe/npu/ckpt"
-	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/plugins"
-	"github.com/mspipe/mspipe/plugins/host"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/reshard"
 )
-
-// TestMain lets mspipe run re-execute this test binary as its built-in
-// stage plugins (mspipe __stage NAME) and training ranks, as it
-// re-executes itself.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == host.ServeCommand || os.Args[1] == job.Command) {
-		os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
@@ -184,116 +169,5 @@ func TestReshardSetToStrategy(t *testing.T) {
 	}
 	if err := ckpt.Compare(tensors, got); err != nil {
 		t.Fatalf("4 -> 2 -> 1 is not the whole checkpoint: %v (from %s)", err, path)
-	}
-}
-
-// TestTwoStagePipeline runs integrate and reshard through mspipe run, from
-// a set a training stage would have left, as examples/two-stage-training
-// chains them.
-func TestTwoStagePipeline(t *testing.T) {
-	_, tensors := integrated(t)
-	set := t.TempDir()
-	for r := range 2 {
-		if _, err := ckptset.WriteRank(set, r, "CKP-1_4.ckpt", tensors); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "chain.yaml")
-	if err := os.WriteFile(spec, []byte(`version: 1
-name: chain
-stages:
-  integrate:
-    uses: ckpt/integrate
-    with: {from: `+set+`}
-  reshard:
-    uses: ckpt/reshard
-    needs: [integrate]
-    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 4}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	runs := filepath.Join(dir, "runs")
-	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
-		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	resharded := filepath.Join(runs, strings.TrimSpace(out.String()), "stages", "reshard", "checkpoints")
-	files, err := ckptset.Find(resharded, "")
-	if err != nil || len(files) != 4 {
-		t.Fatalf("resharded set %v: %v\n%s", files, err, errb.String())
-	}
-	got, err := ckpt.Read(files[3])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ckpt.Compare(tensors, got); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestTrainIntegrateReshardRetrain is the life of examples/two-stage-training
-// in data parallel: 4 ranks train, integrate merges what they wrote (no
-// strategy file: replicated, rank 0's values), reshard lays it out for 2
-// devices, and a 2-device training starts from it with init:.
-func TestTrainIntegrateReshardRetrain(t *testing.T) {
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "life.yaml")
-	if err := os.WriteFile(spec, []byte(`version: 1
-name: life
-cluster: {devices: 4}
-stages:
-  prepare:
-    uses: cifar/prepare
-    with: {source: synthetic, shards: 4, train_images: 200, test_images: 20}
-  train:
-    uses: npu/train
-    needs: [prepare]
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, batch_size: 10, epochs: 1, eval: false, threads: 1}
-  integrate:
-    uses: ckpt/integrate
-    needs: [train]
-    with: {from: "${{ stages.train.outputs.checkpoints }}"}
-  reshard:
-    uses: ckpt/reshard
-    needs: [integrate]
-    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 2}
-  retrain:
-    uses: npu/train
-    needs: [reshard]
-    cluster: {devices: 2}
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, batch_size: 10, epochs: 1, eval: false, threads: 1, init: "${{ stages.reshard.outputs.checkpoints }}"}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	runs := filepath.Join(dir, "runs")
-	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
-		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	stages := filepath.Join(runs, strings.TrimSpace(out.String()), "stages")
-	trained, err := ckptset.Find(filepath.Join(stages, "train"), "")
-	if err != nil || len(trained) != 4 {
-		t.Fatalf("train set %v: %v", trained, err)
-	}
-	want, err := ckpt.Read(trained[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	resharded, err := ckptset.Find(filepath.Join(stages, "reshard", "checkpoints"), "")
-	if err != nil || len(resharded) != 2 {
-		t.Fatalf("resharded set %v: %v", resharded, err)
-	}
-	for _, f := range resharded {
-		got, err := ckpt.Read(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ckpt.Compare(want, got); err != nil {
-			t.Fatalf("%s holds other values than the training's rank 0: %v", f, err)
-		}
-	}
-	if !strings.Contains(errb.String(), "[retrain] succeeded") {
-		t.Fatalf("retrain did not run from the resharded set:\n%s", errb.String())
 	}
 }

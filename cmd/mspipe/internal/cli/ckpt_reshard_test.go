@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // seedsStrategy writes the strategy of the seeds' 4-device example: weight
