@@ -170,8 +170,3 @@ func (m *memory) release(owner, role string) {
 		_ = m.hold(what, 0)
 	}
 }
-
-// Bytes is bytesize.Format. It stays only for the callers in the train
-// stage's worker and bench/parallel, which move with the rank job (issue
-// 23); new code calls bytesize.Format.
-func Bytes(n int64) string { return bytesize.Format(n) }
