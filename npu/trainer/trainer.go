@@ -57,6 +57,10 @@ type Config struct {
 	Prefix              string
 	SaveCheckpointSteps int
 	KeepCheckpointMax   int
+	// CRCCheck appends MindSpore's crc_num trailer to every checkpoint
+	// (save_checkpoint's crc_check). Off, as in MindSpore, the files are
+	// plain protobuf; either way a sidecar digest proves them on resume.
+	CRCCheck bool
 
 	// Init is a checkpoint file to start from: its weights, and its
 	// optimizer state when it has one.
@@ -352,11 +356,12 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if every == 0 {
 			every = steps // once per epoch
 		}
-		// Every file carries MindSpore's crc_num trailer (crc_check=True), so
-		// a damaged checkpoint is found on load instead of training on.
+		// Every file gets a sidecar digest, so a damaged checkpoint is
+		// found on resume instead of training on, while the file stays what
+		// MindSpore writes (with a trailer only when asked for).
 		mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
 			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
-			Write: ckpt.WriteOptions{CRC: true},
+			Write: ckpt.WriteOptions{CRC: cfg.CRCCheck, Digest: true},
 		})
 		if err != nil {
 			return nil, err
@@ -590,7 +595,7 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 			if !ok || step > limit || bad[f] {
 				continue
 			}
-			tensors, err := ckpt.Read(f)
+			file, err := ckpt.ReadVerified(f)
 			if err != nil {
 				bad[f] = true
 				if cfg.Log != nil {
@@ -598,7 +603,7 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 				}
 				continue
 			}
-			return loaded{f, tensors, step}, nil
+			return loaded{f, file.Tensors, step}, nil
 		}
 		return loaded{}, nil
 	}

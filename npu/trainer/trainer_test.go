@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/data"
 )
 
@@ -33,6 +34,7 @@ func tinyConfig(dataDir, ckptDir string) Config {
 	}
 }
 
+// readAll returns the checkpoints in dir by name (not their sidecars).
 func readAll(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
@@ -41,6 +43,9 @@ func readAll(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".ckpt" {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -208,9 +213,10 @@ func TestCancelStopsBetweenSteps(t *testing.T) {
 }
 
 // TestResumeSkipsDamagedCheckpoint flips one bit in the newest checkpoint
-// of an interrupted run: resume must notice (every file carries a CRC),
-// say which file it skipped, fall back to the previous one, and still end
-// with the bytes of an uninterrupted run.
+// of an interrupted run: resume must notice (every file has a sidecar
+// digest, the file itself is plain protobuf as MindSpore writes by
+// default), say which file it skipped, fall back to the previous one, and
+// still end with the bytes of an uninterrupted run.
 func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	dataDir := tinyData(t, 8)
 	full, parted := t.TempDir(), t.TempDir()
@@ -227,10 +233,11 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ckpt.DecodeFile(newest, raw)
-	if err != nil || !f.CRC {
-		t.Fatalf("trainer checkpoints must carry a CRC trailer: crc %v, err %v", f != nil && f.CRC, err)
+	f, err := ckpt.ReadVerified(newest)
+	if err != nil || f.CRC || !f.Digest {
+		t.Fatalf("trainer checkpoints must be plain protobuf with a sidecar digest: %+v, %v", f, err)
 	}
+	ckpttest.DecodeFile(t, newest) // what MindSpore and protoc read
 	raw[len(raw)/2] ^= 0x10 // inside a tensor's float data
 	if err := os.WriteFile(newest, raw, 0o644); err != nil {
 		t.Fatal(err)
@@ -246,11 +253,28 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	if !strings.HasSuffix(res.ResumedFrom, "CKP-1_3.ckpt") || res.Steps != 7 {
 		t.Errorf("resumed from %q after %d steps, want CKP-1_3.ckpt and 7 more steps", res.ResumedFrom, res.Steps)
 	}
-	if !strings.Contains(log.String(), "resume: skipped "+newest+": ") || !strings.Contains(log.String(), "crc") {
-		t.Errorf("log should name the skipped file and its CRC failure:\n%s", log.String())
+	if !strings.Contains(log.String(), "resume: skipped "+newest+": ") || !strings.Contains(log.String(), "sha256 digest mismatch") {
+		t.Errorf("log should name the skipped file and its digest failure:\n%s", log.String())
 	}
 	a, b := readAll(t, full), readAll(t, parted)
 	if !bytes.Equal(a["CKP-2_5.ckpt"], b["CKP-2_5.ckpt"]) {
 		t.Error("final checkpoint after skipping a damaged one differs from the uninterrupted run's")
+	}
+}
+
+// TestCRCCheckWritesTrailer: crc_check on appends MindSpore's crc_num
+// trailer (and still writes the sidecar); every file reads back verified.
+func TestCRCCheckWritesTrailer(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	dir := t.TempDir()
+	cfg := tinyConfig(dataDir, dir)
+	cfg.MaxSteps = 3
+	cfg.CRCCheck = true
+	if _, err := Train(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ckpt.ReadVerified(filepath.Join(dir, "CKP-1_3.ckpt"))
+	if err != nil || !f.CRC || !f.Digest {
+		t.Fatalf("crc_check: %+v, %v; want a trailer and a sidecar", f, err)
 	}
 }
