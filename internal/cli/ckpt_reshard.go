@@ -26,6 +26,7 @@ type engineFlags struct {
 	bnStats   string
 	format    string
 	verify    string
+	crc       bool
 }
 
 func (f *engineFlags) add(cmd *cobra.Command, source bool) {
@@ -33,6 +34,7 @@ func (f *engineFlags) add(cmd *cobra.Command, source bool) {
 		cmd.Flags().StringVar(&f.strategy, "strategy", "", "strategy file of the source set (default: strategy.ckpt or strategy.json in the set directory; none: every tensor replicated)")
 		cmd.Flags().StringVar(&f.prefix, "prefix", ckpt.DefaultPrefix, "checkpoint file prefix in a set directory")
 		cmd.Flags().StringVar(&f.bnStats, "bn-stats", reshard.RuleRank0, "value of a tensor every rank holds whole but with different values (data-parallel BatchNorm statistics): rank0 or mean")
+		cmd.Flags().BoolVar(&f.crc, "crc", false, "append MindSpore's crc_num trailer to every file written (save_checkpoint crc_check=True); without it the files are plain protobuf, MindSpore's default")
 	}
 	cmd.Flags().StringVar(&f.maxMemory, "max-memory", "512MiB", "hard cap on the tensor data held in memory at once (e.g. 64MiB, 2GiB)")
 	cmd.Flags().IntVar(&f.workers, "workers", 0, "parallel reads and writes (0: one per CPU)")
@@ -57,7 +59,7 @@ func (f *engineFlags) options() (reshard.Options, error) {
 	if f.verify != reshard.VerifyOutputCRC && f.verify != reshard.VerifyOutputSHA256 {
 		return reshard.Options{}, fmt.Errorf("--verify-output %q: want crc or sha256", f.verify)
 	}
-	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true, VerifyOutput: f.verify}, nil
+	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true, VerifyOutput: f.verify, CRC: f.crc}, nil
 }
 
 // engineErr gives a problem with the checkpoints exit status 1 and a file
@@ -89,8 +91,9 @@ the set directory; without one every tensor is taken as replicated (a
 data-parallel set), and --bn-stats says what to do with tensors whose copies
 differ.
 
-OUT is written atomically with MindSpore's crc_num trailer, with
-manifest.json beside it (a content hash per tensor, re-checked after
+OUT is written atomically as MindSpore's save_checkpoint writes by default
+(plain protobuf; --crc appends the crc_num trailer), with manifest.json
+beside it (a content hash per tensor, re-checked after
 writing; see mspipe ckpt verify). --plan prints what would be read and
 written without writing anything.
 
@@ -239,7 +242,7 @@ func newCkptVerifyCmd() *cobra.Command {
 		Short: "Check a merge or reshard output against its manifest",
 		Long: `Re-read a set written by mspipe ckpt merge or reshard (or the ckpt/integrate
 and ckpt/reshard stages) and check it against its manifest.json: every file's
-size and crc_num trailer, every rank's tensors and the shapes of their
+size and CRC-32 (and crc_num trailer, when the set has them), every rank's tensors and the shapes of their
 slices, identical copies wherever ranks share a slice, and the SHA-256 of
 every whole tensor reassembled from the slices, which equals the source's.
 
@@ -306,7 +309,8 @@ func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m 
 	fmt.Fprintf(w, "%d tensors (%s): %s; manifest: %s\n",
 		len(m.Tensors), userfile.Size(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
 	if s := m.Stats; s != nil {
-		fmt.Fprintf(w, "read %s, wrote %s, peak memory %s\n", userfile.Size(s.ReadBytes), userfile.Size(s.WriteBytes), userfile.Size(s.PeakMemory))
+		fmt.Fprintf(w, "in %s (%d source files), out %s (%d files); read %s of tensor data, peak memory %s\n",
+			userfile.Size(s.SourceBytes), len(in.Files), userfile.Size(s.WriteBytes), len(m.Files), userfile.Size(s.ReadBytes), userfile.Size(s.PeakMemory))
 	}
 	return nil
 }
@@ -316,8 +320,9 @@ func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResu
 		return writeJSON(w, p)
 	}
 	fmt.Fprintf(w, "plan: %d ranks -> %d ranks\nsource: %s\n", p.SourceRanks, p.TargetRanks, sourceLine(in))
-	fmt.Fprintf(w, "read %d bytes (%s), write %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
-		p.ReadBytes, userfile.Size(p.ReadBytes), p.WriteBytes, userfile.Size(p.WriteBytes),
+	fmt.Fprintf(w, "in %d bytes (%s), out %d bytes (%s); read %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
+		p.SourceBytes, userfile.Size(p.SourceBytes), p.WriteBytes, userfile.Size(p.WriteBytes),
+		p.ReadBytes, userfile.Size(p.ReadBytes),
 		p.PeakMemory, userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
 	for r, f := range p.Files {
 		fmt.Fprintf(w, "rank %d: %s (%d bytes)\n", r, f, p.FileBytes[r])

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
@@ -80,8 +81,11 @@ func TestCkptMergeSeedsExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	dims, w := floats(t, got.Tensors, "weight")
-	if !slices.Equal(dims, []int64{8, 8}) || !got.CRC {
-		t.Fatalf("weight dims %v, crc %v", dims, got.CRC)
+	if !slices.Equal(dims, []int64{8, 8}) || got.CRC {
+		t.Fatalf("weight dims %v, crc %v (want no trailer by default)", dims, got.CRC)
+	}
+	if vals := ckpttest.DecodeFile(t, out); len(vals) != got.Values {
+		t.Fatalf("protoc decoded %d values, ckpt %d", len(vals), got.Values)
 	}
 	for i, v := range w {
 		if v != float32(i) {

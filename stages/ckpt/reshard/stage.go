@@ -37,7 +37,7 @@ import (
 const Name = "ckpt/reshard"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
@@ -50,6 +50,7 @@ type With struct {
 	BNStats        string             `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
 	MaxMemory      string             `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
 	Workers        int                `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	CRCCheck       bool               `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
 }
 
 func defaults() With {
@@ -114,7 +115,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		}
 	}
 	target.Files = ckptset.TargetFiles(target.Ranks, w.Prefix, in.Files[0])
-	opt := engine.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
+	opt := engine.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true, CRC: w.CRCCheck}
 	plan, err := engine.Plan(ctx, set.Source, target, opt)
 	if err != nil {
 		return nil, err
@@ -125,8 +126,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			split++
 		}
 	}
-	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split, %d bytes to read, %d to write, peak memory %d of %d",
-		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split; %s",
+		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), engine.SizeSummary(plan)))
 	// A link planted in the work dir would take the rank files out.
 	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoints")
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/internal/cli"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/host"
@@ -295,5 +297,36 @@ stages:
 	}
 	if !strings.Contains(errb.String(), "[retrain] succeeded") {
 		t.Fatalf("retrain did not run from the resharded set:\n%s", errb.String())
+	}
+	decodeEveryCheckpoint(t, stages, 4+1+2+2)
+}
+
+// decodeEveryCheckpoint decodes every .ckpt under dir (trainer, integrate,
+// reshard outputs) with stock protoc against MindSpore's checkpoint.proto,
+// as MindSpore's default (crc_check=False) writes and reads them, and
+// checks that there are at least want of them.
+func decodeEveryCheckpoint(t *testing.T, dir string, want int) {
+	t.Helper()
+	ckpttest.ProtocPath(t)
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".ckpt" || slices.Contains(ckptset.StrategyNames, d.Name()) {
+			return err // strategy.ckpt is a strategy file, not a checkpoint
+		}
+		f, err := ckpt.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if vals := ckpttest.DecodeFile(t, p); len(vals) != f.Values || f.CRC {
+			t.Errorf("%s: protoc decoded %d values, ckpt %d, crc_num trailer %v", p, len(vals), f.Values, f.CRC)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < want {
+		t.Fatalf("decoded %d checkpoints under %s, want at least %d", n, dir, want)
 	}
 }

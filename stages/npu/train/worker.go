@@ -195,7 +195,7 @@ func trainerConfig(cfg WorkerConfig, rank, size int, out io.Writer) (trainer.Con
 		Seed: cfg.Seed, Threads: threads,
 		NumShards: 1, ShardID: 0,
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: w.Prefix,
-		SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax,
+		SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: w.GradAccumulation,
 		LogSteps: w.LogSteps, Log: out, ShuffleBuffer: w.ShuffleBuffer,
 	}
