@@ -238,7 +238,7 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 		t.Fatalf("trainer checkpoints must be plain protobuf with a sidecar digest: %+v, %v", f, err)
 	}
 	ckpttest.DecodeFile(t, newest) // what MindSpore and protoc read
-	raw[len(raw)/2] ^= 0x10 // inside a tensor's float data
+	raw[len(raw)/2] ^= 0x10        // inside a tensor's float data
 	if err := os.WriteFile(newest, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
