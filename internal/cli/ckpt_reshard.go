@@ -142,6 +142,7 @@ func newCkptReshardCmd() *cobra.Command {
 	var out, targetStrategy string
 	var devices int
 	var plan bool
+	var indivisible string
 	cmd := &cobra.Command{
 		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M | --target-strategy FILE)",
 		Short: "Reshard a checkpoint set from N ranks to M ranks, straight from slices to slices",
@@ -155,9 +156,14 @@ predict_strategy does inside a live job, done offline.
 The source is read as mspipe ckpt merge reads it (see its help). The target
 is either --target-strategy FILE (a MindSpore strategy file for the new
 cluster) or --devices M, which follows one rule: a tensor the source splits
-is split into M equal slices along its first split dimension when that
-dimension is divisible by M, and is held whole by every rank otherwise;
-replicated tensors stay replicated; optimizer state follows its parameter.
+is split into M equal slices along its first split dimension; replicated
+tensors stay replicated; optimizer state follows its parameter. When that
+dimension does not divide by M, --indivisible decides: refuse (the default;
+the message lists the device counts that divide), split (uneven slices as
+numpy.array_split cuts them, ranks past the rows holding empty ones; the
+manifest records them, and no strategy.ckpt is written since a MindSpore
+strategy file cannot describe them) or replicate (the tensor whole on every
+rank, M copies). The summary prints the bytes in and out.
 
 OUT_DIR gets device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt per target rank
 (the layout npu/train's init: reads), strategy.ckpt (the target layout, as
@@ -209,8 +215,18 @@ that cannot be read.`,
 					return engineErr(fmt.Errorf("%s: %w", targetStrategy, err))
 				}
 			} else {
-				target = reshard.TargetForDevices(set.Source, devices)
+				var uneven []string
+				if target, uneven, err = reshard.DevicesTarget(set.Source, devices, indivisible); err != nil {
+					if errors.Is(err, reshard.ErrIndivisible) {
+						err = fmt.Errorf("%w (--indivisible, --devices)", err)
+					}
+					return engineErr(err)
+				}
 				layout = set.StrategyForDevices(devices)
+				if len(uneven) > 0 {
+					layout = nil
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %d tensors split unevenly (%s): the manifest records their slices; no strategy.ckpt is written, a MindSpore strategy file cannot describe them\n", len(uneven), strings.Join(uneven, ", "))
+				}
 			}
 			target.Files = ckptset.TargetFiles(target.Ranks, f.prefix, in.Files[0])
 			if plan {
@@ -231,6 +247,7 @@ that cannot be read.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set")
 	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
 	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
+	cmd.Flags().StringVar(&indivisible, "indivisible", reshard.IndivisibleRefuse, "with --devices, a split dimension that does not divide by M: refuse, split (uneven slices) or replicate (whole on every rank)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
 	return cmd
 }

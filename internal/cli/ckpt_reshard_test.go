@@ -254,3 +254,46 @@ func TestCkptReshardErrors(t *testing.T) {
 		t.Fatalf("verify passed a damaged set: %v", m)
 	}
 }
+
+// TestCkptReshardIndivisible: the seeds' [8, 8] weight to 3 devices does
+// not divide. By default the command refuses, saying what to pass; with
+// --indivisible split it cuts 3, 3 and 2 rows, writes no strategy.ckpt
+// (none can describe that) and prints bytes in and out.
+func TestCkptReshardIndivisible(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root)
+	seedsStrategy(t, root)
+	out := filepath.Join(t.TempDir(), "three")
+	code, _, stderr := runCkpt(t, "reshard", root, "--devices", "3", "-o", out)
+	if code != ExitFailed || !strings.Contains(stderr, `tensor "weight" [8 8]: dimension 0 (8) does not split into 3 equal slices`) ||
+		!strings.Contains(stderr, "(2, 4, 8)") || !strings.Contains(stderr, "(--indivisible, --devices)") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a refused reshard created its output directory")
+	}
+	code, stdout, stderr := runCkpt(t, "reshard", root, "--devices", "3", "--indivisible", "split", "-o", out)
+	if code != ExitOK || !strings.Contains(stderr, "note: 1 tensors split unevenly (weight)") || !strings.Contains(stdout, " (4 source files), out ") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "strategy.ckpt")); err == nil {
+		t.Fatal("strategy.ckpt written for uneven slices")
+	}
+	files, err := ckptset.Find(out, "")
+	if err != nil || len(files) != 3 {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for r, rows := range []int64{3, 3, 2} {
+		got, err := ckpt.Read(files[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		dims, w := floats(t, got, "weight")
+		if dims[0] != rows || w[0] != float32(8*[]int64{0, 3, 6}[r]) {
+			t.Fatalf("rank %d: weight %v starting %v", r, dims, w[0])
+		}
+	}
+	if code, _, stderr := runCkpt(t, "merge", out, "-o", filepath.Join(t.TempDir(), "back.ckpt")); code != ExitOK {
+		t.Fatalf("merging the uneven set back: %s", stderr)
+	}
+}

@@ -6,8 +6,9 @@
 //
 // The target is the layout of target_strategy when given, else npu/reshard's
 // rule for `devices`: a tensor the source splits is split into equal slices
-// along its first split dimension when that dimension divides, else held
-// whole by every rank; replicated tensors stay replicated.
+// along its first split dimension; when that dimension does not divide,
+// `indivisible` refuses (the default), splits unevenly or replicates;
+// replicated tensors stay replicated.
 //
 // The stage writes checkpoints/device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt
 // per target rank in its work directory — the layout npu/train's init:
@@ -23,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -50,11 +52,12 @@ type With struct {
 	BNStats        string             `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
 	MaxMemory      string             `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
 	Workers        int                `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	Indivisible    string             `json:"indivisible,omitempty" jsonschema:"enum=refuse|split|replicate" description:"without target_strategy, a split dimension that does not divide by devices: refuse (say which device counts divide), split (uneven slices as numpy.array_split; the manifest records them, no strategy file is written) or replicate (whole on every rank)"`
 	CRCCheck       bool               `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
 }
 
 func defaults() With {
-	return With{Prefix: ckpt.DefaultPrefix, BNStats: engine.RuleRank0, MaxMemory: "512MiB"}
+	return With{Prefix: ckpt.DefaultPrefix, BNStats: engine.RuleRank0, MaxMemory: "512MiB", Indivisible: engine.IndivisibleRefuse}
 }
 
 // Info registers the stage as a built-in.
@@ -69,7 +72,7 @@ func New() plugins.Stage {
 		Defaults:    defaults(),
 		Outputs: []plugins.OutputSpec{
 			{Name: "checkpoints", Type: plugins.TypePath, Description: "directory holding device{i}/ckpt_{i}/ for every target rank"},
-			{Name: "strategy", Type: plugins.TypePath, Description: "the target strategy file (strategy.ckpt)"},
+			{Name: "strategy", Type: plugins.TypePath, Description: "the target strategy file (strategy.ckpt); \"\" when tensors were split unevenly, which no strategy file describes"},
 			{Name: "manifest", Type: plugins.TypePath, Description: "manifest.json: content hash and boxes of every tensor"},
 			{Name: "devices", Type: plugins.TypeInt},
 		},
@@ -101,9 +104,19 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
-	target := engine.TargetForDevices(set.Source, w.Devices)
-	layout := set.StrategyForDevices(w.Devices)
-	if w.TargetStrategy != "" {
+	var target engine.Target
+	var layout *parallel.StrategyFile
+	if w.TargetStrategy == "" {
+		var uneven []string
+		if target, uneven, err = engine.DevicesTarget(set.Source, w.Devices, w.Indivisible); err != nil {
+			return nil, err
+		}
+		layout = set.StrategyForDevices(w.Devices)
+		if len(uneven) > 0 {
+			layout = nil
+			sc.Info(fmt.Sprintf("%d tensors split unevenly (%s): the manifest records their slices; no strategy file, which cannot describe them", len(uneven), strings.Join(uneven, ", ")))
+		}
+	} else {
 		if layout, err = parallel.ReadStrategyFile(w.TargetStrategy); err != nil {
 			return nil, fmt.Errorf("target_strategy: %w", err)
 		}
@@ -145,9 +158,13 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		sc.Metric("read_bytes", float64(s.ReadBytes), 0)
 		sc.Metric("peak_memory", float64(s.PeakMemory), 0)
 	}
+	strategy := ""
+	if layout != nil {
+		strategy = filepath.Join(outDir, ckptset.StrategyNames[0])
+	}
 	return map[string]any{
 		"checkpoints": outDir,
-		"strategy":    filepath.Join(outDir, ckptset.StrategyNames[0]),
+		"strategy":    strategy,
 		"manifest":    filepath.Join(outDir, engine.ManifestName),
 		"devices":     target.Ranks,
 	}, nil
