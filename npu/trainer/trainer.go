@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"math"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -153,6 +155,9 @@ type Result struct {
 	Accuracy     float64 // held-out accuracy when Config.Eval, else NaN
 	EvalLoss     float64 // held-out mean loss when Config.Eval, else NaN
 	ResumedFrom  string  // checkpoint a Resume started from, or ""
+	// Recut lists the tensors of Init this rank cut from whole tensors to
+	// its slices, sorted: none when Init was laid out for this job.
+	Recut []string
 	// PeakDeviceMemory is the most device memory in use at once (bytes),
 	// and DeviceMemory the capacity it was counted against.
 	PeakDeviceMemory, DeviceMemory int64
@@ -346,8 +351,18 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("init: %w", err)
 		}
-		if err := Restore(net, tensors, restoreOpts(RestoreOptions{Optimizer: opt})); err != nil {
+		opts := restoreOpts(RestoreOptions{Optimizer: opt, Recut: func(name string) { res.Recut = append(res.Recut, name) }})
+		if err := Restore(net, tensors, opts); err != nil {
 			return nil, fmt.Errorf("init from %s: %w", cfg.Init, err)
+		}
+		sort.Strings(res.Recut)
+		if cfg.Log != nil && opts.Layouts != nil {
+			if len(res.Recut) == 0 {
+				fmt.Fprintf(cfg.Log, "init: %s is in this rank's layout: no tensor re-cut\n", cfg.Init)
+			} else {
+				fmt.Fprintf(cfg.Log, "init: re-cut %d whole tensors of %s to this rank's slices (reshard to this job's layout to skip it): %s\n",
+					len(res.Recut), cfg.Init, strings.Join(res.Recut, ", "))
+			}
 		}
 	}
 	var mc *ckpt.ModelCheckpoint

@@ -10,6 +10,7 @@ import (
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/npu/shard"
 )
 
 // Set is a checkpoint set ready for the reshard engine: its rank files, the
@@ -208,4 +209,50 @@ func toInts(v []int64) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// JobTarget returns the target set of the job whose layout jl is (see
+// shard.LayoutOf): every parameter split as the job's ranks hold it, its
+// optimizer state following it, everything else replicated on devices
+// ranks; and the strategy file such a job writes. The set must hold every
+// parameter of the job with the shape the job's model gives it, so that a
+// wrong model is found here and not when the job starts.
+func (s *Set) JobTarget(jl *shard.JobLayout, devices int) (reshard.Target, *parallel.StrategyFile, error) {
+	var missing, differ []string
+	for _, name := range sortedKeys(jl.Params) {
+		want := jl.Params[name].Shape
+		got, ok := s.Shapes[name]
+		switch {
+		case !ok:
+			missing = append(missing, name)
+		case !slices.Equal(got, want):
+			differ = append(differ, fmt.Sprintf("%s is %v, the model's is %v", name, got, want))
+		}
+	}
+	if len(missing) > 0 || len(differ) > 0 {
+		var why []string
+		if len(missing) > 0 {
+			why = append(why, fmt.Sprintf("%d of the model's parameters are not in it (%s)", len(missing), strings.Join(clipNames(missing), ", ")))
+		}
+		if len(differ) > 0 {
+			why = append(why, strings.Join(clipNames(differ), "; "))
+		}
+		return reshard.Target{}, nil, fmt.Errorf("the checkpoint is not one of this model: %s", strings.Join(why, "; "))
+	}
+	sf := jl.StrategyFile()
+	t, err := s.Target(sf)
+	if err != nil {
+		return reshard.Target{}, nil, err
+	}
+	if t.Ranks != devices {
+		return reshard.Target{}, nil, fmt.Errorf("the job's layout is for %d devices, not %d", t.Ranks, devices)
+	}
+	return t, sf, nil
+}
+
+func clipNames(names []string) []string {
+	if len(names) > 5 {
+		return append(names[:5:5], fmt.Sprintf("%d more", len(names)-5))
+	}
+	return names
 }

@@ -4,7 +4,11 @@
 // by box intersection under a memory cap (npu/reshard), optimizer state
 // included.
 //
-// The target is the layout of target_strategy when given, else npu/reshard's
+// The target is the layout of the next training when its model is given
+// (with mode, strategy and batch_size as that training's): npu/shard derives
+// where each of its ranks holds which slice, as the training itself does,
+// so the training starts from its own slices with nothing to re-cut. Else
+// it is the layout of target_strategy when given, else npu/reshard's
 // rule for `devices`: a tensor the source splits is split into equal slices
 // along its first split dimension; when that dimension does not divide,
 // `indivisible` refuses (the default), splits unevenly or replicates;
@@ -24,12 +28,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/npu/shard"
+	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
@@ -39,7 +46,7 @@ import (
 const Name = "ckpt/reshard"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.1.0"
+const version = "1.2.0"
 
 // With is the stage's `with` block.
 type With struct {
@@ -47,7 +54,11 @@ type With struct {
 	Devices        int                `json:"devices" jsonschema:"minimum=1" description:"devices of the target cluster"`
 	TargetStrategy string             `json:"target_strategy,omitempty" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
 	SourceStrategy string             `json:"source_strategy,omitempty" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
-	Strategy       map[string][][]int `json:"strategy,omitempty" description:"target shard strategy per operator (not implemented in this build: give target_strategy)"`
+	Model          string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"the next training's model: with mode (and strategy), the target is exactly the layout that training's ranks hold, derived as npu/train derives it, and its strategy file is written"`
+	Mode           parallel.Mode      `json:"mode,omitempty" description:"the next training's parallel mode (with model); auto_parallel is refused: its strategy is searched when the job starts (mspipe plan prints it; give it as strategy with semi_auto_parallel)"`
+	Strategy       map[string][][]int `json:"strategy,omitempty" description:"the next training's shard strategy per operator (semi_auto_parallel, with model), as npu/train's strategy"`
+	BatchSize      int                `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"the next training's batch size per device (with model; default npu/train's)"`
+	FullBatch      bool               `json:"full_batch,omitempty" description:"the next training's full_batch (with model)"`
 	Prefix         string             `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
 	BNStats        string             `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
 	MaxMemory      string             `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
@@ -83,13 +94,47 @@ func New() plugins.Stage {
 
 func check(w With) []plugins.Problem {
 	var p []plugins.Problem
-	if len(w.Strategy) > 0 {
-		p = append(p, plugins.Problem{Path: "/strategy", Message: "a target strategy per operator is not implemented in this build (it needs the model's operator-to-parameter map); give target_strategy, a strategy file"})
+	if w.Model == "" {
+		for field, set := range map[string]bool{"mode": w.Mode != parallel.StandAlone, "strategy": len(w.Strategy) > 0, "batch_size": w.BatchSize != 0, "full_batch": w.FullBatch} {
+			if set {
+				p = append(p, plugins.Problem{Path: "/" + field, Message: field + " describes the next training's layout: give its model too"})
+			}
+		}
+	}
+	if w.Model != "" && w.TargetStrategy != "" {
+		p = append(p, plugins.Problem{Path: "/target_strategy", Message: "give the target as model (with mode and strategy) or as target_strategy, not both"})
+	}
+	if w.Model != "" && w.Mode == parallel.AutoParallel {
+		p = append(p, plugins.Problem{Path: "/mode", Message: "auto_parallel searches its strategy when the job starts; run mspipe plan on the next training, then give the strategy it prints here and there with mode semi_auto_parallel"})
 	}
 	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
 		p = append(p, plugins.Problem{Path: "/max_memory", Message: err.Error()})
 	}
+	sort.Slice(p, func(i, j int) bool { return p[i].Path < p[j].Path })
 	return p
+}
+
+// jobTarget is the target of a reshard to the layout of the next training
+// (model, mode, strategy on devices), derived by npu/shard as that
+// training's ranks derive it.
+func jobTarget(set *ckptset.Set, w With) (engine.Target, *parallel.StrategyFile, error) {
+	batch := w.BatchSize
+	if batch == 0 {
+		batch = trainer.Defaults().BatchSize
+	}
+	cfg := shard.Config{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: batch, FullBatch: w.FullBatch}
+	if w.Mode.OneDevice() {
+		cfg.Devices = 1
+	}
+	jl, err := shard.LayoutOf(cfg)
+	if err != nil {
+		return engine.Target{}, nil, fmt.Errorf("the next training's layout: %w", err)
+	}
+	target, sf, err := set.JobTarget(jl, cfg.Devices)
+	if err != nil {
+		return engine.Target{}, nil, fmt.Errorf("%s in %s on %d devices: %w", w.Model, w.Mode, cfg.Devices, err)
+	}
+	return target, sf, nil
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
@@ -106,7 +151,13 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	var target engine.Target
 	var layout *parallel.StrategyFile
-	if w.TargetStrategy == "" {
+	switch {
+	case w.Model != "":
+		if target, layout, err = jobTarget(set, w); err != nil {
+			return nil, err
+		}
+		sc.Info(fmt.Sprintf("target: the layout of %s in %s on %d devices, as that training lays it out", w.Model, w.Mode, target.Ranks))
+	case w.TargetStrategy == "":
 		var uneven []string
 		if target, uneven, err = engine.DevicesTarget(set.Source, w.Devices, w.Indivisible); err != nil {
 			return nil, err
@@ -116,7 +167,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			layout = nil
 			sc.Info(fmt.Sprintf("%d tensors split unevenly (%s): the manifest records their slices; no strategy file, which cannot describe them", len(uneven), strings.Join(uneven, ", ")))
 		}
-	} else {
+	default:
 		if layout, err = parallel.ReadStrategyFile(w.TargetStrategy); err != nil {
 			return nil, fmt.Errorf("target_strategy: %w", err)
 		}

@@ -3,6 +3,7 @@ package reshard_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -76,7 +77,10 @@ func TestDescribeAndValidate(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"from": "/x", "devices": 4, "bn_stats": "mean", "max_memory": "1GiB"}, ""},
-		{map[string]any{"from": "/x", "devices": 4, "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, "/strategy: a target strategy per operator is not implemented in this build"},
+		{map[string]any{"from": "/x", "devices": 4, "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, "/strategy: strategy describes the next training's layout: give its model too"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "semi_auto_parallel", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, ""},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "auto_parallel"}, "/mode: auto_parallel searches its strategy when the job starts"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "cnn", "target_strategy": "s.ckpt"}, "/target_strategy: give the target as model"},
 		{map[string]any{"from": "/x", "devices": 4, "format": "ckpt"}, `unknown field "format"`},
 	} {
 		problems, err := reshard.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
@@ -299,6 +303,93 @@ stages:
 		t.Fatalf("retrain did not run from the resharded set:\n%s", errb.String())
 	}
 	decodeEveryCheckpoint(t, stages, 4+1+2+2)
+}
+
+// TestReshardToTheNextTrainingsLayout: a semi_auto_parallel training on 4
+// devices saves slices; they are integrated, then resharded twice for a
+// 2-device training with another strategy: once to that training's layout
+// (model, mode, strategy), once by the devices rule. The retrain from the
+// first re-cuts nothing, the one from the second re-cuts the split weight,
+// and each says so in its log.
+func TestReshardToTheNextTrainingsLayout(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "next.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: next
+cluster: {devices: 4}
+stages:
+  prepare:
+    uses: cifar/prepare
+    with: {source: synthetic, shards: 4, train_images: 80, test_images: 20}
+  train:
+    uses: npu/train
+    needs: [prepare]
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 4]]}, integrated_save: false, batch_size: 10, epochs: 1, eval: false, threads: 1}
+  integrate:
+    uses: ckpt/integrate
+    needs: [train]
+    with: {from: "${{ stages.train.outputs.checkpoints }}"}
+  reshard:
+    uses: ckpt/reshard
+    needs: [integrate]
+    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 2, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, batch_size: 10}
+  reshard_rule:
+    uses: ckpt/reshard
+    needs: [integrate]
+    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 2}
+  retrain:
+    uses: npu/train
+    needs: [reshard]
+    cluster: {devices: 2}
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, batch_size: 10, epochs: 1, eval: false, threads: 1, init: "${{ stages.reshard.outputs.checkpoints }}"}
+  retrain_rule:
+    uses: npu/train
+    needs: [reshard_rule]
+    cluster: {devices: 2}
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, batch_size: 10, epochs: 1, eval: false, threads: 1, init: "${{ stages.reshard_rule.outputs.checkpoints }}"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	runs := filepath.Join(dir, "runs")
+	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	stages := filepath.Join(runs, strings.TrimSpace(out.String()), "stages")
+	sf, err := parallel.ReadStrategyFile(filepath.Join(stages, "reshard", "checkpoints", "strategy.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The strategy file beside the set is the one the retrain writes.
+	own, err := parallel.ReadStrategyFile(filepath.Join(stages, "retrain", "strategy.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sf, own) {
+		t.Errorf("strategy file beside the set:\n%+v\nthe retrain's:\n%+v", sf, own)
+	}
+	if l := sf.Layouts["fc.weight"]; !reflect.DeepEqual(l.TensorMap, []int{-1, 0}) || l.Devices() != 2 {
+		t.Errorf("fc.weight %+v, want its columns over 2 devices", l)
+	}
+	for r := range 2 {
+		log := readFile(t, filepath.Join(stages, "retrain", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		if !strings.Contains(log, "is in this rank's layout: no tensor re-cut") {
+			t.Errorf("retrain rank %d re-cut its init, or did not say:\n%s", r, log)
+		}
+		log = readFile(t, filepath.Join(stages, "retrain_rule", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		if !strings.Contains(log, "init: re-cut 2 whole tensors of ") || !strings.Contains(log, ": fc.weight, moments.fc.weight\n") {
+			t.Errorf("retrain_rule rank %d should re-cut fc.weight and its moments:\n%s", r, log)
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
 
 // decodeEveryCheckpoint decodes every .ckpt under dir (trainer, integrate,
