@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,8 +144,11 @@ func newCkptReshardCmd() *cobra.Command {
 	var devices int
 	var plan bool
 	var indivisible string
+	var job ckptset.Job
+	var mode string
+	var opStrategies []string
 	cmd := &cobra.Command{
-		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M | --target-strategy FILE)",
+		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M [--model NAME --mode MODE --op-strategy OP=SPLITS...] | --target-strategy FILE)",
 		Short: "Reshard a checkpoint set from N ranks to M ranks, straight from slices to slices",
 		Long: `Reshard a checkpoint set for another number of devices or another strategy:
 N per-rank slices (or one integrated checkpoint) to M per-rank slices, by
@@ -154,8 +158,13 @@ byte ranges needed, in bands that keep the data in memory under
 predict_strategy does inside a live job, done offline.
 
 The source is read as mspipe ckpt merge reads it (see its help). The target
-is either --target-strategy FILE (a MindSpore strategy file for the new
-cluster) or --devices M, which follows one rule: a tensor the source splits
+is the layout of the next training when --model is given: --devices M with
+its --mode, --op-strategy (npu/train's strategy, one operator per flag) and
+--batch-size; mspipe derives where each of its ranks holds which slice as
+that training does, writes the strategy file it would write, and the
+training starts from its own slices with nothing to re-cut. Else the target
+is --target-strategy FILE (a MindSpore strategy file for the new cluster)
+or --devices M alone, which follows one rule: a tensor the source splits
 is split into M equal slices along its first split dimension; replicated
 tensors stay replicated; optimizer state follows its parameter. When that
 dimension does not divide by M, --indivisible decides: refuse (the default;
@@ -186,7 +195,10 @@ that cannot be read.`,
   # to the layout of another strategy file, averaging BatchNorm statistics
   mspipe ckpt reshard set64/ --target-strategy strategy56.ckpt --bn-stats mean -o set56
   # an integrated checkpoint split for 2 devices
-  mspipe ckpt reshard CKP-Integrated_1-4_32.ckpt --strategy train_strategy.ckpt --devices 2 -o out`,
+  mspipe ckpt reshard CKP-Integrated_1-4_32.ckpt --strategy train_strategy.ckpt --devices 2 -o out
+  # straight to the layout the next training (4 devices) runs
+  mspipe ckpt reshard CKP-2_156.ckpt --devices 4 --model resnet20 --mode semi_auto_parallel \
+      --op-strategy 'end_point.matmul=[[2,1],[2,1]]' --batch-size 32 -o next`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt, err := f.options()
@@ -196,6 +208,8 @@ that cannot be read.`,
 			switch {
 			case (devices > 0) == (targetStrategy != ""):
 				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
+			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch):
+				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size and --full-batch describe the next training: give its --model too"))
 			case devices < 0:
 				return usageErr(fmt.Errorf("--devices %d: want at least 1", devices))
 			case out == "" && !plan:
@@ -207,7 +221,20 @@ that cannot be read.`,
 			}
 			var target reshard.Target
 			var layout *parallel.StrategyFile
-			if targetStrategy != "" {
+			if job.Model != "" {
+				if mode != "" {
+					if job.Mode, err = parallel.ParseMode(mode); err != nil {
+						return usageErr(fmt.Errorf("--mode: %w", err))
+					}
+				}
+				if job.Strategy, err = parseOpStrategies(opStrategies); err != nil {
+					return usageErr(err)
+				}
+				job.Devices = devices
+				if target, layout, err = set.TargetFor(job); err != nil {
+					return engineErr(err)
+				}
+			} else if targetStrategy != "" {
 				if layout, err = parallel.ReadStrategyFile(targetStrategy); err != nil {
 					return engineErr(err)
 				}
@@ -247,6 +274,11 @@ that cannot be read.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set")
 	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
 	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
+	cmd.Flags().StringVar(&job.Model, "model", "", "the next training's model: the target is its layout on --devices")
+	cmd.Flags().StringVar(&mode, "mode", "", "the next training's parallel mode (with --model; default stand_alone)")
+	cmd.Flags().StringArrayVar(&opStrategies, "op-strategy", nil, "the next training's shard strategy of one operator, OP=[[splits...],...] as in npu/train's strategy (repeat per operator)")
+	cmd.Flags().IntVar(&job.BatchPerDevice, "batch-size", 0, "the next training's batch size per device (with --model; default npu/train's)")
+	cmd.Flags().BoolVar(&job.FullBatch, "full-batch", false, "the next training's full_batch (with --model)")
 	cmd.Flags().StringVar(&indivisible, "indivisible", reshard.IndivisibleRefuse, "with --devices, a split dimension that does not divide by M: refuse, split (uneven slices) or replicate (whole on every rank)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
 	return cmd
@@ -374,4 +406,27 @@ func boxString(b parallel.Box) string {
 		parts[k] = fmt.Sprintf("%d:%d", b.Offset[k], b.Offset[k]+b.Shape[k])
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// parseOpStrategies reads --op-strategy values, OP=[[a,b],[c,d]] each.
+func parseOpStrategies(values []string) (parallel.Strategy, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	s := parallel.Strategy{}
+	for _, v := range values {
+		op, splits, ok := strings.Cut(v, "=")
+		if !ok || op == "" {
+			return nil, fmt.Errorf("--op-strategy %q: want OP=[[splits...],...], e.g. end_point.matmul=[[2,1],[2,1]]", v)
+		}
+		var parsed [][]int
+		if err := json.Unmarshal([]byte(splits), &parsed); err != nil {
+			return nil, fmt.Errorf("--op-strategy %q: %s is not a list of lists of split counts: %v", v, splits, err)
+		}
+		if _, dup := s[op]; dup {
+			return nil, fmt.Errorf("--op-strategy: operator %s given twice", op)
+		}
+		s[op] = parsed
+	}
+	return s, nil
 }

@@ -297,3 +297,78 @@ func TestCkptReshardIndivisible(t *testing.T) {
 		t.Fatalf("merging the uneven set back: %s", stderr)
 	}
 }
+
+// TestCkptReshardToTheNextTraining: the seeds' merged [8, 8] weight is not
+// a parameter of semi_auto_net, so --model refuses the set, naming what
+// differs; a checkpoint of semi_auto_net's parameters is cut into exactly
+// the slices semi_auto_net's ranks hold under the given strategy, and the
+// strategy file beside them is the one that training writes.
+func TestCkptReshardToTheNextTraining(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root)
+	seedsStrategy(t, root)
+	code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--model", "semi_auto_net", "--mode", "semi_auto_parallel", "-o", t.TempDir())
+	if code != ExitFailed || !strings.Contains(stderr, "the checkpoint is not one of this model") || !strings.Contains(stderr, "fc.weight") {
+		t.Fatalf("a set of another model: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--mode", "semi_auto_parallel", "-o", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "give its --model too") {
+		t.Fatalf("--mode without --model: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--model", "semi_auto_net", "--op-strategy", "fc.matmul", "-o", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "want OP=[[splits...],...]") {
+		t.Fatalf("a bad --op-strategy: exit %d: %s", code, stderr)
+	}
+
+	// semi_auto_net's parameters (fc.weight [3072 128], end_point.weight
+	// [10 128], end_point.bias [10]) with their moments, whole.
+	var tensors []ckpt.Tensor
+	for _, p := range []struct {
+		name string
+		dims []int64
+	}{{"fc.weight", []int64{3072, 128}}, {"end_point.weight", []int64{10, 128}}, {"end_point.bias", []int64{10}}} {
+		n := 1
+		for _, d := range p.dims {
+			n *= int(d)
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i % 977)
+		}
+		w, _ := ckpt.NewFloat32(p.name, p.dims, v)
+		m, _ := ckpt.NewFloat32("moments."+p.name, p.dims, v)
+		tensors = append(tensors, w, m)
+	}
+	whole := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
+	if err := ckpt.Write(whole, tensors, ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "next")
+	code, stdout, stderr := runCkpt(t, "reshard", whole, "--devices", "2", "--model", "semi_auto_net", "--mode", "semi_auto_parallel",
+		"--op-strategy", "fc.matmul=[[1,1],[1,2]]", "--batch-size", "4", "-o", out)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	sf, err := parallel.ReadStrategyFile(filepath.Join(out, "strategy.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := sf.Layouts["fc.weight"]; !slices.Equal(l.TensorMap, []int{-1, 0}) || l.Devices() != 2 || !slices.Equal(sf.Operators["fc.matmul"][1], []int{1, 2}) {
+		t.Fatalf("strategy file: fc.weight %+v, fc.matmul %v", l, sf.Operators["fc.matmul"])
+	}
+	files, err := ckptset.Find(out, "")
+	if err != nil || len(files) != 2 {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for r, f := range files {
+		got, err := ckpt.Read(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dims, w := floats(t, got, "fc.weight")
+		if !slices.Equal(dims, []int64{3072, 64}) || w[1] != float32((64*r+1)%977) {
+			t.Fatalf("rank %d: fc.weight %v, w[0][1] = %v", r, dims, w[1])
+		}
+		if dims, _ := floats(t, got, "end_point.weight"); !slices.Equal(dims, []int64{10, 128}) {
+			t.Fatalf("rank %d: end_point.weight %v, want whole (end_point runs data parallel)", r, dims)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/npu/shard"
+	"github.com/mspipe/mspipe/npu/trainer"
 )
 
 // Set is a checkpoint set ready for the reshard engine: its rank files, the
@@ -209,6 +210,44 @@ func toInts(v []int64) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// Job is the next training a set is resharded for: what npu/train's
+// model, mode, strategy, batch_size and full_batch say, on Devices devices.
+type Job struct {
+	Model          string
+	Mode           parallel.Mode
+	Strategy       parallel.Strategy
+	Devices        int
+	BatchPerDevice int // 0: npu/train's default
+	FullBatch      bool
+}
+
+// TargetFor returns the target set and strategy file of job, its layout
+// derived by npu/shard as the job's ranks derive theirs (shard.LayoutOf),
+// so that the job starts from its own slices. auto_parallel is refused: its
+// strategy is searched when the job starts.
+func (s *Set) TargetFor(job Job) (reshard.Target, *parallel.StrategyFile, error) {
+	if job.Mode == parallel.AutoParallel {
+		return reshard.Target{}, nil, fmt.Errorf("auto_parallel searches its strategy when the job starts: run mspipe plan on it, then give the strategy it prints with mode semi_auto_parallel, there and here")
+	}
+	batch := job.BatchPerDevice
+	if batch == 0 {
+		batch = trainer.Defaults().BatchSize
+	}
+	cfg := shard.Config{Model: job.Model, Mode: job.Mode, Strategy: job.Strategy, Devices: job.Devices, BatchPerDevice: batch, FullBatch: job.FullBatch}
+	if job.Mode.OneDevice() {
+		cfg.Devices = 1
+	}
+	jl, err := shard.LayoutOf(cfg)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("the layout of %s in %s on %d devices: %w", job.Model, job.Mode, cfg.Devices, err)
+	}
+	t, sf, err := s.JobTarget(jl, cfg.Devices)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("%s in %s on %d devices: %w", job.Model, job.Mode, cfg.Devices, err)
+	}
+	return t, sf, nil
 }
 
 // JobTarget returns the target set of the job whose layout jl is (see

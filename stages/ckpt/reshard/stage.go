@@ -35,8 +35,6 @@ import (
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
-	"github.com/mspipe/mspipe/npu/shard"
-	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
@@ -114,29 +112,6 @@ func check(w With) []plugins.Problem {
 	return p
 }
 
-// jobTarget is the target of a reshard to the layout of the next training
-// (model, mode, strategy on devices), derived by npu/shard as that
-// training's ranks derive it.
-func jobTarget(set *ckptset.Set, w With) (engine.Target, *parallel.StrategyFile, error) {
-	batch := w.BatchSize
-	if batch == 0 {
-		batch = trainer.Defaults().BatchSize
-	}
-	cfg := shard.Config{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: batch, FullBatch: w.FullBatch}
-	if w.Mode.OneDevice() {
-		cfg.Devices = 1
-	}
-	jl, err := shard.LayoutOf(cfg)
-	if err != nil {
-		return engine.Target{}, nil, fmt.Errorf("the next training's layout: %w", err)
-	}
-	target, sf, err := set.JobTarget(jl, cfg.Devices)
-	if err != nil {
-		return engine.Target{}, nil, fmt.Errorf("%s in %s on %d devices: %w", w.Model, w.Mode, cfg.Devices, err)
-	}
-	return target, sf, nil
-}
-
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
 	mem, err := ckptset.ParseSize(w.MaxMemory)
 	if err != nil {
@@ -153,7 +128,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	var layout *parallel.StrategyFile
 	switch {
 	case w.Model != "":
-		if target, layout, err = jobTarget(set, w); err != nil {
+		job := ckptset.Job{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: w.BatchSize, FullBatch: w.FullBatch}
+		if target, layout, err = set.TargetFor(job); err != nil {
 			return nil, err
 		}
 		sc.Info(fmt.Sprintf("target: the layout of %s in %s on %d devices, as that training lays it out", w.Model, w.Mode, target.Ranks))
