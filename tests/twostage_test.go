@@ -61,6 +61,9 @@ func shortenedTwoStage(t *testing.T) string {
 		yamlSet(t, with(stage), "batch_size", batch)
 		yamlSet(t, with(stage), "learning_rate", 0.05)
 	}
+	// The reshard targets the retrain's layout: the same model and batch.
+	yamlSet(t, with("reshard"), "model", "cnn")
+	yamlSet(t, with("reshard"), "batch_size", 32)
 
 	var scratch yaml.Node
 	if err := scratch.Encode(yamlCopy(t, yamlChild(t, stages, "retrain"))); err != nil {
@@ -321,6 +324,18 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 	for _, name := range []string{"global_step", "learning_rate", "momentum", "moments.end_point.weight", "moments.conv1.weight"} {
 		if _, ok := integrated[name]; !ok {
 			t.Errorf("integrated checkpoint has no %s: the optimizer state is not carried", name)
+		}
+	}
+
+	// The reshard wrote the retrain's own layout: no rank of the retrain
+	// re-cuts a whole tensor at init (each says so in its log).
+	for r := range 4 {
+		log, err := os.ReadFile(filepath.Join(runDir, "stages", "retrain", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(log), "is in this rank's layout: no tensor re-cut") {
+			t.Errorf("retrain rank %d re-cut tensors of the resharded checkpoint, or did not say:\n%s", r, log)
 		}
 	}
 
