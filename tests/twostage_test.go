@@ -382,18 +382,24 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 
 	// The optimizer state carried over. As in MindSpore, the optimizer's
 	// global_step parameter is loaded with the weights and keeps counting,
-	// while the step numbers of the log and the checkpoint file names start
-	// again at epoch 1 step 1 (a new Model.train); retrain_scratch counts
-	// from 0. The retrains save integrated checkpoints (MindSpore's default,
+	// while the epoch and step numbers of the log and the checkpoint file
+	// names start again at epoch 1 step 1 (a new Model.train);
+	// retrain_scratch counts from 0. The retrains save integrated checkpoints (MindSpore's default,
 	// integrated_save: true): rank 0 holds the whole state.
 	trainSteps := int(out("train", "global_step"))
 	if trainSteps != shortEpochs*shortStepsPerEpoch {
 		t.Errorf("train: global_step %d, want %d", trainSteps, shortEpochs*shortStepsPerEpoch)
 	}
-	if retrain[0].Epoch != 1 || retrain[0].Step != 1 || retrain[0].GlobalStep != 1 {
-		t.Errorf("retrain's first step event: epoch %d step %d global step %d, want 1 1 1", retrain[0].Epoch, retrain[0].Step, retrain[0].GlobalStep)
-	}
+	// The step events and the stage's global_step carry the optimizer's
+	// count, so one loss curve runs through both stages.
 	want := trainSteps + shortRetrainEpochs*shortStepsPerEpoch
+	if retrain[0].Epoch != 1 || retrain[0].Step != 1 || retrain[0].GlobalStep != trainSteps+1 || retrain[len(retrain)-1].GlobalStep != want {
+		t.Errorf("retrain's step events: first epoch %d step %d global step %d, last global step %d; want 1 1 %d, %d",
+			retrain[0].Epoch, retrain[0].Step, retrain[0].GlobalStep, retrain[len(retrain)-1].GlobalStep, trainSteps+1, want)
+	}
+	if g := int(out("retrain", "global_step")); g != want {
+		t.Errorf("retrain: global_step output %d, want %d", g, want)
+	}
 	for rank, g := range savedGlobalSteps(t, filepath.Join(runDir, "stages", "retrain"), 1) {
 		if g != want {
 			t.Errorf("retrain rank %d: saved global_step %d, want %d (the train's %d + %d)", rank, g, want, trainSteps, want-trainSteps)

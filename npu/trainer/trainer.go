@@ -131,11 +131,14 @@ type Config struct {
 // StepInfo describes one finished step. The step with StepInEpoch ==
 // StepsPerEpoch ends its epoch.
 type StepInfo struct {
-	Epoch, StepInEpoch, StepsPerEpoch int // 1-based epoch and step
-	GlobalStep                        int
-	TotalSteps                        int // the global step at which this job ends
-	Loss                              float32
-	LearningRate                      float32 // the rate this step applied
+	Epoch, StepInEpoch, StepsPerEpoch int // 1-based epoch and step of this job
+	// GlobalStep is the optimizer's global step after this step: it
+	// continues an Init checkpoint's count, so one loss curve runs through
+	// a training and the one that starts from its checkpoint.
+	GlobalStep   int
+	TotalSteps   int // the global step at which this job ends
+	Loss         float32
+	LearningRate float32 // the rate this step applied
 	// ImagesPerSec is this device's throughput over the steps of the
 	// current epoch run so far (a resumed epoch counts from the resume).
 	ImagesPerSec float64
@@ -146,7 +149,9 @@ type StepInfo struct {
 
 // Result is what a training job produced.
 type Result struct {
-	Loss         float32 // of the last step
+	Loss float32 // of the last step
+	// GlobalStep is the optimizer's global step after the last step run:
+	// it continues an Init checkpoint's count (MindSpore's global_step).
 	GlobalStep   int
 	Steps        int // steps run by this call (less than GlobalStep after a resume)
 	Seconds      float64
@@ -346,6 +351,11 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{StepsPerEpoch: steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
 
+	// base is the optimizer's global step before this job's first step:
+	// an init checkpoint's count, which this job continues (as MindSpore's
+	// global_step parameter does), while its epochs, steps and file names
+	// count from 1 as a new Model.train does.
+	base := 0
 	if cfg.Init != "" {
 		tensors, err := ckpt.Read(cfg.Init)
 		if err != nil {
@@ -356,6 +366,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("init from %s: %w", cfg.Init, err)
 		}
 		sort.Strings(res.Recut)
+		base = opt.GlobalStep()
 		if cfg.Log != nil && opts.Layouts != nil {
 			if len(res.Recut) == 0 {
 				fmt.Fprintf(cfg.Log, "init: %s is in this rank's layout: no tensor re-cut\n", cfg.Init)
@@ -389,7 +400,11 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 			if err := Restore(net, tensors, restoreOpts(RestoreOptions{Optimizer: opt, RequireOptimizer: true})); err != nil {
 				return nil, fmt.Errorf("resume from %s: %w", latest, err)
 			}
-			start = opt.GlobalStep()
+			// The checkpoint's count includes the init's steps.
+			start = opt.GlobalStep() - base
+			if start < 0 || start > cfg.Epochs*steps {
+				return nil, fmt.Errorf("resume from %s: its global_step %d does not continue the init's %d within this job's %d steps", latest, opt.GlobalStep(), base, cfg.Epochs*steps)
+			}
 			mc.ResumeAt(start)
 			res.ResumedFrom = latest
 		} else if err != nil {
@@ -422,6 +437,7 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	began := time.Now()
 	epochBegan, epochSteps := began, 0
+	last := 0 // this job's steps done, counted from 1 (file names, End)
 	for g := start; g < total; g++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -458,9 +474,10 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		lr := opt.LR()
 		opt.Step()
-		res.Loss, res.GlobalStep, res.Steps = l, g+1, res.Steps+1
+		res.Loss, res.GlobalStep, res.Steps = l, base+g+1, res.Steps+1
+		last = g + 1
 		info := StepInfo{
-			Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: g + 1, TotalSteps: total,
+			Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: base + g + 1, TotalSteps: base + total,
 			Loss: l, LearningRate: lr,
 		}
 		if (cfg.LogSteps > 0 && (g+1)%cfg.LogSteps == 0) || (cfg.LogSteps == 0 && step+1 == steps) {
@@ -486,9 +503,9 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 	if res.Seconds > 0 {
 		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize*accum) / res.Seconds
 	}
-	if mc != nil && res.GlobalStep > 0 {
-		epoch := (res.GlobalStep - 1) / steps
-		if _, err := mc.End(epoch+1, res.GlobalStep, steps, snapshot); err != nil {
+	if mc != nil && last > 0 {
+		epoch := (last - 1) / steps
+		if _, err := mc.End(epoch+1, last, steps, snapshot); err != nil {
 			return res, err
 		}
 		res.Checkpoint = mc.Latest()

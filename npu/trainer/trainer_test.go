@@ -3,6 +3,7 @@ package trainer
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -277,4 +278,66 @@ func TestCRCCheckWritesTrailer(t *testing.T) {
 	if err != nil || !f.CRC || !f.Digest {
 		t.Fatalf("crc_check: %+v, %v; want a trailer and a sidecar", f, err)
 	}
+}
+
+// TestInitContinuesTheGlobalStep: a training started from another's
+// checkpoint continues its optimizer's global step in its step events and
+// result (train 1..7, retrain 8..17), while its epochs, steps and file
+// names count from 1 as a new Model.train does; an interrupted retrain
+// resumes at its own step and ends with the uninterrupted one's bytes.
+func TestInitContinuesTheGlobalStep(t *testing.T) {
+	dataDir := tinyData(t, 8) // 5 steps per epoch
+	first := tinyConfig(dataDir, t.TempDir())
+	first.MaxSteps = 7
+	a, err := Train(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GlobalStep != 7 || filepath.Base(a.Checkpoint) != "CKP-2_2.ckpt" {
+		t.Fatalf("first training: global step %d, checkpoint %s", a.GlobalStep, a.Checkpoint)
+	}
+	retrain := func(dir string, maxSteps int, resume bool) (*Result, []StepInfo) {
+		cfg := tinyConfig(dataDir, dir)
+		cfg.Init, cfg.MaxSteps, cfg.Resume = a.Checkpoint, maxSteps, resume
+		var steps []StepInfo
+		cfg.OnStep = func(s StepInfo) { steps = append(steps, s) }
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, steps
+	}
+	full := t.TempDir()
+	b, steps := retrain(full, 0, false)
+	if len(steps) != 10 || steps[0].GlobalStep != 8 || steps[0].Epoch != 1 || steps[0].StepInEpoch != 1 ||
+		steps[9].GlobalStep != 17 || steps[9].TotalSteps != 17 || b.GlobalStep != 17 {
+		t.Fatalf("retrain: %d steps, first %+v, last %+v, result global step %d; want 10 steps, global 8..17", len(steps), steps[0], steps[len(steps)-1], b.GlobalStep)
+	}
+	if filepath.Base(b.Checkpoint) != "CKP-2_5.ckpt" || savedStep(t, b.Checkpoint) != 17 {
+		t.Fatalf("retrain's last checkpoint %s holds global_step %d, want CKP-2_5.ckpt with 17", b.Checkpoint, savedStep(t, b.Checkpoint))
+	}
+	parted := t.TempDir()
+	retrain(parted, 4, false) // interrupted after its step 4 (global 11)
+	c, steps := retrain(parted, 0, true)
+	if !strings.HasSuffix(c.ResumedFrom, "CKP-1_4.ckpt") || len(steps) != 6 || steps[0].GlobalStep != 12 || c.GlobalStep != 17 {
+		t.Fatalf("resumed retrain from %q: %d steps from global %d to %d; want CKP-1_4.ckpt, 6 steps, 12..17", c.ResumedFrom, len(steps), steps[0].GlobalStep, c.GlobalStep)
+	}
+	if !bytes.Equal(readAll(t, full)["CKP-2_5.ckpt"], readAll(t, parted)["CKP-2_5.ckpt"]) {
+		t.Error("the resumed retrain's last checkpoint differs from the uninterrupted one's")
+	}
+}
+
+func savedStep(t *testing.T, path string) int {
+	t.Helper()
+	tensors, err := ckpt.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range tensors {
+		if x.Name == "global_step" && len(x.Data) == 4 {
+			return int(int32(binary.LittleEndian.Uint32(x.Data)))
+		}
+	}
+	t.Fatalf("%s: no global_step", path)
+	return 0
 }
