@@ -49,6 +49,12 @@
 // that dimension is divisible by M (the layout dev_matrix [M] with that
 // dimension mapped to it); otherwise, and for every replicated tensor, each
 // target rank holds it whole. Optimizer state follows its parameter as above.
+// DevicesTarget applies the same rule but does not copy an indivisible
+// split tensor to every rank without being told: it refuses (naming the
+// device counts that divide), splits it unevenly as numpy.array_split does
+// (IndivisibleSplit; ranks past the rows get empty boxes) or replicates it
+// (IndivisibleReplicate). SizeSummary puts the bytes written beside the
+// bytes of the source files.
 //
 // # Streaming and memory
 //
