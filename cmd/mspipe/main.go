@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/mspipe/mspipe/internal/cli"
+	"github.com/mspipe/mspipe/cmd/mspipe/internal/cli"
 )
 
 func main() {

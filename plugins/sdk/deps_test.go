@@ -20,7 +20,7 @@ func TestNoHeavyDependencies(t *testing.T) {
 		"golang.org/x/text/message",
 		"github.com/mspipe/mspipe/plugins/host",
 		"github.com/mspipe/mspipe/internal/procgroup",
-		"github.com/mspipe/mspipe/internal/cli",
+		"github.com/mspipe/mspipe/cmd/mspipe/internal/cli",
 		"github.com/mspipe/mspipe/spec",
 		"github.com/mspipe/mspipe/pipeline",
 		"github.com/mspipe/mspipe/stages",

@@ -22,8 +22,8 @@ import (
 	"path/filepath"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // cols is the width of every weight; rows follow from the size.

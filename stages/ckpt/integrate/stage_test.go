@@ -13,10 +13,10 @@ import (
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/integrate"
 )
 

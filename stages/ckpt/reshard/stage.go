@@ -33,11 +33,11 @@ import (
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // Name is the stage's `uses` name.

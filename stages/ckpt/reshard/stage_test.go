@@ -1,36 +1,19 @@
 package reshard_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/mspipe/mspipe/internal/cli"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/plugins"
-	"github.com/mspipe/mspipe/plugins/host"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 	"github.com/mspipe/mspipe/stages/ckpt/reshard"
-	"github.com/mspipe/mspipe/stages/npu/train"
 )
-
-// TestMain lets mspipe run re-execute this test binary as its built-in
-// stage plugins (mspipe __stage NAME) and training ranks, as it
-// re-executes itself.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == host.ServeCommand || os.Args[1] == train.WorkerCommand) {
-		os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
@@ -111,13 +94,29 @@ func TestReshardIntegratedForTwoDevices(t *testing.T) {
 		t.Fatalf("set %v: %v", files, err)
 	}
 	for _, f := range files {
-		got, err := ckpt.Read(f)
+		got, err := ckpt.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ckpt.Compare(tensors, got); err != nil {
+		if err := ckpt.Compare(tensors, got.Tensors); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		// By default plain protobuf, as MindSpore saves: stock protoc
+		// decodes it against checkpoint.proto.
+		if vals := ckpttest.DecodeFile(t, f); got.CRC || len(vals) != got.Values {
+			t.Fatalf("%s: crc_num trailer %v, protoc decoded %d values of %d", f, got.CRC, len(vals), got.Values)
+		}
+	}
+	withCRC, _, err := run(t, map[string]any{"from": path, "devices": 2, "crc_check": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crcFiles, err := ckptset.Find(withCRC["checkpoints"].(string), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := ckpt.ReadFile(crcFiles[0]); err != nil || !f.CRC {
+		t.Fatalf("crc_check: true wrote no trailer (%v)", err)
 	}
 	sf, err := parallel.ReadStrategyFile(out["strategy"].(string))
 	if err != nil {
@@ -190,234 +189,5 @@ func TestReshardSetToStrategy(t *testing.T) {
 	}
 	if err := ckpt.Compare(tensors, got); err != nil {
 		t.Fatalf("4 -> 2 -> 1 is not the whole checkpoint: %v (from %s)", err, path)
-	}
-}
-
-// TestTwoStagePipeline runs integrate and reshard through mspipe run, from
-// a set a training stage would have left, as examples/two-stage-training
-// chains them.
-func TestTwoStagePipeline(t *testing.T) {
-	_, tensors := integrated(t)
-	set := t.TempDir()
-	for r := range 2 {
-		if _, err := ckptset.WriteRank(set, r, "CKP-1_4.ckpt", tensors); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "chain.yaml")
-	if err := os.WriteFile(spec, []byte(`version: 1
-name: chain
-stages:
-  integrate:
-    uses: ckpt/integrate
-    with: {from: `+set+`}
-  reshard:
-    uses: ckpt/reshard
-    needs: [integrate]
-    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 4}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	runs := filepath.Join(dir, "runs")
-	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
-		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	resharded := filepath.Join(runs, strings.TrimSpace(out.String()), "stages", "reshard", "checkpoints")
-	files, err := ckptset.Find(resharded, "")
-	if err != nil || len(files) != 4 {
-		t.Fatalf("resharded set %v: %v\n%s", files, err, errb.String())
-	}
-	got, err := ckpt.Read(files[3])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ckpt.Compare(tensors, got); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestTrainIntegrateReshardRetrain is the life of examples/two-stage-training
-// in data parallel: 4 ranks train, integrate merges what they wrote (no
-// strategy file: replicated, rank 0's values), reshard lays it out for 2
-// devices, and a 2-device training starts from it with init:.
-func TestTrainIntegrateReshardRetrain(t *testing.T) {
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "life.yaml")
-	if err := os.WriteFile(spec, []byte(`version: 1
-name: life
-cluster: {devices: 4}
-stages:
-  prepare:
-    uses: cifar/prepare
-    with: {source: synthetic, shards: 4, train_images: 200, test_images: 20}
-  train:
-    uses: npu/train
-    needs: [prepare]
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, batch_size: 10, epochs: 1, eval: false, threads: 1}
-  integrate:
-    uses: ckpt/integrate
-    needs: [train]
-    with: {from: "${{ stages.train.outputs.checkpoints }}"}
-  reshard:
-    uses: ckpt/reshard
-    needs: [integrate]
-    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 2}
-  retrain:
-    uses: npu/train
-    needs: [reshard]
-    cluster: {devices: 2}
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, batch_size: 10, epochs: 1, eval: false, threads: 1, init: "${{ stages.reshard.outputs.checkpoints }}"}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	runs := filepath.Join(dir, "runs")
-	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
-		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	stages := filepath.Join(runs, strings.TrimSpace(out.String()), "stages")
-	trained, err := ckptset.Find(filepath.Join(stages, "train"), "")
-	if err != nil || len(trained) != 4 {
-		t.Fatalf("train set %v: %v", trained, err)
-	}
-	want, err := ckpt.Read(trained[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	resharded, err := ckptset.Find(filepath.Join(stages, "reshard", "checkpoints"), "")
-	if err != nil || len(resharded) != 2 {
-		t.Fatalf("resharded set %v: %v", resharded, err)
-	}
-	for _, f := range resharded {
-		got, err := ckpt.Read(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ckpt.Compare(want, got); err != nil {
-			t.Fatalf("%s holds other values than the training's rank 0: %v", f, err)
-		}
-	}
-	if !strings.Contains(errb.String(), "[retrain] succeeded") {
-		t.Fatalf("retrain did not run from the resharded set:\n%s", errb.String())
-	}
-	decodeEveryCheckpoint(t, stages, 4+1+2+2)
-}
-
-// TestReshardToTheNextTrainingsLayout: a semi_auto_parallel training on 4
-// devices saves slices; they are integrated, then resharded twice for a
-// 2-device training with another strategy: once to that training's layout
-// (model, mode, strategy), once by the devices rule. The retrain from the
-// first re-cuts nothing, the one from the second re-cuts the split weight,
-// and each says so in its log.
-func TestReshardToTheNextTrainingsLayout(t *testing.T) {
-	dir := t.TempDir()
-	spec := filepath.Join(dir, "next.yaml")
-	if err := os.WriteFile(spec, []byte(`version: 1
-name: next
-cluster: {devices: 4}
-stages:
-  prepare:
-    uses: cifar/prepare
-    with: {source: synthetic, shards: 4, train_images: 80, test_images: 20}
-  train:
-    uses: npu/train
-    needs: [prepare]
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 4]]}, integrated_save: false, batch_size: 10, epochs: 1, eval: false, threads: 1}
-  integrate:
-    uses: ckpt/integrate
-    needs: [train]
-    with: {from: "${{ stages.train.outputs.checkpoints }}"}
-  reshard:
-    uses: ckpt/reshard
-    needs: [integrate]
-    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 2, model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, batch_size: 10}
-  reshard_rule:
-    uses: ckpt/reshard
-    needs: [integrate]
-    with: {from: "${{ stages.integrate.outputs.checkpoint }}", devices: 2}
-  retrain:
-    uses: npu/train
-    needs: [reshard]
-    cluster: {devices: 2}
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, batch_size: 10, epochs: 1, eval: false, threads: 1, init: "${{ stages.reshard.outputs.checkpoints }}"}
-  retrain_rule:
-    uses: npu/train
-    needs: [reshard_rule]
-    cluster: {devices: 2}
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: semi_auto_net, mode: semi_auto_parallel, strategy: {fc.matmul: [[1, 1], [1, 2]]}, batch_size: 10, epochs: 1, eval: false, threads: 1, init: "${{ stages.reshard_rule.outputs.checkpoints }}"}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	runs := filepath.Join(dir, "runs")
-	if code := cli.Main(context.Background(), []string{"run", "--runs-dir", runs, spec}, &out, &errb); code != 0 {
-		t.Fatalf("run: exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	stages := filepath.Join(runs, strings.TrimSpace(out.String()), "stages")
-	sf, err := parallel.ReadStrategyFile(filepath.Join(stages, "reshard", "checkpoints", "strategy.ckpt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The strategy file beside the set is the one the retrain writes.
-	own, err := parallel.ReadStrategyFile(filepath.Join(stages, "retrain", "strategy.ckpt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(sf, own) {
-		t.Errorf("strategy file beside the set:\n%+v\nthe retrain's:\n%+v", sf, own)
-	}
-	if l := sf.Layouts["fc.weight"]; !reflect.DeepEqual(l.TensorMap, []int{-1, 0}) || l.Devices() != 2 {
-		t.Errorf("fc.weight %+v, want its columns over 2 devices", l)
-	}
-	for r := range 2 {
-		log := readFile(t, filepath.Join(stages, "retrain", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
-		if !strings.Contains(log, "is in this rank's layout: no tensor re-cut") {
-			t.Errorf("retrain rank %d re-cut its init, or did not say:\n%s", r, log)
-		}
-		log = readFile(t, filepath.Join(stages, "retrain_rule", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
-		if !strings.Contains(log, "init: re-cut 2 whole tensors of ") || !strings.Contains(log, ": fc.weight, moments.fc.weight\n") {
-			t.Errorf("retrain_rule rank %d should re-cut fc.weight and its moments:\n%s", r, log)
-		}
-	}
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
-// decodeEveryCheckpoint decodes every .ckpt under dir (trainer, integrate,
-// reshard outputs) with stock protoc against MindSpore's checkpoint.proto,
-// as MindSpore's default (crc_check=False) writes and reads them, and
-// checks that there are at least want of them.
-func decodeEveryCheckpoint(t *testing.T, dir string, want int) {
-	t.Helper()
-	ckpttest.ProtocPath(t)
-	n := 0
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(p) != ".ckpt" || slices.Contains(ckptset.StrategyNames, d.Name()) {
-			return err // strategy.ckpt is a strategy file, not a checkpoint
-		}
-		f, err := ckpt.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if vals := ckpttest.DecodeFile(t, p); len(vals) != f.Values || f.CRC {
-			t.Errorf("%s: protoc decoded %d values, ckpt %d, crc_num trailer %v", p, len(vals), f.Values, f.CRC)
-		}
-		n++
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n < want {
-		t.Fatalf("decoded %d checkpoints under %s, want at least %d", n, dir, want)
 	}
 }

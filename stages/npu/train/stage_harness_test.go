@@ -25,7 +25,7 @@ import (
 
 // TestMain makes the test binary its own rank process: the stage starts
 // os.Executable() with the hidden worker command, as the mspipe binary does
-// (internal/cli), so the tests below run the production stage and worker,
+// (cmd/mspipe/internal/cli), so the tests below run the production stage and worker,
 // not a copy of their wiring.
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == train.WorkerCommand {

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "mspipe-stage-cifar-augment"), "../../examples/plugins/cifar-augment")
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "mspipe-stage-cifar-augment"), "../../../../examples/plugins/cifar-augment")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "build example plugin: %v\n", err)

@@ -136,7 +136,7 @@ func TestCkptInspectErrors(t *testing.T) {
 		t.Fatalf("truncated: stderr %q, want %q", stderr, want)
 	}
 
-	wrong := "../../npu/ckpt/testdata/bad/wrong_length.ckpt"
+	wrong := "../../../../npu/ckpt/testdata/bad/wrong_length.ckpt"
 	if code, _, stderr := runCkpt(t, "inspect", wrong); code != ExitFailed || !strings.Contains(stderr, wrong) || !strings.Contains(stderr, `tensor "fc.weight"`) {
 		t.Fatalf("wrong length: exit %d, stderr %q; want 1 naming the file and the tensor", code, stderr)
 	}

@@ -47,7 +47,7 @@ func TestSchemaAgreesWithValidator(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compile embedded schema: %v", err)
 	}
-	examples, _ := filepath.Glob("../../examples/*.yaml")
+	examples, _ := filepath.Glob("../../../../examples/*.yaml")
 	if len(examples) == 0 {
 		t.Fatal("no examples found")
 	}
@@ -106,7 +106,7 @@ func TestSchemaCommandPrintsEmbeddedSchema(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	onDisk, err := os.ReadFile("../../schemas/pipeline.schema.json")
+	onDisk, err := os.ReadFile("../../../../schemas/pipeline.schema.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestIndependentValidator(t *testing.T) {
 		}
 		t.Skip("MSPIPE_AJV not set (.ci/run installs ajv-cli and sets it)")
 	}
-	schema := "../../schemas/pipeline.schema.json"
+	schema := "../../../../schemas/pipeline.schema.json"
 	run := func(args ...string) (string, error) {
 		out, err := exec.Command(ajv, append(args, "--spec=draft2020", "-s", schema)...).CombinedOutput()
 		return string(out), err
@@ -136,7 +136,7 @@ func TestIndependentValidator(t *testing.T) {
 	if out, err := run("compile"); err != nil || strings.Contains(out, "strict mode") {
 		t.Fatalf("ajv does not accept the schema in strict mode: %v\n%s", err, out)
 	}
-	examples, _ := filepath.Glob("../../examples/*.yaml")
+	examples, _ := filepath.Glob("../../../../examples/*.yaml")
 	for _, f := range examples {
 		if out, err := run("validate", "-d", f); err != nil {
 			t.Errorf("ajv rejects example %s: %v\n%s", f, err, out)

@@ -3,8 +3,8 @@
 // stage's `with` inputs and outputs as the stage declares them (its
 // Describe). Run it from the module root after changing either:
 //
-//	go run ./internal/tools/specdoc            # rewrite docs/spec-reference.md
-//	go run ./internal/tools/specdoc -o -       # print it
+//	go run ./tools/specdoc            # rewrite docs/spec-reference.md
+//	go run ./tools/specdoc -o -       # print it
 //
 // The reference is generated, never edited by hand: a test fails when the
 // committed file differs from what this command writes.

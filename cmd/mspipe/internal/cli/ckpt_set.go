@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/spf13/cobra"
 )
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // strategyLayouts gives the layout of a set's tensors from a strategy

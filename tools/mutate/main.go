@@ -32,7 +32,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mutate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	list := fs.String("list", "internal/tools/mutate/mutations.txt", "the mutation list")
+	list := fs.String("list", "tools/mutate/mutations.txt", "the mutation list")
 	only := fs.String("only", "", "run only mutations whose name matches this regular expression")
 	timeout := fs.Duration("timeout", 10*time.Minute, "go test -timeout for each mutant")
 	check := fs.Bool("check", false, "only check that every entry still matches the code (no tests)")

@@ -19,10 +19,10 @@ func TestReferenceUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("..", "..", "..", filepath.FromSlash(DefaultOutput))
+	path := filepath.Join("..", "..", filepath.FromSlash(DefaultOutput))
 	got, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("read the committed reference: %v; create it from the module root with: go run ./internal/tools/specdoc", err)
+		t.Fatalf("read the committed reference: %v; create it from the module root with: go run ./tools/specdoc", err)
 	}
 	if !bytes.Equal(got, want) {
 		gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
@@ -36,7 +36,7 @@ func TestReferenceUpToDate(t *testing.T) {
 			}
 			return "(end of file)"
 		}
-		t.Errorf("%s is out of date with the schema or the built-in stages; regenerate it from the module root with:\n\tgo run ./internal/tools/specdoc\nfirst difference at line %d:\n committed: %s\n generated: %s",
+		t.Errorf("%s is out of date with the schema or the built-in stages; regenerate it from the module root with:\n\tgo run ./tools/specdoc\nfirst difference at line %d:\n committed: %s\n generated: %s",
 			DefaultOutput, line+1, first(gl), first(wl))
 	}
 }

@@ -116,7 +116,7 @@ func BenchmarkBuiltinStage(b *testing.B) {
 func builtinExecStage(tb testing.TB) host.LaunchConfig {
 	tb.Helper()
 	bin := filepath.Join(tb.TempDir(), "mspipe")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../../cmd/mspipe").CombinedOutput(); err != nil {
 		tb.Fatalf("build mspipe: %v\n%s", err, out)
 	}
 	reg, err := builtinStages()

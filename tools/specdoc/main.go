@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/internal/cli"
 	"github.com/mspipe/mspipe/schemas"
+	"github.com/mspipe/mspipe/stages/builtin"
 )
 
 // DefaultOutput is where the reference lives, relative to the module root.
@@ -41,7 +41,7 @@ func run(out string) error {
 // generate renders the reference from the embedded pipeline schema and
 // the built-in stages this build registers.
 func generate(ctx context.Context) ([]byte, error) {
-	stages, err := cli.BuiltinDescriptors(ctx)
+	stages, err := builtin.Descriptors(ctx)
 	if err != nil {
 		return nil, err
 	}

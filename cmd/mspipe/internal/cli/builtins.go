@@ -1,34 +1,15 @@
 package cli
 
 import (
-	"context"
-	"fmt"
-
-	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/host"
-	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
-	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
-	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
-	execstage "github.com/mspipe/mspipe/stages/exec"
-	npueval "github.com/mspipe/mspipe/stages/npu/eval"
-	npulaunch "github.com/mspipe/mspipe/stages/npu/launch"
-	nputrain "github.com/mspipe/mspipe/stages/npu/train"
+	"github.com/mspipe/mspipe/stages/builtin"
 )
 
 // builtinStages builds the registry of the stages served by the mspipe
-// binary itself (`mspipe __stage NAME`). This is the one list of built-ins:
-// a new built-in stage adds its Info here.
+// binary itself (`mspipe __stage NAME`) from the one list in stages/builtin.
 func builtinStages() (*host.Registry, error) {
 	reg := host.NewRegistry()
-	for _, info := range []plugins.Info{
-		execstage.Info(),
-		cifarprepare.Info(),
-		nputrain.Info(),
-		npueval.Info(),
-		npulaunch.Info(),
-		ckptintegrate.Info(),
-		ckptreshard.Info(),
-	} {
+	for _, info := range builtin.Infos() {
 		if err := reg.Register(info); err != nil {
 			return nil, err
 		}
@@ -65,28 +46,8 @@ func newCatalog(specDir string, policy host.ExecPolicy) (*host.Catalog, error) {
 	return host.NewCatalog(host.CatalogConfig{
 		Resolver:      &host.Resolver{Builtins: reg, SpecDir: specDir, SearchPath: host.DefaultSearchPath()},
 		Declarations:  declaredStages,
-		ShellCommands: []string{execstage.Name},
+		ShellCommands: []string{builtin.ShellStage},
 		Exec:          policy,
 		UncheckedNote: uncheckedNotes[policy],
 	})
-}
-
-// BuiltinDescriptors returns what each built-in stage declares (name,
-// version, `with` schema, outputs), by name: the spec reference
-// (internal/tools/specdoc) is generated from it.
-func BuiltinDescriptors(ctx context.Context) ([]plugins.Descriptor, error) {
-	reg, err := builtinStages()
-	if err != nil {
-		return nil, err
-	}
-	var out []plugins.Descriptor
-	for _, name := range reg.Names() {
-		info, _ := reg.Lookup(name)
-		d, err := info.New().Describe(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("describe built-in stage %s: %w", name, err)
-		}
-		out = append(out, d)
-	}
-	return out, nil
 }

@@ -51,7 +51,7 @@ func tinyRun(t *testing.T) (runsDir, id string) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "mspipe")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/mspipe").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../../cmd/mspipe").CombinedOutput(); err != nil {
 		t.Fatalf("build mspipe: %v\n%s", err, out)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tiny.yaml"), []byte(tinySpec), 0o644); err != nil {

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // writeSeedsSet writes the seeds' 4-device example as a set: each rank holds

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mspipe/mspipe/cmd/mspipe/internal/report"
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/internal/report"
 	"github.com/spf13/cobra"
 )
 

@@ -8,7 +8,7 @@ import (
 )
 
 // Version is the mspipe version, set at build time with
-// -ldflags "-X github.com/mspipe/mspipe/internal/cli.Version=v1.2.3".
+// -ldflags "-X github.com/mspipe/mspipe/cmd/mspipe/internal/cli.Version=v1.2.3".
 var Version = "dev"
 
 func newVersionCmd() *cobra.Command {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
-	"github.com/mspipe/mspipe/stages/ckpt/ckptset"
 )
 
 // seedsStrategy writes the strategy of the seeds' 4-device example: weight

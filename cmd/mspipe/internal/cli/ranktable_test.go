@@ -21,7 +21,7 @@ func runRanktable(t *testing.T, args ...string) (code int, stdout, stderr string
 	return code, out.String(), errOut.String()
 }
 
-const seedTables = "../../npu/ranktable/testdata/valid/"
+const seedTables = "../../../../npu/ranktable/testdata/valid/"
 
 // writeTable writes content to name in a fresh directory and returns the path.
 func writeTable(t *testing.T, dir, name, content string) string {

@@ -3,10 +3,10 @@
 // mutation names, restores the file, and prints which mutations the tests
 // killed and which survived.
 //
-//	go run ./internal/tools/mutate                      # every mutation in mutations.txt
-//	go run ./internal/tools/mutate -only 'cache|retry'   # names matching a regexp
-//	go run ./internal/tools/mutate -list my.txt -timeout 5m
-//	go run ./internal/tools/mutate -check                # entries still match the code?
+//	go run ./tools/mutate                      # every mutation in mutations.txt
+//	go run ./tools/mutate -only 'cache|retry'   # names matching a regexp
+//	go run ./tools/mutate -list my.txt -timeout 5m
+//	go run ./tools/mutate -check                # entries still match the code?
 //
 // A mutation names the code to change by a snippet, not a line number, so
 // the list survives edits around it:

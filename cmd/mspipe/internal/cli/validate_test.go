@@ -39,7 +39,7 @@ func checkGolden(t *testing.T, path, got string) {
 	}
 }
 
-const invalidDir = "../../spec/testdata/invalid"
+const invalidDir = "../../../../spec/testdata/invalid"
 
 func invalidSpecs(t *testing.T) []string {
 	t.Helper()
@@ -74,7 +74,7 @@ func TestValidateInvalidCorpus(t *testing.T) {
 }
 
 func TestValidateExamples(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "validate", "../../examples")
+	code, stdout, stderr := runCLI(t, "validate", "../../../../examples")
 	if code != ExitOK {
 		t.Fatalf("validate examples: exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -182,8 +182,8 @@ func TestValidateUsageErrors(t *testing.T) {
 	}{
 		{"no args", []string{"validate"}, "requires at least 1 arg"},
 		{"missing file", []string{"validate", "no/such/file.yaml"}, "no/such/file.yaml: no such file or directory"},
-		{"bad format", []string{"validate", "--format", "xml", "../../examples"}, `unknown format "xml"`},
-		{"empty glob", []string{"validate", "../../examples/*.nothing"}, "no files match"},
+		{"bad format", []string{"validate", "--format", "xml", "../../../../examples"}, `unknown format "xml"`},
+		{"empty glob", []string{"validate", "../../../../examples/*.nothing"}, "no files match"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,7 +209,7 @@ func TestValidateFormats(t *testing.T) {
 		t.Errorf("github format:\n got %q\nwant %q", stdout, want)
 	}
 
-	code, stdout, _ = runCLI(t, "validate", "--format", "json", file, "../../examples/two-stage-training.yaml")
+	code, stdout, _ = runCLI(t, "validate", "--format", "json", file, "../../../../examples/two-stage-training.yaml")
 	if code != ExitFailed {
 		t.Fatalf("exit %d, want 1", code)
 	}
