@@ -38,6 +38,9 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 		return
 	}
 	with, err := r.resolver.With(s, sc)
+	if err == nil {
+		with, err = r.resolver.AbsPaths(s, with)
+	}
 	if err != nil {
 		r.fail(sid, 0, err, time.Time{})
 		return
@@ -142,6 +145,7 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 		fmt.Fprintf(stageLog, "--- attempt %d started %s\n", attempt, r.e.now().Format(time.RFC3339))
 		outputs, err := r.attempt(ctx, s, sc, with, workDir, attempt, stageLog)
 		if err == nil {
+			r.absOutputs(s, outputs, workDir)
 			artifacts, err := r.artifacts(ctx, s, outputs)
 			if err != nil {
 				r.fail(sid, attempt, err, started)
@@ -303,6 +307,18 @@ func (r *runner) outputTypes(s *spec.Stage) map[string]spec.Type {
 		out[o.Name] = o.Type
 	}
 	return out
+}
+
+// absOutputs makes every relative path output absolute against the
+// stage's work directory, in place: what a stage reports is relative to
+// where it ran, and later stages, the cache and resume must not depend
+// on mspipe's own working directory.
+func (r *runner) absOutputs(s *spec.Stage, outputs map[string]any, workDir string) {
+	for n, t := range r.outputTypes(s) {
+		if p, ok := outputs[n].(string); ok && t == spec.TypePath && p != "" && !filepath.IsAbs(p) {
+			outputs[n] = filepath.Join(workDir, p)
+		}
+	}
 }
 
 // artifacts hashes the content of every path output.

@@ -309,5 +309,7 @@ func (v *validator) staticWith(s *Stage, sc *staticScopeValue) (map[string]any, 
 		}
 	}
 	sort.Strings(unknown)
+	// As the run will give them: relative path inputs against the spec's directory.
+	absPaths(with, PathInputs(v.infos[s.ID]), v.p.BaseDir)
 	return with, unknown
 }

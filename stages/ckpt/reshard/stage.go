@@ -41,10 +41,10 @@ const version = "1.0.0"
 
 // With is the stage's `with` block.
 type With struct {
-	From           string             `json:"from" jsonschema:"minLength=1" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
+	From           string             `json:"from" jsonschema:"minLength=1,format=path" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
 	Devices        int                `json:"devices" jsonschema:"minimum=1" description:"devices of the target cluster"`
-	TargetStrategy string             `json:"target_strategy,omitempty" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
-	SourceStrategy string             `json:"source_strategy,omitempty" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
+	TargetStrategy string             `json:"target_strategy,omitempty" jsonschema:"format=path" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
+	SourceStrategy string             `json:"source_strategy,omitempty" jsonschema:"format=path" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
 	Strategy       map[string][][]int `json:"strategy,omitempty" description:"target shard strategy per operator (not implemented in this build: give target_strategy)"`
 	Prefix         string             `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
 	BNStats        string             `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`

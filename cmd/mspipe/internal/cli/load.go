@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -98,6 +99,13 @@ func paramValues(p *spec.Pipeline, raw []string) (map[string]any, error) {
 		v, err := spec.ParseParam(prm, value)
 		if err != nil {
 			return nil, fmt.Errorf("-p %s: %w", kv, err)
+		}
+		if path, ok := v.(string); ok && prm.Type == spec.TypePath && path != "" {
+			// A command-line path is relative to where the command runs;
+			// the spec's own defaults resolve against its directory.
+			if v, err = filepath.Abs(path); err != nil {
+				return nil, fmt.Errorf("-p %s: %w", kv, err)
+			}
 		}
 		out[name] = v
 	}
