@@ -237,7 +237,7 @@ func (r *runner) checkOutputs(s *spec.Stage, outputs map[string]any) (map[string
 
 // scope is what expressions of stage s see now. The caller holds r.mu.
 func (r *runner) scope(s *spec.Stage) (*spec.Scope, error) {
-	sc := &spec.Scope{Params: r.st.Params, Stages: map[string]spec.StageValue{}, Env: r.e.Env,
+	sc := &spec.Scope{Params: r.st.Params, Stages: map[string]spec.StageValue{}, Env: stageEnv(r.e.Env, r.p, s),
 		Run: spec.RunValue{ID: r.st.ID, Name: r.p.Name, Dir: r.dir}}
 	for sid, ss := range r.st.Stages {
 		sc.Stages[sid] = spec.StageValue{Status: string(ss.Status), Outputs: ss.Outputs}
@@ -262,6 +262,24 @@ func (r *runner) scope(s *spec.Stage) (*spec.Scope, error) {
 	}
 	sc.Cluster = spec.ClusterValue{Devices: devices, Hosts: hosts, RankTable: r.p.Resolve(c.RankTable)}
 	return sc, nil
+}
+
+// stageEnv is what `${{ env.NAME }}` reads in stage s: the stage's env
+// over the pipeline's over the process's (s may be nil: pipeline level).
+func stageEnv(process map[string]string, p *spec.Pipeline, s *spec.Stage) map[string]string {
+	env := make(map[string]string, len(process)+len(p.Env))
+	for k, v := range process {
+		env[k] = v
+	}
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	if s != nil {
+		for k, v := range s.Env {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // checkWith checks a stage's resolved `with` against the schema its plugin

@@ -129,3 +129,20 @@ func lines(l diag.List) string {
 	}
 	return b.String()
 }
+
+// TestEnvNamesSetSomewhere: env.NAME reads the stage's env, the
+// pipeline's, then Options.Env; a name set in none is a warning at the
+// name, and no warning when Options.Env is not given.
+func TestEnvNamesSetSomewhere(t *testing.T) {
+	line := `  u: {uses: use, needs: a, env: {OWN: o}, with: {label: "${{ env.OWN }}${{ env.HOME }}${{ env.PATHX }}${{ env.NOPE }}"}}`
+	p, errs := Parse("p.yaml", []byte(exprHead+line+"\n"))
+	errs = append(errs, Validate(p, catalog, Options{Env: map[string]string{"PATHX": "/bin"}})...)
+	want := fmt.Sprintf("p.yaml:15:%d", strings.Index(line, "NOPE")+1)
+	if len(errs) != 1 || errs[0].Where() != want || errs[0].Severity != diag.Warning ||
+		!strings.Contains(errs[0].Message, "env.NOPE is not set in the spec's env or the environment") {
+		t.Fatalf("got:\n%s\nwant one warning at %s about env.NOPE", lines(errs), want)
+	}
+	if errs := check(exprHead + line + "\n"); len(errs) != 0 {
+		t.Fatalf("without Options.Env: %s", lines(errs))
+	}
+}

@@ -53,6 +53,10 @@ type Options struct {
 	// place of defaults when a stage's own check (StageInfo.Check) gets
 	// the `${{ params.* }}` values of its `with` block.
 	Params map[string]any
+	// Env is the environment `${{ env.NAME }}` falls back to after the
+	// spec's own env (usually the process environment). Reading a name
+	// set in neither is a warning; nil skips that check.
+	Env map[string]string
 }
 
 // Validate runs the semantic checks on a decoded pipeline: stage names,
@@ -356,6 +360,8 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 			if _, found := clusterFields.index[props[0]]; !found {
 				fail(0, "cluster has no %q (it has devices, hosts and rank_table)%s", props[0], suggest(props[0], sortedKeys(clusterFields.index)))
 			}
+		case "env":
+			v.checkEnvName(t, part.at(locs[0]), s, props[0])
 		case "run":
 			if _, found := runFields.index[props[0]]; !found {
 				fail(0, "run has no %q (it has id, name and dir)%s", props[0], suggest(props[0], sortedKeys(runFields.index)))
@@ -400,6 +406,26 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 		}
 	}
 	return ok
+}
+
+// checkEnvName warns about `env.NAME` when NAME is set nowhere the run
+// will look: the stage's env, the pipeline's, or Options.Env.
+func (v *validator) checkEnvName(t *Template, pos Pos, s *Stage, name string) {
+	if v.opts.Env == nil {
+		return
+	}
+	if s != nil {
+		if _, ok := s.Env[name]; ok {
+			return
+		}
+	}
+	if _, ok := v.p.Env[name]; ok {
+		return
+	}
+	if _, ok := v.opts.Env[name]; ok {
+		return
+	}
+	v.errs.warn(pos, "%s: env.%s is not set in the spec's env or the environment: it reads as an empty string", t.what, name)
 }
 
 // memberChain flattens a.b.c into root "a" and props ["b","c"], with each
