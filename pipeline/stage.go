@@ -240,7 +240,19 @@ func (r *runner) scope(s *spec.Stage) (*spec.Scope, error) {
 	sc := &spec.Scope{Params: r.st.Params, Stages: map[string]spec.StageValue{}, Env: stageEnv(r.e.Env, r.p, s),
 		Run: spec.RunValue{ID: r.st.ID, Name: r.p.Name, Dir: r.dir}}
 	for sid, ss := range r.st.Stages {
-		sc.Stages[sid] = spec.StageValue{Status: string(ss.Status), Outputs: ss.Outputs}
+		status := ss.Status
+		if status == StatusCached {
+			status = StatusSucceeded // the outcome, not where the outputs came from
+		}
+		sc.Stages[sid] = spec.StageValue{Status: string(status), Outputs: ss.Outputs}
+	}
+	for a := range r.ancestors(s.ID) {
+		switch r.st.Stages[a].Status {
+		case StatusFailed:
+			sc.Failed = true
+		case StatusCancelled:
+			sc.Cancelled = true
+		}
 	}
 	c := r.p.EffectiveCluster(s)
 	devices, err := r.resolver.Devices(c, sc)

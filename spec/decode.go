@@ -588,7 +588,15 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 					return
 				}
 				if cond, ok := d.str(vv, what+".if"); ok {
-					t := d.template(d.resolve(vv), what+".if")
+					var t *Template
+					if n := d.resolve(vv); !strings.Contains(cond, "${{") && strings.TrimSpace(cond) != "" {
+						// As in GitHub Actions, a condition may omit ${{ }}: `if: failure()`.
+						lead := len(cond) - len(strings.TrimLeft(cond, " \t"))
+						t = &Template{Raw: cond, Pos: d.pos(n), what: what + ".if", node: n,
+							Parts: []TemplatePart{{Expr: strings.TrimSpace(cond), Pos: exprPos(n, d.file, lead)}}}
+					} else {
+						t = d.template(n, what+".if")
+					}
 					if t != nil && !t.Whole() {
 						d.errs.add(d.pos(vv), "%s.if: must be a single expression \"${{ ... }}\", got %q", what, truncate(cond, 60))
 					} else {

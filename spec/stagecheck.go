@@ -194,7 +194,7 @@ func treeKnown(tree *parser.Tree, sc *staticScopeValue) bool {
 		allowed[chainRoot(m)] = true
 	}
 	for _, id := range idents {
-		if isRootName(id.Value) && !allowed[id] {
+		if isStatusFunc(id.Value) || isRootName(id.Value) && !allowed[id] {
 			return false
 		}
 	}

@@ -282,6 +282,10 @@ func (v *validator) compile(t *Template, s *Stage, want string) {
 		if !v.checkNames(t, part, tree, s) {
 			continue
 		}
+		if name, at := statusCall(tree); name != "" && (s == nil || t != s.If) {
+			v.errs.add(part.at(at), "%s: %s() is a condition on the outcome of the stages this one needs: use it in the stage's if", t.what, name)
+			continue
+		}
 		opts := []expr.Option{v.env.compileEnv()}
 		switch {
 		case want == "bool" && t.Whole():
@@ -406,6 +410,39 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 		}
 	}
 	return ok
+}
+
+// statusCall returns the first status function (StatusFuncs) an
+// expression calls, with its offset; "" when it calls none.
+func statusCall(tree *parser.Tree) (string, int) {
+	name, at := "", 0
+	ast.Walk(&tree.Node, visitFunc(func(n *ast.Node) {
+		if id, ok := (*n).(*ast.IdentifierNode); ok && name == "" && isStatusFunc(id.Value) {
+			name, at = id.Value, id.Location().From
+		}
+	}))
+	return name, at
+}
+
+// UsesStatusFuncs reports whether a stage's `if` calls success(),
+// failure(), always() or cancelled(). Such a stage waits for every stage
+// it needs to end, however it ended, and its condition decides; any other
+// stage runs only when what it needs succeeded (an implicit success()).
+func UsesStatusFuncs(s *Stage) bool {
+	if s == nil || s.If == nil {
+		return false
+	}
+	for _, part := range s.If.Parts {
+		if part.Expr == "" {
+			continue
+		}
+		if tree, err := parser.Parse(part.Expr); err == nil {
+			if name, _ := statusCall(tree); name != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkEnvName warns about `env.NAME` when NAME is set nowhere the run
