@@ -46,7 +46,7 @@ func TestExpressionTyping(t *testing.T) {
 		{"path is a string", `{uses: use, needs: a, with: {label: "${{ params.p + '/data' }}"}}`, "", ""},
 		{"string plus int", `{uses: use, needs: a, with: {count: "${{ params.s + 1 }}"}}`, "+ 1", "invalid operation: + (mismatched types string and int)"},
 		{"bool and int", `{uses: use, needs: a, with: {label: "${{ params.b && params.i }}"}}`, "&& params.i", "mismatched types bool and int"},
-		{"float into integer input", `{uses: use, needs: a, with: {count: "${{ params.f }}"}}`, `"${{ params.f`, "stages.u.with.count: the expression's type does not fit: got number, want integer"},
+		{"float into integer input", `{uses: use, needs: a, with: {count: "${{ params.f }}"}}`, `"${{ params.f`, "stages.u.with.count: the value of ${{ params.f }} (0.5) does not fit: got number, want integer"},
 		{"string into integer input", `{uses: use, needs: a, with: {count: "${{ params.s }}"}}`, `"${{ params.s`, "got string, want integer"},
 		{"bool into integer input", `{uses: use, needs: a, with: {count: "${{ params.b }}"}}`, `"${{ params.b`, "got boolean, want integer"},
 		{"unknown param", `{uses: use, needs: a, with: {count: "${{ params.epochs }}"}}`, "epochs", `unknown param "epochs"`},

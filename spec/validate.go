@@ -535,4 +535,45 @@ func (v *validator) clusters() {
 	for _, s := range v.p.Stages {
 		check(s.Cluster, "stages."+s.ID+".cluster")
 	}
+	v.staticDeviceCounts(v.p.Cluster, "cluster")
+	for _, s := range v.p.Stages {
+		v.staticDeviceCounts(s.Cluster, "stages."+s.ID+".cluster")
+	}
+}
+
+// staticDeviceCounts checks a devices expression that reads only params
+// (their defaults, or -p values in Options.Params) with the rules run
+// applies, so `-p n=3` for `devices: ${{ params.n }}` is refused before
+// any stage runs.
+func (v *validator) staticDeviceCounts(c *Cluster, what string) {
+	if c == nil || c.DevicesExpr == nil || v.env == nil {
+		return
+	}
+	sc := &staticScopeValue{Scope: Scope{Params: v.paramValues()}, hostsUnknown: true}
+	val, ok := v.staticEval(c.DevicesExpr, sc)
+	if !ok {
+		return
+	}
+	n, err := ConvertValue(val, TypeInt)
+	if err != nil {
+		v.errs.add(c.DevicesPos, "%s.devices: %s is %v, not an integer", what, strings.TrimSpace(c.DevicesExpr.Raw), val)
+		return
+	}
+	if err := CheckDeviceCount(n.(int)); err != nil {
+		v.errs.add(c.DevicesPos, "%s.devices: %s is %d: %v", what, strings.TrimSpace(c.DevicesExpr.Raw), n, err)
+	}
+}
+
+// paramValues are the params' values before the run: -p values
+// (Options.Params), else defaults.
+func (v *validator) paramValues() map[string]any {
+	out := map[string]any{}
+	for _, prm := range v.p.Params {
+		if val, ok := v.opts.Params[prm.Name]; ok {
+			out[prm.Name] = val
+		} else if prm.Default != nil {
+			out[prm.Name] = prm.Default
+		}
+	}
+	return out
 }
