@@ -13,6 +13,7 @@ import (
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/parser"
 	"github.com/mspipe/mspipe/internal/diag"
+	"gopkg.in/yaml.v3"
 )
 
 // Catalog tells the validator which stages exist and what they declare.
@@ -74,6 +75,7 @@ func Validate(p *Pipeline, cat Catalog, opts Options) diag.List {
 	v.graph()
 	v.expressions()
 	v.withSchemas()
+	v.shellCommands()
 	v.clusters()
 	v.stageChecks()
 	errs := diag.List(v.errs)
@@ -576,4 +578,33 @@ func (v *validator) paramValues() map[string]any {
 		}
 	}
 	return out
+}
+
+// shellCommands refuses what the run could not pass to a shell command as
+// data whatever the values: an expression in the body of a here-document
+// with a quoted delimiter (see shellRefs).
+func (v *validator) shellCommands() {
+	for _, s := range v.p.Stages {
+		info := v.infos[s.ID]
+		cmd := mappingValue(s.With, "command")
+		if info == nil || !info.ShellCommand || cmd == nil || cmd.Kind != yaml.ScalarNode {
+			continue
+		}
+		if sh := mappingValue(s.With, "shell"); sh != nil && sh.Kind == yaml.ScalarNode && sh.Value == "false" {
+			continue
+		}
+		for _, t := range s.Templates {
+			if t.Node() != cmd {
+				continue
+			}
+			values := make([]any, len(t.Parts))
+			for i := range values {
+				values[i] = 0 // a stand-in any context takes
+			}
+			next := 0
+			if _, _, err := shellRefs(t, values, &next); err != nil && errors.Is(err, ErrQuotedHeredoc) {
+				v.errs.add(err.Pos, "stages.%s.with.command: %s: %v", s.ID, err.Msg, err.Err)
+			}
+		}
+	}
 }
