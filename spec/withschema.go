@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -437,6 +438,37 @@ func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError 
 			out = append(out, e)
 			return
 		}
+		switch e.ErrorKind.(type) {
+		case *kind.AnyOf, *kind.OneOf:
+			// Report the alternatives that take the value's type (a list
+			// command with a bad item: the item, not "want string"); when
+			// none does, one "got X, want A or B".
+			here := strings.Join(e.InstanceLocation, "/")
+			var fitting []*jsonschema.ValidationError
+			merged := &kind.Type{}
+			for _, c := range e.Causes {
+				if t := onlyTypeAt(c, here); t != nil {
+					merged.Got = t.Got
+					for _, w := range t.Want {
+						if !slices.Contains(merged.Want, w) {
+							merged.Want = append(merged.Want, w)
+						}
+					}
+				} else {
+					fitting = append(fitting, c)
+				}
+			}
+			if len(fitting) > 0 {
+				for _, c := range fitting {
+					walk(c)
+				}
+				return
+			}
+			if merged.Got != "" {
+				out = append(out, &jsonschema.ValidationError{SchemaURL: e.SchemaURL, InstanceLocation: e.InstanceLocation, ErrorKind: merged})
+				return
+			}
+		}
 		for _, c := range e.Causes {
 			walk(c)
 		}
@@ -446,6 +478,20 @@ func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError 
 		return strings.Join(out[i].InstanceLocation, "/") < strings.Join(out[j].InstanceLocation, "/")
 	})
 	return out
+}
+
+// onlyTypeAt returns the type error of an alternative that failed only
+// because the value at the JSON pointer here (tokens joined by "/") has
+// another type, else nil.
+func onlyTypeAt(e *jsonschema.ValidationError, here string) *kind.Type {
+	for len(e.Causes) == 1 {
+		e = e.Causes[0]
+	}
+	t, ok := e.ErrorKind.(*kind.Type)
+	if len(e.Causes) != 0 || !ok || strings.Join(e.InstanceLocation, "/") != here {
+		return nil
+	}
+	return t
 }
 
 // typeRefused reports whether the error tree e says that the value at the

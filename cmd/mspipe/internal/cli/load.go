@@ -170,3 +170,12 @@ func runExit(err error) error {
 	}
 	return err
 }
+
+// checkJobs refuses a --jobs that would run nothing (0) or mean nothing
+// (negative): the engine would quietly take 1.
+func checkJobs(jobs int) error {
+	if jobs < 1 {
+		return usageErr(fmt.Errorf("--jobs %d: at least 1 stage must be able to run", jobs))
+	}
+	return nil
+}
