@@ -60,7 +60,11 @@ func (v *validator) withSchemas() {
 					continue
 				}
 				reported[ptr] = true
-				note = fmt.Sprintf("the value of %s (%s) does not fit: ", strings.TrimSpace(sv.t.Raw), truncate(formatValue(sv.val), 40))
+				shown := truncate(formatValue(sv.val), 40)
+				if _, isString := sv.val.(string); isString {
+					shown = strconv.Quote(shown)
+				}
+				note = fmt.Sprintf("the value of %s (%s) does not fit: ", strings.TrimSpace(sv.t.Raw), shown)
 			} else if known, ok := templated[ptr]; ok {
 				// Only the static type of a templated value is known now:
 				// report it once, and only if no alternative takes the type.
