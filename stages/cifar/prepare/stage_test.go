@@ -279,7 +279,7 @@ func TestPrepareErrors(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"source": "cifar-10-batches-bin"},
-			`source "cifar-10-batches-bin": give an absolute path (relative paths would depend on the stage's work dir)`},
+			`invalid with: /source: "cifar-10-batches-bin" is a relative path: give the absolute path of a cifar-10-batches-bin directory (or "synthetic")`},
 		{map[string]any{"source": "/x", "train_images": 100},
 			"invalid with: /train_images: train_images and test_images apply to source: synthetic only"},
 		{map[string]any{"shards": 1.5}, "invalid with: /shards: want int, got number 1.5"},
