@@ -9,7 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/spec"
 	"github.com/rs/zerolog"
 )
@@ -94,7 +95,7 @@ func (r *runner) reserveSpace() error {
 	}
 	if err != nil {
 		os.Remove(path)
-		return fmt.Errorf("reserve %s for run.json: %w", userfile.Size(stateReserve), err)
+		return fmt.Errorf("reserve %s for run.json: %w", bytesize.Format(stateReserve), err)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/diag"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
@@ -293,7 +295,7 @@ func (d *decoder) mapping(n *yaml.Node, what string, known []string, fn func(key
 		}
 		seen[k.Value] = true
 		if known != nil && !contains(known, k.Value) {
-			d.errs.add(d.pos(k), "%s: unknown key %q%s", what, k.Value, suggest(k.Value, known))
+			d.errs.add(d.pos(k), "%s: unknown key %q%s", what, k.Value, diag.Suggest(k.Value, known))
 			continue
 		}
 		fn(k.Value, k, v)
@@ -463,7 +465,7 @@ func (d *decoder) params(p *Pipeline, n *yaml.Node) {
 				haveType = true
 				if s, ok := d.str(vv, what+".type"); ok {
 					if !contains(paramTypes, s) {
-						d.errs.add(d.pos(vv), "%s.type: unknown type %q (one of %s)%s", what, s, strings.Join(paramTypes, ", "), suggest(s, paramTypes))
+						d.errs.add(d.pos(vv), "%s.type: unknown type %q (one of %s)%s", what, s, strings.Join(paramTypes, ", "), diag.Suggest(s, paramTypes))
 					} else {
 						prm.Type = Type(s)
 					}
@@ -760,12 +762,12 @@ func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
 			if !ok {
 				return
 			}
-			size, err := userfile.ParseSize(text)
+			size, err := bytesize.Parse(text)
 			switch {
 			case err != nil || !memoryRe.MatchString(text):
 				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
 			case size < MinMemoryLimit:
-				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, userfile.Size(size), userfile.Size(MinMemoryLimit))
+				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, bytesize.Format(size), bytesize.Format(MinMemoryLimit))
 			default:
 				s.Limits.Memory = size
 			}
@@ -783,7 +785,7 @@ func (d *decoder) outputs(s *Stage, n *yaml.Node, what string) {
 		setType := func(n *yaml.Node) {
 			if t, ok := d.str(n, what+"."+name+".type"); ok {
 				if !contains(outputTypes, t) {
-					d.errs.add(d.pos(n), "%s.%s: unknown type %q (one of %s)%s", what, name, t, strings.Join(outputTypes, ", "), suggest(t, outputTypes))
+					d.errs.add(d.pos(n), "%s.%s: unknown type %q (one of %s)%s", what, name, t, strings.Join(outputTypes, ", "), diag.Suggest(t, outputTypes))
 					return
 				}
 				o.Type = Type(t)

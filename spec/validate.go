@@ -118,7 +118,7 @@ func (v *validator) stages() {
 		if err != nil {
 			msg := err.Error()
 			if !strings.Contains(s.Uses, "/") || !strings.HasPrefix(s.Uses, ".") {
-				msg += suggest(s.Uses, v.cat.Names())
+				msg += diag.Suggest(s.Uses, v.cat.Names())
 			}
 			v.errs.add(s.UsesPos, "stages.%s.uses: %s", s.ID, msg)
 			v.open[s.ID] = true
@@ -144,7 +144,7 @@ func (v *validator) graph() {
 			case n == s.ID:
 				v.errs.add(s.NeedsPos[n], "stages.%s.needs: a stage cannot need itself", s.ID)
 			case v.byID[n] == nil:
-				v.errs.add(s.NeedsPos[n], "stages.%s.needs: unknown stage %q%s", s.ID, n, suggest(n, ids))
+				v.errs.add(s.NeedsPos[n], "stages.%s.needs: unknown stage %q%s", s.ID, n, diag.Suggest(n, ids))
 			}
 		}
 	}
@@ -328,7 +328,7 @@ func (v *validator) exprError(t *Template, part *TemplatePart, err error) {
 		msg = "expected an integer expression, but it is " + exprTypeRe.Replace(strings.TrimPrefix(msg, "expected int, but got "))
 	case strings.HasPrefix(msg, "unknown name "):
 		name := strings.TrimPrefix(msg, "unknown name ")
-		msg = fmt.Sprintf("unknown name %q: expressions see %s%s", name, quoteList(rootNames), suggest(name, rootNames))
+		msg = fmt.Sprintf("unknown name %q: expressions see %s%s", name, quoteList(rootNames), diag.Suggest(name, rootNames))
 	}
 	v.errs.add(pos, "%s: %s", t.what, msg)
 }
@@ -360,22 +360,22 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 		switch root {
 		case "params":
 			if _, found := v.env.params.index[props[0]]; !found {
-				fail(0, "unknown param %q%s", props[0], suggest(props[0], sortedKeys(v.env.params.index)))
+				fail(0, "unknown param %q%s", props[0], diag.Suggest(props[0], sortedKeys(v.env.params.index)))
 			}
 		case "cluster":
 			if _, found := clusterFields.index[props[0]]; !found {
-				fail(0, "cluster has no %q (it has devices, hosts and rank_table)%s", props[0], suggest(props[0], sortedKeys(clusterFields.index)))
+				fail(0, "cluster has no %q (it has devices, hosts and rank_table)%s", props[0], diag.Suggest(props[0], sortedKeys(clusterFields.index)))
 			}
 		case "env":
 			v.checkEnvName(t, part.at(locs[0]), s, props[0])
 		case "run":
 			if _, found := runFields.index[props[0]]; !found {
-				fail(0, "run has no %q (it has id, name and dir)%s", props[0], suggest(props[0], sortedKeys(runFields.index)))
+				fail(0, "run has no %q (it has id, name and dir)%s", props[0], diag.Suggest(props[0], sortedKeys(runFields.index)))
 			}
 		case "stages":
 			id := props[0]
 			if v.byID[id] == nil {
-				fail(0, "unknown stage %q%s", id, suggest(id, sortedKeys(v.env.stages.index)))
+				fail(0, "unknown stage %q%s", id, diag.Suggest(id, sortedKeys(v.env.stages.index)))
 				continue
 			}
 			switch {
@@ -402,7 +402,7 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 						if len(names) > 0 {
 							declared = "it declares " + quoteList(names)
 						}
-						fail(2, "stage %q has no output %q (%s)%s", id, props[2], declared, suggest(props[2], names))
+						fail(2, "stage %q has no output %q (%s)%s", id, props[2], declared, diag.Suggest(props[2], names))
 					}
 				}
 			case "status":

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/diag"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
@@ -185,7 +187,7 @@ func (ws *WithSchema) leafProblems(file string, s *Stage, leaf *jsonschema.Valid
 		if k := lookupKey(s.With, leaf.InstanceLocation, prop); k != nil {
 			kpos = Pos{File: file, Line: k.Line, Col: k.Column}
 		}
-		out = append(out, withProblem{pos: kpos, place: place, msg: fmt.Sprintf("unknown input %q for %s%s", prop, ws.stage, suggest(prop, known))})
+		out = append(out, withProblem{pos: kpos, place: place, msg: fmt.Sprintf("unknown input %q for %s%s", prop, ws.stage, diag.Suggest(prop, known))})
 	}
 	return out
 }

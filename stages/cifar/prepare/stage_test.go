@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/stages/cifar/prepare"
@@ -20,12 +22,8 @@ import (
 
 func run(t *testing.T, with map[string]any) (string, map[string]any, []plugins.Event, error) {
 	t.Helper()
-	work := t.TempDir()
-	var events []plugins.Event
-	out, err := prepare.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "prepare", With: with, WorkDir: work, Cluster: plugins.Cluster{Devices: 3}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return work, out, events, err
+	r := sdktest.Run(context.Background(), t, prepare.New(), plugins.RunRequest{StageID: "prepare", With: with, Cluster: plugins.Cluster{Devices: 3}})
+	return r.Request.WorkDir, r.Outputs, r.Events(), r.Err
 }
 
 func TestDescribe(t *testing.T) {

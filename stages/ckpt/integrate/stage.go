@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -74,14 +76,14 @@ func New() plugins.Stage {
 }
 
 func check(w With) []plugins.Problem {
-	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		return []plugins.Problem{{Path: "/max_memory", Message: err.Error()}}
 	}
 	return nil
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	mem, err := ckptset.ParseSize(w.MaxMemory)
+	mem, err := bytesize.Parse(w.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("max_memory: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/pipeline"
-	"github.com/mspipe/mspipe/plugins/host"
+	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/spf13/cobra"
 )
@@ -22,7 +22,7 @@ import (
 type loadedSpec struct {
 	p      *spec.Pipeline
 	data   []byte
-	env    *host.Catalog
+	env    *catalog.Catalog
 	params map[string]any
 }
 
@@ -31,12 +31,12 @@ type loadedSpec struct {
 // and planning start the plugins anyway (plan asks each for its version,
 // part of the cache key), so validation may start them all.
 func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error) {
-	return loadSpecFor(w, path, rawParams, host.ExecAll)
+	return loadSpecFor(w, path, rawParams, catalog.ExecAll)
 }
 
 // loadSpecFor is loadSpec for a command that starts only the plugin
 // binaries policy allows, such as graph.
-func loadSpecFor(w io.Writer, path string, rawParams []string, policy host.ExecPolicy) (*loadedSpec, error) {
+func loadSpecFor(w io.Writer, path string, rawParams []string, policy catalog.ExecPolicy) (*loadedSpec, error) {
 	data, err := userfile.ReadFile(context.Background(), path, spec.MaxFileSize)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
