@@ -474,6 +474,12 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		res.Checkpoint = mc.Latest()
 	}
 	if cfg.Eval {
+		// Evaluation takes a while on a loaded machine (every rank runs the
+		// whole test set): say so, or the console goes quiet after the
+		// last step.
+		if cfg.Log != nil {
+			fmt.Fprintln(cfg.Log, "evaluating on the test set")
+		}
 		acc, el, err := evaluate(ctx, net.predict, cfg.DataDir, max(cfg.BatchSize, 100))
 		if err != nil {
 			return res, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -252,5 +253,29 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	a, b := readAll(t, full), readAll(t, parted)
 	if !bytes.Equal(a["CKP-2_5.ckpt"], b["CKP-2_5.ckpt"]) {
 		t.Error("final checkpoint after skipping a damaged one differs from the uninterrupted run's")
+	}
+}
+
+// TestEvaluationIsAnnounced: with Eval, the log says that evaluation
+// starts after the last LossMonitor line, so a console following it does
+// not go quiet; without Eval it does not.
+func TestEvaluationIsAnnounced(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	for _, eval := range []bool{true, false} {
+		var log bytes.Buffer
+		cfg := tinyConfig(dataDir, t.TempDir())
+		cfg.Log, cfg.Eval = &log, eval
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+		last := lines[len(lines)-1]
+		if eval && (last != "evaluating on the test set" || !strings.HasPrefix(lines[len(lines)-2], "epoch: 2 step: 5,") || math.IsNaN(res.Accuracy)) {
+			t.Errorf("eval: log %q, accuracy %v", lines, res.Accuracy)
+		}
+		if !eval && strings.Contains(log.String(), "evaluating") {
+			t.Errorf("no eval, but the log says %q", lines)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
+	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -113,8 +114,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
-	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %d bytes to read, %d to write, peak memory %d of %d",
-		len(in.Files), w.From, layout, plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %s to read, %s to write, peak memory %s of %s",
+		len(in.Files), w.From, layout, nn.Bytes(plan.ReadBytes), nn.Bytes(plan.WriteBytes), nn.Bytes(plan.PeakMemory), nn.Bytes(plan.MaxMemory)))
 	opt.Progress = func(written, total int64) {
 		sc.Progress(written, total, "bytes", "writing "+name)
 	}

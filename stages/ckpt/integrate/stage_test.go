@@ -156,7 +156,7 @@ func TestIntegrateSeedsExample(t *testing.T) {
 		}
 		artifact = artifact || (e.Artifact != nil && e.Artifact.Name == "checkpoint")
 	}
-	if len(logs) == 0 || !strings.Contains(logs[0], "integrating 4 ranks of "+root+" (layout from "+filepath.Join(root, "strategy.ckpt")+"): 524 bytes to read, ") {
+	if len(logs) == 0 || !strings.Contains(logs[0], "integrating 4 ranks of "+root+" (layout from "+filepath.Join(root, "strategy.ckpt")+"): 524 B to read, 674 B to write, peak memory 1.0 MiB of 512.0 MiB") {
 		t.Fatalf("logs %q", logs)
 	}
 	st, _ := os.Stat(path)

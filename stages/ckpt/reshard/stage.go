@@ -27,6 +27,7 @@ import (
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
+	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
@@ -125,8 +126,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			split++
 		}
 	}
-	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split, %d bytes to read, %d to write, peak memory %d of %d",
-		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split, %s to read, %s to write, peak memory %s of %s",
+		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), nn.Bytes(plan.ReadBytes), nn.Bytes(plan.WriteBytes), nn.Bytes(plan.PeakMemory), nn.Bytes(plan.MaxMemory)))
 	// A link planted in the work dir would take the rank files out.
 	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoints")
 	if err != nil {
