@@ -30,10 +30,6 @@ import (
 // not a copy of their wiring.
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == train.WorkerCommand {
-		var stdout io.Writer = os.Stdout
-		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
-			stdout = &crashAfterLine{w: os.Stdout, prefix: prefix, lineStart: true}
-		}
 		if spec := os.Getenv(stopAtEnv); spec != "" {
 			stopAtLine(spec)
 		}
@@ -45,6 +41,12 @@ func TestMain(m *testing.M) {
 		}
 		if result, ok := os.LookupEnv(brokenResultEnv); ok {
 			leaveBrokenResult(result)
+		}
+		// The hooks above may have put a pipe or a full disk in place of
+		// os.Stdout: the crash hook writes through to whatever it is now.
+		var stdout io.Writer = os.Stdout
+		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
+			stdout = &crashAfterLine{w: os.Stdout, prefix: prefix, lineStart: true}
 		}
 		// Like cmd/mspipe: SIGTERM from the launcher cancels training,
 		// which then stops after its last complete checkpoint.
