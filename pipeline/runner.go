@@ -28,6 +28,7 @@ type runner struct {
 	st        *RunState
 	saveErr   error                  // the first failed save of run.json
 	stageErrs map[string]*StageError // why each failed stage failed
+	blocked   map[string]bool        // pending stages that will not run: a need failed, was cancelled or is blocked
 
 	schemaMu sync.Mutex
 	schemas  map[string]*spec.WithSchema // compiled `with` schemas by plugin identity
@@ -42,6 +43,7 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		log:       e.Log.With().Str("run", st.ID).Logger(),
 		schemas:   map[string]*spec.WithSchema{},
 		stageErrs: map[string]*StageError{},
+		blocked:   map[string]bool{},
 		lead:      map[string]int{},
 	}
 }

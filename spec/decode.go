@@ -118,11 +118,74 @@ func Parse(file string, data []byte) (*Pipeline, diag.List) {
 		p.tooComplex = true
 		return p, diag.List(d.errs)
 	}
+	d.mergeKeys(root, map[*yaml.Node]bool{})
 	d.pipeline(p, root)
 	for _, e := range d.errs {
 		p.tooComplex = p.tooComplex || e.Code == CodeTooComplex
 	}
 	return p, diag.List(d.errs)
+}
+
+// mergeKeys applies YAML merge keys (`<<: *defaults`, `<<: [*a, *b]`)
+// in place under n: each `<<` pair is replaced by the pairs of the merged
+// mappings that the mapping does not set itself, earlier mappings of a
+// list winning over later ones, as YAML's merge type says. Merged pairs
+// keep their positions (where the anchor defines them). The work is
+// bounded: expandedSize has measured the tree with aliases expanded.
+func (d *decoder) mergeKeys(n *yaml.Node, done map[*yaml.Node]bool) {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || done[n] {
+		return
+	}
+	done[n] = true
+	for _, c := range n.Content {
+		d.mergeKeys(c, done)
+	}
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	isMerge := func(k *yaml.Node) bool { return k.Kind == yaml.ScalarNode && k.Tag == "!!merge" }
+	own := map[string]bool{}
+	hasMerge := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; isMerge(k) {
+			hasMerge = true
+		} else if k.Kind == yaml.ScalarNode {
+			own[k.Value] = true
+		}
+	}
+	if !hasMerge {
+		return
+	}
+	var out []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !isMerge(k) {
+			out = append(out, k, v)
+			continue
+		}
+		sources := []*yaml.Node{v}
+		if r := d.resolve(v); r != nil && r.Kind == yaml.SequenceNode {
+			sources = r.Content
+		}
+		for _, src := range sources {
+			m := d.resolve(src)
+			if m == nil || m.Kind != yaml.MappingNode {
+				d.errs.add(d.pos(src), "<<: a merge key takes a mapping or a list of mappings (usually aliases: <<: *defaults), got %s", describe(src))
+				continue
+			}
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				mk := m.Content[j]
+				if mk.Kind == yaml.ScalarNode && !own[mk.Value] {
+					own[mk.Value] = true
+					out = append(out, mk, m.Content[j+1])
+				}
+			}
+		}
+	}
+	n.Content = out
 }
 
 // expandedSize adds up the text of every scalar of the tree under root
@@ -588,7 +651,15 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 					return
 				}
 				if cond, ok := d.str(vv, what+".if"); ok {
-					t := d.template(d.resolve(vv), what+".if")
+					var t *Template
+					if n := d.resolve(vv); !strings.Contains(cond, "${{") && strings.TrimSpace(cond) != "" {
+						// As in GitHub Actions, a condition may omit ${{ }}: `if: failure()`.
+						lead := len(cond) - len(strings.TrimLeft(cond, " \t"))
+						t = &Template{Raw: cond, Pos: d.pos(n), what: what + ".if", node: n,
+							Parts: []TemplatePart{{Expr: strings.TrimSpace(cond), Pos: exprPos(n, d.file, lead)}}}
+					} else {
+						t = d.template(n, what+".if")
+					}
 					if t != nil && !t.Whole() {
 						d.errs.add(d.pos(vv), "%s.if: must be a single expression \"${{ ... }}\", got %q", what, truncate(cond, 60))
 					} else {

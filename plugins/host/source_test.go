@@ -3,6 +3,7 @@ package host
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,5 +104,34 @@ func TestCatalogUnbuiltPlugin(t *testing.T) {
 	_, err = c2.Stage("./plugins/augment")
 	if err == nil || errors.Is(err, spec.ErrUnchecked) {
 		t.Errorf("uses: ./plugins/augment (a directory) after AllowUnbuilt: err = %v; want an error", err)
+	}
+}
+
+// TestBuildCommandOutsideTheModule: from a directory outside the module
+// that holds the source, the command builds inside the module (go -C) and
+// writes to this directory's plugins/, and it works when run.
+func TestBuildCommandOutsideTheModule(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(filepath.Dir(filepath.Dir(wd)), "examples", "plugins", "cifar-augment")
+	root := filepath.Dir(filepath.Dir(wd))
+	elsewhere := t.TempDir()
+	t.Chdir(elsewhere)
+	got := BuildCommand("cifar-augment", src)
+	want := "go -C " + root + " build -o " + filepath.Join(elsewhere, "plugins", "mspipe-stage-cifar-augment") + " ./examples/plugins/cifar-augment"
+	if got != want {
+		t.Fatalf("BuildCommand = %q, want %q", got, want)
+	}
+	if testing.Short() {
+		return
+	}
+	cmd := exec.Command("sh", "-c", got)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", got, err, out)
+	}
+	if st, err := os.Stat(filepath.Join(elsewhere, "plugins", "mspipe-stage-cifar-augment")); err != nil || st.Mode()&0o111 == 0 {
+		t.Fatalf("no executable plugin after %s: %v", got, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -99,6 +100,13 @@ func paramValues(p *spec.Pipeline, raw []string) (map[string]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-p %s: %w", kv, err)
 		}
+		if path, ok := v.(string); ok && prm.Type == spec.TypePath && path != "" {
+			// A command-line path is relative to where the command runs;
+			// the spec's own defaults resolve against its directory.
+			if v, err = filepath.Abs(path); err != nil {
+				return nil, fmt.Errorf("-p %s: %w", kv, err)
+			}
+		}
 		out[name] = v
 	}
 	var missing []string
@@ -161,4 +169,13 @@ func runExit(err error) error {
 		return failed()
 	}
 	return err
+}
+
+// checkJobs refuses a --jobs that would run nothing (0) or mean nothing
+// (negative): the engine would quietly take 1.
+func checkJobs(jobs int) error {
+	if jobs < 1 {
+		return usageErr(fmt.Errorf("--jobs %d: at least 1 stage must be able to run", jobs))
+	}
+	return nil
 }

@@ -147,7 +147,7 @@ func checkSpecFile(path string, policy host.ExecPolicy, rawParams []string, allo
 
 // specOptions wires the checks spec delegates to other packages.
 func specOptions() spec.Options {
-	return spec.Options{CheckRankTable: checkRankTableForSpec}
+	return spec.Options{CheckRankTable: checkRankTableForSpec, Env: processEnv()}
 }
 
 // specOptionsFor is specOptions with the values of -p name=value params.
