@@ -124,11 +124,20 @@ func fileKind(t fs.FileMode) string {
 // environment (pipeline's and stage's) and the content of every path
 // output of the stages it depends on, and of path params.
 func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (string, error) {
+	in, err := r.cacheKeyInput(ctx, s, sc, ident, with)
+	if err != nil {
+		return "", err
+	}
+	return cacheKey(in)
+}
+
+// cacheKeyInput gathers what cacheKey hashes.
+func (r *runner) cacheKeyInput(ctx context.Context, s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (cacheKeyInput, error) {
 	in := cacheKeyInput{Plugin: ident, With: with, Devices: sc.Cluster.Devices, Inputs: map[string]string{}}
 	if sc.Cluster.RankTable != "" {
 		h, err := hashPath(ctx, sc.Cluster.RankTable)
 		if err != nil {
-			return "", fmt.Errorf("rank table: %w", err)
+			return in, fmt.Errorf("rank table: %w", err)
 		}
 		in.RankTable = h
 	}
@@ -171,7 +180,7 @@ func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, id
 	for _, prm := range r.p.Params {
 		if v, ok := sc.Params[prm.Name].(string); ok && prm.Type == spec.TypePath {
 			if err := hashInput("param "+prm.Name, v); err != nil {
-				return "", err
+				return in, err
 			}
 		}
 	}
@@ -181,11 +190,11 @@ func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, id
 	for _, name := range spec.PathInputs(info) {
 		if v, ok := with[name].(string); ok {
 			if err := hashInput("stages."+s.ID+".with."+name, v); err != nil {
-				return "", err
+				return in, err
 			}
 		}
 	}
-	return cacheKey(in)
+	return in, nil
 }
 
 // within reports whether path is one of roots or lies inside one.
@@ -219,6 +228,41 @@ type cacheHit struct {
 	runID     string
 	outputs   map[string]any
 	artifacts map[string]string
+}
+
+// pluginChanged finds a stage of an earlier run that had every input of
+// in but another plugin identity (a new mspipe, or a rebuilt or upgraded
+// plugin): the reason `plan` gives for running a stage again. Nil when
+// there is none.
+func (r *runner) pluginChanged(in cacheKeyInput) *pluginChange {
+	runs, _ := r.e.Store.List()
+	keys := map[string]string{} // an earlier identity -> the key in would have had with it
+	for _, run := range runs {
+		if run.ID == r.st.ID {
+			continue
+		}
+		for _, ss := range run.Stages {
+			if ss.Plugin == "" || ss.Plugin == in.Plugin || (ss.Status != StatusSucceeded && ss.Status != StatusCached) {
+				continue
+			}
+			key, seen := keys[ss.Plugin]
+			if !seen {
+				then := in
+				then.Plugin = ss.Plugin
+				key, _ = cacheKey(then)
+				keys[ss.Plugin] = key
+			}
+			if key == ss.CacheKey {
+				return &pluginChange{runID: run.ID, then: ss.Plugin}
+			}
+		}
+	}
+	return nil
+}
+
+type pluginChange struct {
+	runID string
+	then  string // the plugin identity of that run
 }
 
 // lookupCache finds a stage with the same key that succeeded in an earlier

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/mspipe/mspipe/spec"
@@ -122,7 +123,12 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		return "unknown", err.Error()
 	}
 	ss.With = with
-	key, err := r.cacheKey(ctx, s, sc, ident, with)
+	in, err := r.cacheKeyInput(ctx, s, sc, ident, with)
+	if err != nil {
+		ss.Status = StatusFailed
+		return "unknown", err.Error()
+	}
+	key, err := cacheKey(in)
 	if err != nil {
 		ss.Status = StatusFailed
 		return "unknown", err.Error()
@@ -134,5 +140,20 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		}
 	}
 	ss.Status = StatusRunning
+	if !r.e.NoCache {
+		if ch := r.pluginChanged(in); ch != nil {
+			return "run", fmt.Sprintf("the plugin changed since run %s, which had these inputs: %s then, %s now",
+				ch.runID, shortIdentity(ch.then), shortIdentity(ident))
+		}
+	}
 	return "run", "no earlier run has these inputs"
+}
+
+// longHex is a run of hex digits too long to read in a plan: a digest.
+var longHex = regexp.MustCompile(`[0-9a-f]{16,}`)
+
+// shortIdentity shortens the digests in a plugin identity to 12 digits,
+// enough to tell two builds apart in a sentence.
+func shortIdentity(ident string) string {
+	return longHex.ReplaceAllStringFunc(ident, func(h string) string { return h[:12] + "…" })
 }

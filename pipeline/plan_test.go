@@ -3,7 +3,10 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/spec"
 )
 
 // TestPlanShowsWhatWouldRun: before any run every stage would run; after
@@ -60,5 +63,45 @@ stages:
 	}
 	if got := show(nocache); got != "a:run b:skip c:skip d:run " {
 		t.Errorf("plan without cache: %s", got)
+	}
+}
+
+// TestPlanSaysThePluginChanged: after a run, a new build of the plugin
+// (another identity, every input the same) makes plan say that this is why
+// the stage runs again, naming the earlier run and both identities; a
+// stage whose inputs changed too keeps the plain reason.
+func TestPlanSaysThePluginChanged(t *testing.T) {
+	w := newWorkspace(t)
+	const src = "version: 1\nname: p\nstages:\n  a: {uses: work, with: {x: 1}}\n  b: {uses: files}\n"
+	l := &scriptLauncher{}
+	l.ident = func(s *spec.Stage) string { return s.Uses + "@1 sha256:" + strings.Repeat("a", 64) }
+	first := w.mustRun(w.engine(l), src)
+	if got := first.Stages["a"].Plugin; got != "work@1 sha256:"+strings.Repeat("a", 64) {
+		t.Errorf("run.json records plugin %q for stage a", got)
+	}
+	l.ident = func(s *spec.Stage) string {
+		if s.Uses == "work" {
+			return "work@1 mspipe revision " + strings.Repeat("b", 40) + " build " + strings.Repeat("c", 64)
+		}
+		return s.Uses + "@1 sha256:" + strings.Repeat("a", 64)
+	}
+	plan, err := w.engine(l).Plan(context.Background(), w.load(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the plugin changed since run " + first.ID + ", which had these inputs: work@1 sha256:aaaaaaaaaaaa… then, work@1 mspipe revision bbbbbbbbbbbb… build cccccccccccc… now"
+	if plan[0].Action != "run" || plan[0].Detail != want {
+		t.Errorf("stage a: %s, %q\nwant run, %q", plan[0].Action, plan[0].Detail, want)
+	}
+	if plan[1].Action != "cached" {
+		t.Errorf("stage b, whose plugin did not change: %s %q", plan[1].Action, plan[1].Detail)
+	}
+	changed := strings.Replace(src, "x: 1", "x: 2", 1)
+	plan, err = w.engine(l).Plan(context.Background(), w.load(changed), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan[0].Detail != "no earlier run has these inputs" {
+		t.Errorf("stage a with another input and plugin: %q", plan[0].Detail)
 	}
 }

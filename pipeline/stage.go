@@ -71,7 +71,7 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 		return
 	}
 	r.mu.Lock()
-	ss.CacheKey = key
+	ss.CacheKey, ss.Plugin = key, ident
 	r.mu.Unlock()
 	if !r.e.NoCache {
 		if hit := r.lookupCache(ctx, key); hit != nil {

@@ -72,6 +72,7 @@ type StageState struct {
 	Finished   *time.Time        `json:"finished,omitempty"`
 	Seconds    float64           `json:"seconds,omitempty"`
 	CacheKey   string            `json:"cache_key,omitempty"`
+	Plugin     string            `json:"plugin,omitempty"`      // plugin identity in the cache key: name, version, what it was built from
 	CachedFrom string            `json:"cached_from,omitempty"` // run id the outputs came from
 	With       map[string]any    `json:"with,omitempty"`        // resolved inputs
 	Outputs    map[string]any    `json:"outputs,omitempty"`

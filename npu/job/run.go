@@ -31,7 +31,14 @@ import (
 // A rank that mpirun or srun started first takes its rank from the
 // launcher's variables and prepares its directory and logs (launch.Attach),
 // and reports its steps on the launcher's stdout instead.
-func Run(ctx context.Context, cfgPath string) (err error) {
+func Run(ctx context.Context, cfgPath string) error {
+	return RunTo(ctx, cfgPath, os.Stdout)
+}
+
+// RunTo is Run with the rank's train.log lines going to stdout instead of
+// os.Stdout: a test wraps it to act on a line before training goes on (a
+// crash right after a given step's LossMonitor line).
+func RunTo(ctx context.Context, cfgPath string, stdout io.Writer) (err error) {
 	att, err := launch.Attach()
 	if att != nil {
 		defer reportExit(att, &err)
@@ -68,9 +75,9 @@ func Run(ctx context.Context, cfgPath string) (err error) {
 	// train.log{rank} is for people; the lead rank's lines (rank 0's, or
 	// this host's first when rank 0 runs elsewhere) also go to the stage,
 	// which shows them on the console.
-	var say io.Writer = os.Stdout
+	say := stdout
 	if events != nil && rank == cfg.LeadRank {
-		say = io.MultiWriter(os.Stdout, events)
+		say = io.MultiWriter(stdout, events)
 	}
 	res, err := train(ctx, cfg, rank, size, filepath.Dir(cfgPath), events, say)
 	if err != nil {

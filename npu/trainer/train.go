@@ -381,6 +381,12 @@ func (j *training) forwardBackward(ctx context.Context, loader *data.Loader, bat
 func (j *training) finish(ctx context.Context) error {
 	cfg := j.cfg
 	if cfg.Eval {
+		// Evaluation takes a while on a loaded machine (every rank runs the
+		// whole test set): say so, or the console goes quiet after the
+		// last step.
+		if cfg.Log != nil {
+			fmt.Fprintln(cfg.Log, "evaluating on the test set")
+		}
 		acc, el, err := evaluate(ctx, j.net.predict, cfg.DataDir, max(cfg.BatchSize, 100))
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -340,4 +341,28 @@ func savedStep(t *testing.T, path string) int {
 	}
 	t.Fatalf("%s: no global_step", path)
 	return 0
+}
+
+// TestEvaluationIsAnnounced: with Eval, the log says that evaluation
+// starts after the last LossMonitor line, so a console following it does
+// not go quiet; without Eval it does not.
+func TestEvaluationIsAnnounced(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	for _, eval := range []bool{true, false} {
+		var log bytes.Buffer
+		cfg := tinyConfig(dataDir, t.TempDir())
+		cfg.Log, cfg.Eval = &log, eval
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+		last := lines[len(lines)-1]
+		if eval && (last != "evaluating on the test set" || !strings.HasPrefix(lines[len(lines)-2], "epoch: 2 step: 5,") || math.IsNaN(res.Accuracy)) {
+			t.Errorf("eval: log %q, accuracy %v", lines, res.Accuracy)
+		}
+		if !eval && strings.Contains(log.String(), "evaluating") {
+			t.Errorf("no eval, but the log says %q", lines)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -63,7 +64,7 @@ type Catalog struct {
 	mu        sync.Mutex
 	described map[string]describedStage // by uses
 	pins      map[string]string         // uses -> sha256 pin from the spec
-	selfHash  string
+	self      string                    // what built-ins were built from (builtFrom)
 	// clients are the plugin processes started to describe a stage for
 	// validation, kept for its Validate calls (see keptClient), by uses.
 	clients map[string]*keptClient
@@ -342,9 +343,12 @@ func trimUses(msg, uses string) string {
 	return strings.TrimPrefix(msg, fmt.Sprintf("uses %q: ", uses))
 }
 
-// Identity implements pipeline.Launcher: the plugin's name, version and the
-// SHA-256 of the executable that would run, so rebuilding a plugin (or
-// mspipe, for built-ins) invalidates cached outputs.
+// Identity implements pipeline.Launcher: the plugin's name, version and
+// what it was built from, so rebuilding a plugin (or mspipe, for built-ins)
+// from other source invalidates cached outputs. A plugin binary is named by
+// its SHA-256; a built-in by the source mspipe was built from (see
+// buildSource), so that `go run` and an installed mspipe of the same source
+// share a cache, or by mspipe's SHA-256 when that source has no name.
 func (c *Catalog) Identity(ctx context.Context, p *spec.Pipeline, s *spec.Stage) (string, error) {
 	if _, ok := c.declared[s.Uses]; ok {
 		return "", fmt.Errorf("stage %s: %w (it ships as a declaration so specs validate; see the README's status table)", s.Uses, ErrNotImplemented)
@@ -353,27 +357,36 @@ func (c *Catalog) Identity(ctx context.Context, p *spec.Pipeline, s *spec.Stage)
 	if d.err != nil {
 		return "", d.err
 	}
-	digest, err := c.executableDigest(d.resolved)
+	built, err := c.builtFrom(ctx, d.resolved)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s@%s sha256:%s", d.desc.Name, d.desc.Version, digest), nil
+	return fmt.Sprintf("%s@%s %s", d.desc.Name, d.desc.Version, built), nil
 }
 
-func (c *Catalog) executableDigest(res host.Resolved) (string, error) {
-	if res.Builtin {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.selfHash == "" {
+// builtFrom names what the executable that would run was built from:
+// "sha256:HEX" of a plugin binary, and for the built-ins the source of
+// mspipe itself, looked up once per catalog.
+func (c *Catalog) builtFrom(ctx context.Context, res host.Resolved) (string, error) {
+	if !res.Builtin {
+		h, err := fileSHA256(res.Path)
+		return "sha256:" + h, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.self == "" {
+		info, _ := debug.ReadBuildInfo()
+		if src, ok := buildSource(ctx, info, res.Path, builtFromCheckout); ok {
+			c.self = "mspipe " + src
+		} else {
 			h, err := fileSHA256(res.Path)
 			if err != nil {
 				return "", fmt.Errorf("hash the mspipe binary: %w", err)
 			}
-			c.selfHash = h
+			c.self = "sha256:" + h
 		}
-		return c.selfHash, nil
 	}
-	return fileSHA256(res.Path)
+	return c.self, nil
 }
 
 func fileSHA256(path string) (string, error) {

@@ -89,6 +89,23 @@ type Client struct {
 
 var _ plugins.Stage = (*Client)(nil)
 
+// pluginLogger is go-plugin's logger for one plugin, writing to its stage
+// log: go-plugin's own notices and the plugin's hclog lines, from Info up,
+// without the line go-plugin logs when a plugin process ends without error
+// ("plugin process exited: plugin=/tmp/go-build.../exe/mspipe"): every stage
+// ends so, and in `mspipe logs` it said nothing but a build path. An exit
+// with an error is still logged.
+func pluginLogger(w io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "mspipe",
+		Output: w,
+		Level:  hclog.Info,
+		Exclude: func(level hclog.Level, msg string, _ ...any) bool {
+			return level == hclog.Info && msg == "plugin process exited"
+		},
+	})
+}
+
 // Launch starts the plugin process in its own process group (see
 // internal/procgroup), completes the handshake (gRPC only, mutual TLS with
 // the host's certificates, see [plugins.EnvTLS]), reads the plugin's
@@ -154,14 +171,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		TLSConfig:        launch.client.Clone(), // go-plugin may modify it
 		SkipHostEnv:      true,                  // cmd.Env already has it, under cfg.Env
 		StartTimeout:     cfg.StartTimeout,
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:   "mspipe",
-			Output: logw,
-			Level:  hclog.Info,
-		}),
-		Stderr:     tail,
-		SyncStdout: logw,
-		SyncStderr: logw,
+		Logger:           pluginLogger(logw),
+		Stderr:           tail,
+		SyncStdout:       logw,
+		SyncStderr:       logw,
 	})
 
 	rpc, err := pc.Client() // starts the process and does the handshake

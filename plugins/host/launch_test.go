@@ -441,3 +441,21 @@ func BenchmarkEmptyStage(b *testing.B) {
 		}
 	}
 }
+
+// TestPluginLoggerDropsCleanExits: go-plugin's notice of a clean exit stays
+// out of the stage log; an exit with an error and other notices stay in.
+func TestPluginLoggerDropsCleanExits(t *testing.T) {
+	var b bytes.Buffer
+	l := pluginLogger(&b)
+	l.Info("plugin process exited", "plugin", "/tmp/go-build1/b001/exe/mspipe", "id", 7)
+	l.Error("plugin process exited", "plugin", "/tmp/go-build1/b001/exe/mspipe", "id", 8, "error", "exit status 2")
+	l.Info("plugin says hello")
+	l.Debug("starting plugin")
+	got := b.String()
+	if strings.Contains(got, "id=7") || !strings.Contains(got, "id=8") || !strings.Contains(got, "exit status 2") || !strings.Contains(got, "plugin says hello") {
+		t.Errorf("stage log:\n%s\nwant the error exit and the hello, not the clean exit", got)
+	}
+	if strings.Contains(got, "starting plugin") {
+		t.Errorf("a debug line reached the stage log:\n%s", got)
+	}
+}

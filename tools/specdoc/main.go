@@ -38,12 +38,16 @@ func run(out string) error {
 	return nil
 }
 
-// generate renders the reference from the embedded pipeline schema and
-// the built-in stages this build registers.
+// generate renders the reference from the embedded pipeline schema, the
+// built-in stages this build registers and the notes about them.
 func generate(ctx context.Context) ([]byte, error) {
 	stages, err := builtin.Descriptors(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return Render(schemas.Pipeline, stages)
+	notes, err := parseStageNotes(stageNotesFile)
+	if err != nil {
+		return nil, err
+	}
+	return Render(schemas.Pipeline, stages, notes)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -260,8 +261,15 @@ func propertyTable(b *bytes.Buffer, s schema) error {
 }
 
 // Render writes the reference: the pipeline schema's keys, its
-// definitions, then each stage's `with` inputs and outputs, stages by name.
-func Render(pipelineSchema []byte, stages []plugins.Descriptor) ([]byte, error) {
+// definitions, then each stage's notes, `with` inputs and outputs, stages
+// by name. A note about a stage that is not among stages is an error, so
+// that a renamed or removed stage does not leave its prose behind.
+func Render(pipelineSchema []byte, stages []plugins.Descriptor, notes StageNotes) ([]byte, error) {
+	for name := range notes {
+		if !slices.ContainsFunc(stages, func(d plugins.Descriptor) bool { return d.Name == name }) {
+			return nil, fmt.Errorf("stage notes name %q, which is not a built-in stage", name)
+		}
+	}
 	root, err := parseSchema(pipelineSchema)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline schema: %w", err)
@@ -321,6 +329,9 @@ func Render(pipelineSchema []byte, stages []plugins.Descriptor) ([]byte, error) 
 	for _, d := range sorted {
 		fmt.Fprintf(&b, "\n### `%s`\n\n", d.Name)
 		fmt.Fprintf(&b, "%s (version %s).\n\n", prose(strings.TrimSuffix(d.Description, ".")), d.Version)
+		if note := notes[d.Name]; note != "" {
+			b.WriteString(note + "\n\n")
+		}
 		b.WriteString("Inputs (`with`):\n\n")
 		with, err := parseSchema(d.WithSchema)
 		if err != nil {

@@ -79,7 +79,7 @@ func TestRender(t *testing.T) {
 			WithSchema: json.RawMessage(`{"type": "object", "required": ["x"], "properties": {"x": {"type": "string", "description": "a | b"}}}`),
 			Outputs:    []plugins.OutputSpec{{Name: "n", Type: "int", Description: "count"}, {Name: plugins.WildcardOutput, Type: "any"}}},
 	}
-	out, err := Render([]byte(pipeline), stages)
+	out, err := Render([]byte(pipeline), stages, StageNotes{"a/first": "What it *does*."})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"| `name` | `string` | yes |  | the \\<name> |\n| `alpha` | [thing](#def-thing) |  | `3` |  |\n",
 		"### <a id=\"def-thing\"></a>thing\n\nA thing.\n\nType: `int`.\n",
-		"### `a/first`\n\nFirst stage (version 1.0.0).\n",
+		"### `a/first`\n\nFirst stage (version 1.0.0).\n\nWhat it *does*.\n\nInputs",
 		"| `x` | `string` | yes |  | a \\| b |\n",
 		"| `n` | `int` | count |\n| any other name | `any` |  |\n",
 		"### `z/last`\n\nLast (version 2.0.0).\n\nInputs (`with`):\n\nnone.\n\nOutputs (`stages.<id>.outputs.<name>`):\n\nnone.\n",
@@ -99,7 +99,30 @@ func TestRender(t *testing.T) {
 	if strings.Index(doc, "a/first") > strings.Index(doc, "z/last") {
 		t.Error("stages are not sorted by name")
 	}
-	if _, err := Render([]byte(`{"properties": [`), nil); err == nil {
+	if _, err := Render([]byte(`{"properties": [`), nil, nil); err == nil {
 		t.Error("Render accepted a schema that is not JSON")
+	}
+	if _, err := Render([]byte(pipeline), stages, StageNotes{"a/gone": "x"}); err == nil || !strings.Contains(err.Error(), `"a/gone"`) {
+		t.Errorf("Render with a note about an unknown stage: err = %v, want one naming it", err)
+	}
+}
+
+// TestParseStageNotes checks the split into sections, and that a heading
+// that is not a stage name and a stage written twice are errors.
+func TestParseStageNotes(t *testing.T) {
+	notes, err := parseStageNotes("<!-- editors -->\n\n## `a/x`\n\nOne.\n\n- two\n## `b`\nThree\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 2 || notes["a/x"] != "One.\n\n- two" || notes["b"] != "Three" {
+		t.Errorf("notes = %q", notes)
+	}
+	for _, bad := range []string{"## a/x\ntext", "## `a`\none\n## `a`\ntwo"} {
+		if _, err := parseStageNotes(bad); err == nil {
+			t.Errorf("parseStageNotes(%q) accepted it", bad)
+		}
+	}
+	if _, err := parseStageNotes(stageNotesFile); err != nil {
+		t.Errorf("the committed stagenotes.md: %v", err)
 	}
 }

@@ -57,17 +57,23 @@ func (p *Plan) Format(w io.Writer) error {
 }
 
 // seconds formats a duration in seconds with three significant digits in
-// a fitting unit.
+// a fitting unit, trailing zeros kept ("1.00 ms") but no bare point
+// ("438 µs", not the "438." that %#g writes).
 func seconds(s float64) string {
 	switch {
 	case s == 0:
 		return "0"
 	case s >= 1:
-		return fmt.Sprintf("%#.3g s", s)
+		return sig3(s) + " s"
 	case s >= 1e-3:
-		return fmt.Sprintf("%#.3g ms", s*1e3)
+		return sig3(s*1e3) + " ms"
 	case s >= 1e-6:
-		return fmt.Sprintf("%#.3g µs", s*1e6)
+		return sig3(s*1e6) + " µs"
 	}
-	return fmt.Sprintf("%#.3g ns", s*1e9)
+	return sig3(s*1e9) + " ns"
+}
+
+// sig3 writes v with three significant digits, keeping trailing zeros.
+func sig3(v float64) string {
+	return strings.TrimSuffix(fmt.Sprintf("%#.3g", v), ".")
 }

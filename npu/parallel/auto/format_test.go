@@ -39,3 +39,14 @@ func TestFormatStrategy(t *testing.T) {
 		}
 	}
 }
+
+func TestSeconds(t *testing.T) {
+	for in, want := range map[float64]string{
+		0: "0", 438e-6: "438 µs", 6.29e-6: "6.29 µs", 1e-3: "1.00 ms", 12.5e-3: "12.5 ms", 100e-3: "100 ms",
+		1: "1.00 s", 250: "250 s", 71.0112: "71.0 s", 999e-9: "999 ns", 1.5e-9: "1.50 ns",
+	} {
+		if got := seconds(in); got != want {
+			t.Errorf("seconds(%g) = %q, want %q", in, got, want)
+		}
+	}
+}

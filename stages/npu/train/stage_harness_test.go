@@ -2,6 +2,7 @@ package train_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,9 +31,6 @@ import (
 // not a copy of their wiring.
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == job.Command {
-		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
-			crashAtLine(prefix)
-		}
 		if spec := os.Getenv(stopAtEnv); spec != "" {
 			stopAtLine(spec)
 		}
@@ -45,10 +43,16 @@ func TestMain(m *testing.M) {
 		if result, ok := os.LookupEnv(brokenResultEnv); ok {
 			leaveBrokenResult(result)
 		}
+		// The hooks above may have put a pipe or a full disk in place of
+		// os.Stdout: the crash hook writes through to whatever it is now.
+		var stdout io.Writer = os.Stdout
+		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
+			stdout = &crashAfterLine{w: os.Stdout, prefix: prefix, lineStart: true}
+		}
 		// Like cmd/mspipe: SIGTERM from the launcher cancels training,
 		// which then stops after its last complete checkpoint.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := job.Run(ctx, os.Args[2])
+		err := job.RunTo(ctx, os.Args[2], stdout)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -64,11 +68,40 @@ func TestMain(m *testing.M) {
 // at a known point of training, with no chance to clean up.
 const crashAtEnv = "NPU_TRAIN_TEST_CRASH_AT"
 
-// crashAtLine puts a pipe in front of stdout, which the worker's
-// LossMonitor lines go to, and kills the process on the first line that
-// starts with prefix.
-func crashAtLine(prefix string) {
-	onLine(prefix, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+// crashAfterLine is the stdout of a rank that crashes: it writes through
+// to w and, in the Write call that carries a line starting with prefix,
+// kills the process with SIGKILL after writing it, before the call returns.
+// Training never goes past that line: the kill is part of the step that
+// printed it. (A goroutine reading a pipe in front of stdout, as this
+// harness had, killed the rank whenever it was scheduled; under load the
+// rank went on and saved one or more checkpoints first.)
+type crashAfterLine struct {
+	w         io.Writer
+	prefix    string
+	lineStart bool // the next byte written starts a line
+}
+
+func (c *crashAfterLine) Write(p []byte) (int, error) {
+	hit := false
+	for rest, start := p, c.lineStart; len(rest) > 0; start = true {
+		if start && bytes.HasPrefix(rest, []byte(c.prefix)) {
+			hit = true
+		}
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
+		}
+		rest = rest[i+1:]
+	}
+	n, err := c.w.Write(p)
+	if hit {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way; nothing more of this process runs
+	}
+	if n > 0 {
+		c.lineStart = p[n-1] == '\n'
+	}
+	return n, err
 }
 
 // onLine puts a pipe in front of stdout and calls do, once, on the first

@@ -147,8 +147,11 @@ func metrics(sid string, ss *pipeline.StageState) metricsRow {
 		switch x := val.(type) {
 		case float64:
 			s = strconv.FormatFloat(x, 'g', 6, 64)
-			if k == "peak_device_memory" {
+			switch k {
+			case "peak_device_memory":
 				s = bytesize.Format(int64(x))
+			case "wall_time": // seconds
+				s = strconv.FormatFloat(x, 'f', 1, 64) + " s"
 			}
 		case int:
 			if k == "peak_device_memory" || k == "bytes" {

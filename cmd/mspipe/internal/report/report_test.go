@@ -210,3 +210,16 @@ func TestTrainingNotesHiddenCurves(t *testing.T) {
 		t.Error("different losses noted as overlapping")
 	}
 }
+
+// TestMetricsCarryUnits: a stage's results show seconds and bytes with
+// their units, and the plain numbers as they are.
+func TestMetricsCarryUnits(t *testing.T) {
+	ss := &pipeline.StageState{Outputs: map[string]any{
+		"loss": 2.1806, "wall_time": 71.0112, "peak_device_memory": float64(469 << 20), "bytes": 2186076, "global_step": 78,
+	}}
+	got := metrics("train", ss).Outputs
+	want := []keyValue{{"loss", "2.1806"}, {"global_step", "78"}, {"peak_device_memory", "469.0 MiB"}, {"wall_time", "71.0 s"}, {"bytes", "2.1 MiB"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("metrics = %v, want %v", got, want)
+	}
+}

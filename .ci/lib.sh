@@ -1,0 +1,35 @@
+# Helpers of .ci/run, sourced by it and by its test (tools/ci).
+
+# quietly WHAT COMMAND...: runs COMMAND with its output set aside, so a
+# passing install step stays quiet; when it fails, prints what failed, the
+# command, its exit status and everything it printed, then returns that
+# status (under set -e the script stops there, saying why).
+quietly() {
+  local what=$1
+  shift
+  local log status=0
+  log=$(mktemp)
+  "$@" >"$log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo ".ci/run: $what failed (exit status $status): $*" >&2
+    sed 's/^/    /' "$log" >&2
+  fi
+  rm -f "$log"
+  return "$status"
+}
+
+# install_packages PACKAGE...: the Debian packages the tests need.
+install_packages() {
+  quietly "apt-get update" apt-get update -qq
+  quietly "installing ${*}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+# install_ajv DIR: ajv-cli, the independent JSON Schema validator of the
+# schema tests, into DIR/node_modules (kept between runs).
+install_ajv() {
+  local dir=$1
+  if [ ! -x "$dir/node_modules/.bin/ajv" ]; then
+    mkdir -p "$dir"
+    quietly "npm install ajv-cli" npm install --prefix "$dir" --no-audit --no-fund ajv-cli@5.0.0
+  fi
+}
