@@ -255,3 +255,7 @@ func Size(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
 }
+
+// Kind names what a file mode is ("a FIFO", "a character device", ...) for
+// error messages about files that are not regular.
+func Kind(m fs.FileMode) string { return kind(m) }

@@ -235,8 +235,8 @@ func intShape(dims []int64) []int {
 // and plans bands under the memory cap.
 func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanResult, error) {
 	n := len(s.paths)
-	if target.Ranks < 1 {
-		return nil, nil, fmt.Errorf("target of %d ranks: want at least 1", target.Ranks)
+	if err := CheckRanks(target.Ranks); err != nil {
+		return nil, nil, err
 	}
 	files := target.Files
 	if len(files) == 0 {

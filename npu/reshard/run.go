@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/parallel"
 )
@@ -32,6 +33,11 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	defer s.close()
 	jobs, plan, err := resolve(s, src, target, opt)
 	if err != nil {
+		return nil, err
+	}
+	// Before the first byte: a run that cannot fit would fill the disk for
+	// nothing.
+	if err := atomicfile.CheckSpace(outDir, plan.WriteBytes); err != nil {
 		return nil, err
 	}
 	paths, err := prepareOutputs(outDir, plan.Files, s)
@@ -114,6 +120,14 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crcs[r])})
 	}
 	for _, o := range outs {
+		// Readable by all, as training writes its checkpoints (the
+		// temporary file was private).
+		if err := os.Chmod(o.f.Name(), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", o.path, err)
+		}
+		if err := atomicfile.CheckTarget(o.path); err != nil {
+			return nil, err
+		}
 		if err := os.Rename(o.f.Name(), o.path); err != nil {
 			return nil, fmt.Errorf("write %s: %w", o.path, err)
 		}
@@ -129,6 +143,11 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	}
 	if err := checkWritten(ctx, outDir, manifest, opt, bufs.arena); err != nil {
 		return nil, fmt.Errorf("check what was written: %w", err)
+	}
+	if target.Strategy != "" {
+		if manifest.Strategy, err = strategyEntry(ctx, outDir, target.Strategy); err != nil {
+			return nil, err
+		}
 	}
 	manifest.Stats = &RunStats{ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
 	if err := writeManifest(outDir, manifest); err != nil {

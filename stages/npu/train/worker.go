@@ -13,7 +13,7 @@ import (
 	"strconv"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/nn"
@@ -178,9 +178,8 @@ func trainerConfig(cfg WorkerConfig, rank, size int, out io.Writer) (trainer.Con
 	}
 	init := cfg.InitFile
 	if cfg.InitDir != "" {
-		dir := filepath.Join(cfg.InitDir, fmt.Sprintf("device%d", rank), fmt.Sprintf("ckpt_%d", rank))
 		var err error
-		if init, err = ckpt.Latest(dir, w.Prefix); err != nil {
+		if init, err = ckptset.RankFile(cfg.InitDir, rank, w.Prefix); err != nil {
 			return trainer.Config{}, fmt.Errorf("init: rank %d: %w", rank, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -63,7 +64,8 @@ func (f *engineFlags) options() (reshard.Options, error) {
 // engineErr gives a problem with the checkpoints exit status 1 and a file
 // that cannot be found or read exit status 2.
 func engineErr(err error) error {
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, userfile.ErrNotRegular) || errors.Is(err, ckptset.ErrNotASet) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, userfile.ErrNotRegular) || errors.Is(err, ckptset.ErrNotASet) ||
+		errors.Is(err, ckptset.ErrInputOutput) || errors.Is(err, atomicfile.ErrNotEmpty) || errors.Is(err, atomicfile.ErrLocked) {
 		return usageErr(err)
 	}
 	return &exitError{Code: ExitFailed, Err: err}
@@ -72,7 +74,7 @@ func engineErr(err error) error {
 func newCkptMergeCmd() *cobra.Command {
 	var f engineFlags
 	var out string
-	var plan bool
+	var plan, force bool
 	cmd := &cobra.Command{
 		Use:   "merge SET_DIR | RANK_FILE... -o OUT.ckpt",
 		Short: "Integrate the per-rank slices of a checkpoint set into one whole checkpoint",
@@ -93,6 +95,11 @@ OUT is written atomically with MindSpore's crc_num trailer, with
 manifest.json beside it (a content hash per tensor, re-checked after
 writing; see mspipe ckpt verify). --plan prints what would be read and
 written without writing anything.
+
+The inputs are only read: an OUT that is, holds or lies inside one of them
+(the set directory, a rank file, the strategy file, the manifest) is
+refused before anything is written. An existing OUT or manifest.json is
+refused unless --force; one merge at a time writes into a directory.
 
 Exit status: 0 merged, 1 the set, its strategy or the memory cap do not fit
 (the message names the file and the tensor), 2 usage error or a file that
@@ -121,7 +128,7 @@ cannot be read.`,
 				}
 				return writePlan(cmd.OutOrStdout(), f.format, in, p)
 			}
-			m, err := reshard.Merge(cmd.Context(), set.Source, filepath.Dir(out), filepath.Base(out), opt)
+			m, err := ckptset.Merge(cmd.Context(), set, in, out, force, opt)
 			if err != nil {
 				return engineErr(err)
 			}
@@ -131,6 +138,7 @@ cannot be read.`,
 	f.add(cmd, true)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the merged checkpoint to write (manifest.json goes beside it)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
+	cmd.Flags().BoolVar(&force, "force", false, "replace an existing OUT and manifest.json")
 	return cmd
 }
 
@@ -138,7 +146,7 @@ func newCkptReshardCmd() *cobra.Command {
 	var f engineFlags
 	var out, targetStrategy string
 	var devices int
-	var plan bool
+	var plan, force bool
 	cmd := &cobra.Command{
 		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M | --target-strategy FILE)",
 		Short: "Reshard a checkpoint set from N ranks to M ranks, straight from slices to slices",
@@ -160,8 +168,15 @@ OUT_DIR gets device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt per target rank
 (the layout npu/train's init: reads), strategy.ckpt (the target layout, as
 load_distributed_checkpoint expects it) and manifest.json, written last,
 once every output file has been re-read and its tensors' content hashes
-equal the source's. On any error no manifest is left, so nothing partial
-looks complete; the source files are only read.
+equal the source's. The set is built in a fresh directory beside OUT_DIR
+(.{name}.tmp-{digits}) that replaces OUT_DIR only once complete, so a
+failed run (a full disk, a kill) leaves what was there whole; later runs
+remove such leftovers. An OUT_DIR holding anything is refused unless
+--force, which replaces it whole (never merged with foreign files); a
+second reshard into the same OUT_DIR at once is refused. The inputs are
+only read: an OUT_DIR that is, holds or lies inside one of them is refused
+before anything is written, and so is a set larger than the free space.
+--devices is at most 4096.
 
 --plan prints, without writing anything, the bytes to read and write, the
 peak memory against the cap, and every tensor's moves (which source rank
@@ -187,8 +202,8 @@ that cannot be read.`,
 			switch {
 			case (devices > 0) == (targetStrategy != ""):
 				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
-			case devices < 0:
-				return usageErr(fmt.Errorf("--devices %d: want at least 1", devices))
+			case devices < 0 || devices > reshard.MaxRanks:
+				return usageErr(fmt.Errorf("--devices %d: want 1 to %d (each target rank is an output file to plan and write)", devices, reshard.MaxRanks))
 			case out == "" && !plan:
 				return usageErr(fmt.Errorf("-o OUT_DIR: say where the resharded set goes"))
 			}
@@ -217,7 +232,7 @@ that cannot be read.`,
 				}
 				return writePlan(cmd.OutOrStdout(), f.format, in, p)
 			}
-			m, err := ckptset.Reshard(cmd.Context(), set, target, layout, out, opt)
+			m, err := ckptset.Reshard(cmd.Context(), set, in, target, layout, out, force, opt)
 			if err != nil {
 				return engineErr(err)
 			}
@@ -225,7 +240,8 @@ that cannot be read.`,
 		},
 	}
 	f.add(cmd, true)
-	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set (new or empty)")
+	cmd.Flags().BoolVar(&force, "force", false, "replace a non-empty OUT_DIR whole")
 	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
 	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
