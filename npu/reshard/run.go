@@ -37,7 +37,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	}
 	// Before the first byte: a run that cannot fit would fill the disk for
 	// nothing.
-	if err := atomicfile.CheckSpace(outDir, plan.WriteBytes); err != nil {
+	if err := checkSpace(outDir, plan.WriteBytes); err != nil {
 		return nil, err
 	}
 	paths, err := prepareOutputs(outDir, plan.Files, s)
@@ -156,6 +156,10 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	ok = true
 	return manifest, nil
 }
+
+// checkSpace is atomicfile.CheckSpace; a test replaces it to reach a full
+// disk in the middle of a run.
+var checkSpace = atomicfile.CheckSpace
 
 // testHookWritten, when set by a test, is called with the output files'
 // paths once they are written and synced, before Run checks them.
