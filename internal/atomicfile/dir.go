@@ -136,8 +136,12 @@ func exchangeByRenames(a, b string) error {
 	if err != nil {
 		return err
 	}
+	// The name was reserved by making it; os.Rename will not replace a
+	// directory, so it goes again (the caller's lock keeps it free).
+	if err := os.Remove(aside); err != nil {
+		return err
+	}
 	if err := os.Rename(b, aside); err != nil {
-		os.Remove(aside)
 		return err
 	}
 	if err := os.Rename(a, b); err != nil {

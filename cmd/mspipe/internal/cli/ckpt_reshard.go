@@ -76,7 +76,7 @@ func newCkptMergeCmd() *cobra.Command {
 	var out string
 	var plan, force bool
 	cmd := &cobra.Command{
-		Use:   "merge SET_DIR | RANK_FILE... -o OUT.ckpt",
+		Use:   "merge SET_DIR | RANK_FILE... (-o OUT.ckpt | --plan)",
 		Short: "Integrate the per-rank slices of a checkpoint set into one whole checkpoint",
 		Long: `Integrate a checkpoint set, one .ckpt per rank (what a parallel run saves with
 integrated_save=False), into one checkpoint holding every tensor whole: what
@@ -113,14 +113,19 @@ cannot be read.`,
 			if err != nil {
 				return usageErr(err)
 			}
-			if out == "" {
+			if out == "" && !plan {
 				return usageErr(fmt.Errorf("-o OUT.ckpt: say where the merged checkpoint goes"))
 			}
 			set, in, err := ckptset.Load(args, f.prefix, f.strategy)
 			if err != nil {
 				return engineErr(err)
 			}
-			target := reshard.Target{Ranks: 1, Files: []string{filepath.Base(out)}}
+			name := filepath.Base(out)
+			if out == "" {
+				// --plan alone: the name a merge would get, as ckpt/integrate names it.
+				name = ckptset.FileName(f.prefix, in.Files[0])
+			}
+			target := reshard.Target{Ranks: 1, Files: []string{name}}
 			if plan {
 				p, err := reshard.Plan(cmd.Context(), set.Source, target, opt)
 				if err != nil {
