@@ -34,15 +34,15 @@ const maxManifestBytes = 64 << 20
 // tensor, the content hash of the whole tensor (ckpt.Tensor.Hash of it,
 // whatever the layout) and the box each rank holds.
 type Manifest struct {
-	Format         string           `json:"format"`
-	Ranks          int              `json:"ranks"`
-	ReplicatedRule string           `json:"replicated_rule"`
-	Files          []ManifestFile   `json:"files"`
+	Format         string         `json:"format"`
+	Ranks          int            `json:"ranks"`
+	ReplicatedRule string         `json:"replicated_rule"`
+	Files          []ManifestFile `json:"files"`
 	// Strategy is the set's strategy file (the target layout a reshard
 	// writes), absent for a merge.
 	Strategy *ManifestStrategy `json:"strategy,omitempty"`
-	Tensors        []ManifestTensor `json:"tensors"` // in file order
-	Stats          *RunStats        `json:"stats,omitempty"`
+	Tensors  []ManifestTensor  `json:"tensors"` // in file order
+	Stats    *RunStats         `json:"stats,omitempty"`
 }
 
 // ManifestFile is one rank's output file.
