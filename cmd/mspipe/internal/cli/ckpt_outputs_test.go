@@ -10,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 )
 
 // dirTree lists every file under root with the start of its hash, to tell
@@ -196,5 +199,37 @@ func TestCkptReshardDevicesCap(t *testing.T) {
 	}
 	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "4096", "--plan", "--format", "json"); code != ExitOK {
 		t.Errorf("--devices 4096: exit %d, %q", code, stderr)
+	}
+}
+
+// Tensor names reach the terminal escaped: a name holding an escape
+// sequence or a tab is printed quoted by inspect (file and set) and by a
+// plan; printable names are unchanged.
+func TestCkptTensorNamesAreEscaped(t *testing.T) {
+	dir := t.TempDir()
+	evil := "w\x1b[2J\x1b]0;owned\x07\tx"
+	w, _ := ckpt.NewFloat32(evil, []int64{1}, []float32{1})
+	plain, _ := ckpt.NewFloat32("layer.weight", []int64{1}, []float32{2})
+	file := filepath.Join(dir, "evil.ckpt")
+	if err := ckpt.Write(file, []ckpt.Tensor{w, plain}, ckpt.WriteOptions{CRC: true}); err != nil {
+		t.Fatal(err)
+	}
+	set := filepath.Join(dir, "set")
+	for r := range 2 {
+		if _, err := ckptset.WriteRank(set, r, "CKP-1_1.ckpt", []ckpt.Tensor{w, plain}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"inspect", file}, {"inspect", set}, {"merge", set, "--plan"}} {
+		code, stdout, stderr := runCkpt(t, args...)
+		if code != ExitOK {
+			t.Fatalf("ckpt %v: exit %d: %s", args, code, stderr)
+		}
+		if strings.ContainsAny(stdout, "\x1b\x07") {
+			t.Errorf("ckpt %v: raw control characters on stdout: %q", args, stdout)
+		}
+		if !strings.Contains(stdout, `"w\x1b[2J\x1b]0;owned\a\tx"`) || !strings.Contains(stdout, "\nlayer.weight ") {
+			t.Errorf("ckpt %v: stdout lacks the quoted name or the plain one:\n%s", args, stdout)
+		}
 	}
 }

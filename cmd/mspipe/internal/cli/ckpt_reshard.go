@@ -347,7 +347,7 @@ func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResu
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENSOR\tDTYPE\tSHAPE\tBYTES\tRULE\tBANDS\tREAD\tWRITE\tMOVES")
 	for _, t := range p.Tensors {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", t.Name, t.DType, pyShape(toInt64s(t.Shape)), t.Bytes, t.Rule, t.Bands, t.ReadBytes, t.WriteBytes, moves(t.Moves))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", termText(t.Name), t.DType, pyShape(toInt64s(t.Shape)), t.Bytes, t.Rule, t.Bands, t.ReadBytes, t.WriteBytes, moves(t.Moves))
 	}
 	return tw.Flush()
 }
