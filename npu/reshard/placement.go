@@ -36,6 +36,19 @@ type Target struct {
 	Strategy string
 }
 
+// PerRankStatistic reports whether a replicated tensor may hold different
+// values on different ranks: BatchNorm's moving statistics, which data
+// parallelism keeps per device (Options.ReplicatedRule chooses the value).
+// Every other replicated tensor must be equal on all ranks.
+func PerRankStatistic(name string) bool {
+	for _, suffix := range []string{"moving_mean", "moving_variance", "moving_var"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
 // MaxRanks caps a target's ranks. Every target rank is one output file
 // with its own write buffer and its own box per split tensor, so the work
 // of planning alone grows with it; 4096 is above any cluster a rank table

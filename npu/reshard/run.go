@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -233,7 +234,7 @@ func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile
 	bandBytes := int64(j.bandRows) * j.rowBytes
 	bands := [2][]byte{bufs.arena[:bandBytes], bufs.arena[bandBytes : 2*bandBytes]}
 	var scratch []byte
-	if j.rule != RuleMean && needsScratch(j.reads, g) {
+	if j.rule != RuleMean && needsScratch(j.reads, g) || len(j.copies) > 0 {
 		scratch = bufs.arena[2*bandBytes : 3*bandBytes]
 	}
 	if volume(g) > 0 {
@@ -306,6 +307,29 @@ func readBand(ctx context.Context, j *job, files []*os.File, g []int, box parall
 	}
 	if err := fillBand(ctx, files, j.reads, g, box, buf, scratch, j.elem, opt.Workers); err != nil {
 		return fmt.Errorf("read: %w", err)
+	}
+	return compareCopies(j, files, box, buf, scratch)
+}
+
+// compareCopies checks that the other ranks' copies of a replicated tensor
+// hold buf, rows box of rank 0's copy; scratch is as large as buf (a
+// replicated tensor needs no scatter buffer, so the slot is free).
+func compareCopies(j *job, files []*os.File, box parallel.Box, buf, scratch []byte) error {
+	start := int64(box.Offset[0]) * j.rowBytes
+	for _, c := range j.copies {
+		sc := scratch[:len(buf)]
+		if err := c.t.ReadAt(files[c.rank], sc, start); err != nil {
+			return fmt.Errorf("read rank %d's copy: %w", c.rank, err)
+		}
+		if bytes.Equal(sc, buf) {
+			continue
+		}
+		i := 0
+		for sc[i] == buf[i] {
+			i++
+		}
+		return fmt.Errorf("%s (rank %d): tensor %q has no layout, so every rank should hold it whole and equal, but this copy differs from rank 0's at byte %d: give the strategy file that splits it, or the mean rule (--bn-stats mean) to average the ranks: %w",
+			files[c.rank].Name(), c.rank, j.name, start+int64(i), ErrSource)
 	}
 	return nil
 }
