@@ -13,6 +13,7 @@ import (
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
+	"github.com/mspipe/mspipe/npu/parallel"
 )
 
 // dirTree lists every file under root with the start of its hash, to tell
@@ -231,5 +232,30 @@ func TestCkptTensorNamesAreEscaped(t *testing.T) {
 		if !strings.Contains(stdout, `"w\x1b[2J\x1b]0;owned\a\tx"`) || !strings.Contains(stdout, "\nlayer.weight ") {
 			t.Errorf("ckpt %v: stdout lacks the quoted name or the plain one:\n%s", args, stdout)
 		}
+	}
+}
+
+// merge refuses what it used to accept silently: a set without its
+// strategy file whose "replicated" copies differ (it took rank 0's), and a
+// strategy file with a layout for a tensor the set does not hold.
+func TestCkptMergeRefusesMismatchedSets(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root) // weight differs per rank: it is split
+	out := filepath.Join(t.TempDir(), "full.ckpt")
+	code, _, stderr := runCkpt(t, "merge", root, "-o", out)
+	if code != ExitFailed || !strings.Contains(stderr, `(rank 1): tensor "weight" has no layout`) {
+		t.Fatalf("merge without the strategy file: exit %d, %q; want the differing copy named", code, stderr)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a refused merge wrote its output")
+	}
+	strategy := filepath.Join(t.TempDir(), "other.ckpt")
+	writeStrategy(t, strategy, &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{
+		"weight":       {DeviceMatrix: []int{4, 1}, TensorMap: []int{1, 0}},
+		"decoder.bias": {DeviceMatrix: []int{4, 1}, TensorMap: []int{1}},
+	}})
+	code, _, stderr = runCkpt(t, "merge", root, "--strategy", strategy, "-o", out)
+	if code != ExitFailed || !strings.Contains(stderr, `strategy layout of "decoder.bias": no such tensor`) {
+		t.Fatalf("merge with a layout for a missing tensor: exit %d, %q", code, stderr)
 	}
 }
