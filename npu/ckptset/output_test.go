@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -359,7 +360,52 @@ func TestMergeRefusesExistingOutputs(t *testing.T) {
 	if after := tree(t, dir); after != before {
 		t.Fatalf("a refused merge changed its directory:\n%s", after)
 	}
+	// What a killed merge left beside its outputs goes with the next one.
+	killed := []string{filepath.Join(dir, ".full.ckpt.tmp-4242"), filepath.Join(dir, ".manifest.json.tmp-17")}
+	for _, p := range killed {
+		os.WriteFile(p, make([]byte, 100), 0o600)
+	}
 	if err := merge(out, true); err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range killed {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("leftover %s not removed: %v", p, err)
+		}
+	}
+}
+
+// A reshard into a directory holding a good set, on a disk too small for
+// the new one, is refused before the first byte and leaves the old set
+// whole (before, it started writing and left neither). Needs root to mount
+// a 1 MiB tmpfs.
+func TestReshardOnAFullDiskKeepsTheOldSet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	disk := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", disk).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", disk).Run() })
+	out := filepath.Join(disk, "out")
+	if _, err := reshardTo(t, splitSet(t), out, 2, false, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	before := tree(t, out)
+	big := t.TempDir()
+	for r := range 2 {
+		w := ckpt.Tensor{Name: "weight", DType: ckpt.DTypeFloat32, Dims: []int64{256, 1024}, Data: make([]byte, 1<<20)}
+		if _, err := WriteRank(big, r, "CKP-1_4.ckpt", []ckpt.Tensor{w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := reshardTo(t, big, out, 1, true, reshard.Options{})
+	if !errors.Is(err, atomicfile.ErrNoSpace) {
+		t.Fatalf("err = %v, want the free space refused", err)
+	}
+	if after := tree(t, out); after != before {
+		t.Fatalf("the old set changed:\n%s", after)
+	}
+	assertNoLeftovers(t, disk, "out")
 }
