@@ -104,6 +104,14 @@ func Reshard(ctx context.Context, s *Set, in Input, target reshard.Target, layou
 	if err := CheckOutput(outDir, in.Paths()); err != nil {
 		return nil, err
 	}
+	// "." and ".." cannot be renamed; their absolute names can.
+	if b := filepath.Base(filepath.Clean(outDir)); b == "." || b == ".." {
+		abs, err := filepath.Abs(outDir)
+		if err != nil {
+			return nil, err
+		}
+		outDir = abs
+	}
 	if err := os.MkdirAll(filepath.Dir(outDir), 0o755); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}

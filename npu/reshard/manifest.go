@@ -157,10 +157,11 @@ func isRankDir(name string) bool {
 }
 
 // isSetFile reports whether a top-level file name looks like part of a
-// checkpoint set: a checkpoint or a strategy file.
+// checkpoint set: a checkpoint or a strategy file. (A .safetensors beside a
+// merged checkpoint is its conversion, which nothing loads as a set.)
 func isSetFile(name string) bool {
 	lower := strings.ToLower(name)
-	return strings.HasSuffix(lower, ".ckpt") || strings.HasSuffix(lower, ".safetensors") || lower == "strategy.json"
+	return strings.HasSuffix(lower, ".ckpt") || lower == "strategy.json"
 }
 
 // ManifestTensor is one logical tensor of the set.

@@ -259,8 +259,10 @@ func newCkptVerifyCmd() *cobra.Command {
 		Use:   "verify DIR",
 		Short: "Check a merge or reshard output against its manifest",
 		Long: `Re-read a set written by mspipe ckpt merge or reshard (or the ckpt/integrate
-and ckpt/reshard stages) and check it against its manifest.json: every file's
-size and crc_num trailer, every rank's tensors and the shapes of their
+and ckpt/reshard stages) and check it against its manifest.json: no
+checkpoint or strategy file the manifest does not list (a stale one beside
+a rank's file is what a loader would pick), the strategy file's size and
+SHA-256, every file's size and crc_num trailer, every rank's tensors and the shapes of their
 slices, identical copies wherever ranks share a slice, and the SHA-256 of
 every whole tensor reassembled from the slices, which equals the source's.
 
