@@ -93,7 +93,7 @@ func realPath(p string) (string, error) {
 }
 
 // Reshard writes target's set to outDir: the target strategy file (layout,
-// as strategy.ckpt), the engine's rank files and the manifest, which lists
+// as strategy.ckpt; none when layout is nil), the engine's rank files and the manifest, which lists
 // them all. The inputs (in.Paths) are checked before anything is written;
 // the set is built in a fresh directory beside outDir that replaces it only
 // once complete (atomicfile.ReplaceDir), so a failed run leaves the old
@@ -125,10 +125,14 @@ func Reshard(ctx context.Context, s *Set, in Input, target reshard.Target, layou
 	}
 	var m *reshard.Manifest
 	err = atomicfile.ReplaceDir(outDir, force, func(tmp string) error {
-		if err := parallel.WriteStrategyFile(filepath.Join(tmp, StrategyNames[0]), layout, parallel.FormatProto); err != nil {
-			return err
+		// A nil layout (uneven slices, which no strategy file describes)
+		// writes none.
+		if layout != nil {
+			if err := parallel.WriteStrategyFile(filepath.Join(tmp, StrategyNames[0]), layout, parallel.FormatProto); err != nil {
+				return err
+			}
+			target.Strategy = StrategyNames[0]
 		}
-		target.Strategy = StrategyNames[0]
 		var err error
 		m, err = reshard.Run(ctx, s.Source, target, tmp, opt)
 		return err

@@ -80,7 +80,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	}
 
 	files := s.files
-	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule}
+	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule, CRCTrailer: opt.CRC}
 	// One arena for every tensor's bands, reused by the check after: no
 	// garbage per tensor, so the process stays near the planned memory.
 	if err := m.grow(plan.arena, "bands"); err != nil {
@@ -109,7 +109,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	crcs := make([]uint32, len(outs))
 	err = forEach(ctx, len(outs), opt.Workers, func(r int) error {
 		var err error
-		crcs[r], err = outs[r].finish()
+		crcs[r], err = outs[r].finish(opt.CRC)
 		return err
 	})
 	if err != nil {
@@ -150,7 +150,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 			return nil, err
 		}
 	}
-	manifest.Stats = &RunStats{ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
+	manifest.Stats = &RunStats{SourceBytes: plan.SourceBytes, ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
 	if err := writeManifest(outDir, manifest); err != nil {
 		return nil, err
 	}
@@ -234,7 +234,8 @@ func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile
 	bandBytes := int64(j.bandRows) * j.rowBytes
 	bands := [2][]byte{bufs.arena[:bandBytes], bufs.arena[bandBytes : 2*bandBytes]}
 	var scratch []byte
-	if j.rule != RuleMean && needsScratch(j.reads, g) || len(j.copies) > 0 {
+	// An empty tensor has no band to compare (and no room planned for one).
+	if j.rule != RuleMean && needsScratch(j.reads, g) || len(j.copies) > 0 && volume(g) > 0 {
 		scratch = bufs.arena[2*bandBytes : 3*bandBytes]
 	}
 	if volume(g) > 0 {
