@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/internal/bytesize"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,7 +65,7 @@ func CheckSpace(dir string, need int64) error {
 		if err == nil {
 			free := int64(st.Bavail) * int64(st.Bsize)
 			if free >= 0 && need > free {
-				return fmt.Errorf("%s: the output needs %s, the file system has %s free: %w", dir, userfile.Size(need), userfile.Size(free), ErrNoSpace)
+				return fmt.Errorf("%s: the output needs %s, the file system has %s free: %w", dir, bytesize.Format(need), bytesize.Format(free), ErrNoSpace)
 			}
 			return nil
 		}
