@@ -2,15 +2,45 @@
 // content or the complete new content, never a torn write: the data goes to
 // a temporary file in the same directory, is fsynced, then renamed over the
 // target, and the directory is fsynced so the rename survives a crash.
+//
+// A target that exists and is not a regular file (a device, a FIFO, a
+// socket, a directory) is refused: the rename would replace the node
+// itself, so writing to /dev/full would swap the system's device for a
+// regular file.
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mspipe/mspipe/internal/userfile"
 )
+
+// ErrNotRegular is wrapped when a target exists and is not a regular file.
+// It is userfile.ErrNotRegular, so callers can tell "cannot use this path"
+// from other failures the same way for reads and writes.
+var ErrNotRegular = userfile.ErrNotRegular
+
+// CheckTarget returns an error naming path and what it is when path exists
+// (following links) and is not a regular file; nil when it is a regular
+// file or does not exist.
+func CheckTarget(path string) error {
+	info, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("write %s: %w", path, err)
+	case !info.Mode().IsRegular():
+		return fmt.Errorf("write %s: it is %s, not a regular file: refusing to replace it: %w", path, userfile.Kind(info.Mode()), ErrNotRegular)
+	}
+	return nil
+}
 
 // tempInfix separates the target's name from the random digits in the name
 // of a temporary file: .{name}.tmp-{digits}.
@@ -26,7 +56,12 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 
 // Write atomically replaces path with whatever fill writes. If fill returns
 // an error, the target is left untouched and the temporary file is removed.
+// A target that is not a regular file is refused before anything is
+// written (see CheckTarget), and again just before the rename.
 func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err error) {
+	if err := CheckTarget(path); err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempInfix+"*")
 	if err != nil {
@@ -49,6 +84,10 @@ func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err err
 	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	// fill may have taken long: a node made meanwhile is not replaced either.
+	if err = CheckTarget(path); err != nil {
+		return err
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

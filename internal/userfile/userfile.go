@@ -243,3 +243,7 @@ func evalExistingDepth(path string, links int) (string, error) {
 		p = parent
 	}
 }
+
+// Kind names what a file mode is ("a FIFO", "a character device", ...) for
+// error messages about files that are not regular.
+func Kind(m fs.FileMode) string { return kind(m) }

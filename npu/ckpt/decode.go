@@ -163,7 +163,7 @@ func peekTag(b []byte) string {
 		return ""
 	}
 	tag, m := protowire.ConsumeBytes(b[k+n:])
-	if m < 0 || checkName(string(tag)) != nil {
+	if m < 0 || len(tag) > MaxNameBytes || checkName(string(tag)) != nil {
 		return ""
 	}
 	return string(tag)
@@ -195,6 +195,9 @@ func parseValue(v *rawValue, body []byte) error {
 		case num == fieldValueTag && typ == protowire.BytesType:
 			b, m, err := consumeBytes(body[off:], "tag")
 			if err != nil {
+				return err
+			}
+			if err := checkNameLen(len(b)); err != nil {
 				return err
 			}
 			if haveTag {

@@ -288,6 +288,9 @@ func (s *indexScanner) value(off, end int64, index int) (indexedValue, int64, er
 			if haveTag {
 				return fail(fmt.Errorf("tag given twice: %w", ErrFormat))
 			}
+			if length > MaxNameBytes {
+				return fail(checkNameLen(int(min(length, 1<<40))))
+			}
 			b, err := s.small(fbody, length, "tag")
 			if err != nil {
 				return fail(err)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
@@ -98,6 +99,11 @@ func DecodeSafetensors(name string, data []byte) (*SafetensorsFile, error) {
 		return fail("", 0, "safetensors: header length %d runs past the end (%d bytes left; file truncated?): %w", n, len(data)-8, ErrFormat)
 	}
 	header, body := data[8:8+n], data[8+n:]
+	// encoding/json would turn bytes that are not UTF-8 into U+FFFD, so a
+	// name would silently become another one.
+	if at := invalidUTF8(header); at >= 0 {
+		return fail("", int64(8+at), "safetensors header: not valid UTF-8 at header byte %d (names and metadata must be UTF-8): %w", at, ErrFormat)
+	}
 	names, entries, meta, err := parseSafetensorsHeader(header)
 	if err != nil {
 		var te *tensorErr
@@ -166,6 +172,23 @@ type tensorErr struct {
 }
 
 func (e *tensorErr) Error() string { return fmt.Sprintf("tensor %q: %v", e.name, e.err) }
+
+// invalidUTF8 returns the offset of the first byte of b that is not part
+// of valid UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
+}
 
 // parseSafetensorsHeader decodes the JSON header keeping the entries'
 // order, which is the order Read returns tensors in.

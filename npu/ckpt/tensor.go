@@ -93,6 +93,9 @@ func checkName(name string) error {
 	if name == "" {
 		return fmt.Errorf("empty name: %w", ErrName)
 	}
+	if err := checkNameLen(len(name)); err != nil {
+		return err
+	}
 	if !utf8.ValidString(name) {
 		return fmt.Errorf("name %q is not valid UTF-8: %w", clip(name), ErrName)
 	}
@@ -232,6 +235,19 @@ func Compare(want, got []Tensor) error {
 		errs[i] = errors.New(p)
 	}
 	return errors.Join(errs...)
+}
+
+// MaxNameBytes bounds a tensor name. MindSpore's longest parameter names
+// are a few hundred bytes; a longer one is damage or an attack, and would
+// cost its size again in every message and index that holds it.
+const MaxNameBytes = 4096
+
+// checkNameLen refuses a name of n bytes before it is copied anywhere.
+func checkNameLen(n int) error {
+	if n > MaxNameBytes {
+		return fmt.Errorf("name of %d bytes is over the %d-byte limit: %w", n, MaxNameBytes, ErrName)
+	}
+	return nil
 }
 
 // clip shortens s for an error message, so a garbage dtype or name of

@@ -3,13 +3,16 @@ package ckptset
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/reshard"
 )
 
 // ErrNotASet is wrapped when a directory holds no device{i}/ directories.
@@ -66,6 +69,44 @@ func Find(root, prefix string) ([]string, error) {
 		files[i] = f
 	}
 	return files, nil
+}
+
+// RankFile returns the checkpoint rank starts from in the set at root,
+// for npu/train's init:. A set written by a reshard (it has a manifest)
+// gives the file its manifest lists, after refusing files it does not list
+// (a stale CKP-9_9.ckpt beside it would otherwise be the newest) and a
+// rank file whose size is not the manifest's; a training's own set gives
+// the newest checkpoint of prefix in the rank's directory.
+func RankFile(root string, rank int, prefix string) (string, error) {
+	if _, err := os.Lstat(filepath.Join(root, reshard.ManifestName)); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		return ckpt.Latest(RankDir(root, rank), prefix)
+	}
+	m, err := reshard.ReadManifest(root)
+	if err != nil {
+		return "", err
+	}
+	if rank >= len(m.Files) {
+		return "", fmt.Errorf("%s: the set has %d ranks, there is none for rank %d", root, len(m.Files), rank)
+	}
+	if err := reshard.CheckListed(root, m); err != nil {
+		return "", err
+	}
+	f := m.Files[rank]
+	path, err := userfile.Within(root, filepath.FromSlash(f.Path))
+	if err != nil {
+		return "", fmt.Errorf("%s: manifest file %q: %w", root, f.Path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Size() != f.Bytes {
+		return "", fmt.Errorf("%s: %d bytes, its set's %s says %d: %w", path, st.Size(), reshard.ManifestName, f.Bytes, reshard.ErrVerify)
+	}
+	return path, nil
 }
 
 // FileName returns the name of a file in a set written from a checkpoint

@@ -1,6 +1,7 @@
 package ckptset
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -22,6 +23,10 @@ type Set struct {
 	Shapes map[string][]int // whole shape of every tensor
 	DTypes map[string]string
 }
+
+// ErrLayoutMismatch is wrapped when a strategy file has a layout for a
+// tensor the set does not hold.
+var ErrLayoutMismatch = errors.New("strategy file does not match the checkpoint")
 
 // Open indexes rank 0's file (no tensor data is read) and lays the
 // strategy file sf over the set: every tensor with a layout gets a
@@ -57,7 +62,10 @@ func Open(files []string, sf *parallel.StrategyFile) (*Set, error) {
 		l := sf.Layouts[name]
 		t, ok := idx.Lookup(name)
 		if !ok {
-			continue // a parameter the checkpoint does not save
+			// A layout for nothing is a strategy file of another network
+			// (or a renamed parameter): using the rest of it would merge
+			// with the wrong shapes.
+			return nil, fmt.Errorf("strategy layout of %q: no such tensor in %s (%d tensors): %w", name, files[0], len(idx.Tensors), ErrLayoutMismatch)
 		}
 		whole, err := WholeShape(l, t.Dims)
 		if err != nil {

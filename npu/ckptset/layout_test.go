@@ -1,6 +1,7 @@
 package ckptset
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -45,7 +46,6 @@ func TestOpenAndStrategyForDevices(t *testing.T) {
 	files, _ := Find(root, "")
 	sf := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{
 		"fc.weight": {DeviceMatrix: []int{4}, TensorMap: []int{0, -1}},
-		"unsaved":   {DeviceMatrix: []int{4}, TensorMap: []int{0}},
 	}}
 	s, err := Open(files, sf)
 	if err != nil {
@@ -68,6 +68,15 @@ func TestOpenAndStrategyForDevices(t *testing.T) {
 	}
 	if _, err := Open(files[:3], sf); err == nil || !strings.Contains(err.Error(), "strategy file is for 4 devices, the set has 3 ranks") {
 		t.Fatalf("3 of 4 ranks: %v", err)
+	}
+	// A layout for a tensor the set does not hold is refused, naming it:
+	// it was skipped, and a strategy file of another network merged.
+	unsaved := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{
+		"fc.weight": {DeviceMatrix: []int{4}, TensorMap: []int{0, -1}},
+		"unsaved":   {DeviceMatrix: []int{4}, TensorMap: []int{0}},
+	}}
+	if _, err := Open(files, unsaved); !errors.Is(err, ErrLayoutMismatch) || !strings.Contains(err.Error(), `"unsaved": no such tensor in `+files[0]) {
+		t.Fatalf("layout of a missing tensor: %v", err)
 	}
 	bad := &parallel.StrategyFile{Layouts: map[string]parallel.TensorLayout{"fc.weight": {DeviceMatrix: []int{4}, TensorMap: []int{0}}}}
 	if _, err := Open(files, bad); err == nil || !strings.Contains(err.Error(), `strategy layout of "fc.weight"`) {

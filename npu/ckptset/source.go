@@ -1,7 +1,6 @@
 package ckptset
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -129,32 +128,4 @@ func TargetFiles(ranks int, prefix, source string) []string {
 		files[r] = filepath.ToSlash(FilePath("", r, name))
 	}
 	return files
-}
-
-// Reshard writes target's set into outDir: the target strategy file
-// (layout, as strategy.ckpt) first, then the engine's rank files and
-// manifest. The manifest is written last, so a set is complete only when
-// all of it is there; on error the strategy file written here is removed
-// again. A nil layout (uneven slices, which no strategy file describes)
-// writes none and removes one an earlier run left.
-func Reshard(ctx context.Context, s *Set, target reshard.Target, layout *parallel.StrategyFile, outDir string, opt reshard.Options) (*reshard.Manifest, error) {
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create output directory: %w", err)
-	}
-	strategy := filepath.Join(outDir, StrategyNames[0])
-	if layout == nil {
-		for _, name := range StrategyNames {
-			if err := os.Remove(filepath.Join(outDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("remove the earlier strategy file: %w", err)
-			}
-		}
-	} else if err := parallel.WriteStrategyFile(strategy, layout, parallel.FormatProto); err != nil {
-		return nil, err
-	}
-	m, err := reshard.Run(ctx, s.Source, target, outDir, opt)
-	if err != nil {
-		os.Remove(strategy)
-		return nil, err
-	}
-	return m, nil
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/mspipe/mspipe/internal/bytesize"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
-	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/trainer"
@@ -167,9 +167,10 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	}
 	init := cfg.InitFile
 	if cfg.InitDir != "" {
-		dir := filepath.Join(cfg.InitDir, fmt.Sprintf("device%d", rank), fmt.Sprintf("ckpt_%d", rank))
+		// A resharded set is read as its manifest lists it (stale files
+		// refused); a training's set by its newest checkpoints.
 		var err error
-		if init, err = ckpt.Latest(dir, cfg.Prefix); err != nil {
+		if init, err = ckptset.RankFile(cfg.InitDir, rank, cfg.Prefix); err != nil {
 			return trainer.Config{}, fmt.Errorf("init: rank %d: %w", rank, err)
 		}
 	}

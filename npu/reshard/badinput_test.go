@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
 )
@@ -164,7 +165,19 @@ func TestFullDisk(t *testing.T) {
 	src := writeSourceSet(t, t.TempDir(), model, nil, 1, ckpt.WriteOptions{CRC: true})
 	before := hashFiles(t, src.Files)
 	os.WriteFile(filepath.Join(dir, ManifestName), []byte("{}"), 0o644) // an earlier set: no longer complete once files are replaced
+	// The free space is checked before the first byte: nothing changes.
 	_, err := Run(context.Background(), src, Target{Ranks: 1}, dir, Options{})
+	if err == nil || !errors.Is(err, atomicfile.ErrNoSpace) || !strings.Contains(err.Error(), "2.0 MiB") {
+		t.Fatalf("err = %v, want the free space refused before writing", err)
+	}
+	if left := listDir(t, dir); len(left) != 1 || left[0] != ManifestName {
+		t.Fatalf("a refused run left %v, want the earlier manifest only", left)
+	}
+	// A disk that fills during the run (another writer) fails naming the
+	// file and tensor, and leaves nothing behind.
+	checkSpace = func(string, int64) error { return nil }
+	t.Cleanup(func() { checkSpace = atomicfile.CheckSpace })
+	_, err = Run(context.Background(), src, Target{Ranks: 1}, dir, Options{})
 	if err == nil || !strings.Contains(err.Error(), "rank_0.ckpt") || !strings.Contains(err.Error(), `tensor "fc.weight"`) || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("err = %v, want no space left naming rank_0.ckpt and fc.weight", err)
 	}

@@ -3,13 +3,17 @@ package reshard
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/mspipe/mspipe/internal/bytesize"
 
@@ -37,13 +41,16 @@ const maxManifestBytes = 64 << 20
 // tensor, the content hash of the whole tensor (ckpt.Tensor.Hash of it,
 // whatever the layout) and the box each rank holds.
 type Manifest struct {
-	Format         string           `json:"format"`
-	Ranks          int              `json:"ranks"`
-	ReplicatedRule string           `json:"replicated_rule"`
-	CRCTrailer     bool             `json:"crc_trailer"` // the files end in MindSpore's crc_num trailer
-	Files          []ManifestFile   `json:"files"`
-	Tensors        []ManifestTensor `json:"tensors"` // in file order
-	Stats          *RunStats        `json:"stats,omitempty"`
+	Format         string         `json:"format"`
+	Ranks          int            `json:"ranks"`
+	ReplicatedRule string         `json:"replicated_rule"`
+	CRCTrailer     bool           `json:"crc_trailer"` // the files end in MindSpore's crc_num trailer
+	Files          []ManifestFile `json:"files"`
+	// Strategy is the set's strategy file (the target layout a reshard
+	// writes), absent for a merge.
+	Strategy *ManifestStrategy `json:"strategy,omitempty"`
+	Tensors  []ManifestTensor  `json:"tensors"` // in file order
+	Stats    *RunStats         `json:"stats,omitempty"`
 }
 
 // ManifestFile is one rank's output file.
@@ -52,6 +59,117 @@ type ManifestFile struct {
 	Path  string `json:"path"` // relative to the manifest's directory, slash-separated
 	Bytes int64  `json:"bytes"`
 	CRC32 string `json:"crc32"` // CRC-32 of the content (all but a crc_num trailer, which holds the same value), 8 hex digits
+}
+
+// ManifestStrategy is the strategy file written with a set.
+type ManifestStrategy struct {
+	Path   string `json:"path"` // relative to the manifest's directory, slash-separated
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"` // of the file's bytes
+}
+
+// maxStrategyBytes bounds the strategy file Verify reads.
+const maxStrategyBytes = 256 << 20
+
+// strategyEntry hashes the strategy file rel in dir for the manifest.
+func strategyEntry(ctx context.Context, dir, rel string) (*ManifestStrategy, error) {
+	p, err := userfile.Within(dir, filepath.FromSlash(rel))
+	if err != nil {
+		return nil, fmt.Errorf("strategy file %q: %w", rel, err)
+	}
+	data, err := userfile.ReadFile(ctx, p, maxStrategyBytes)
+	if err != nil {
+		return nil, fmt.Errorf("strategy file: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return &ManifestStrategy{Path: filepath.ToSlash(rel), Bytes: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+// verifyStrategy checks the set's strategy file against m: present, its
+// size and hash the manifest's, and readable as a strategy file.
+func verifyStrategy(ctx context.Context, dir string, m *Manifest) error {
+	if m.Strategy == nil {
+		return nil
+	}
+	got, err := strategyEntry(ctx, dir, m.Strategy.Path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, ErrVerify)
+	}
+	p := filepath.Join(dir, filepath.FromSlash(m.Strategy.Path))
+	if got.Bytes != m.Strategy.Bytes || got.SHA256 != m.Strategy.SHA256 {
+		return fmt.Errorf("%s: %d bytes, sha256 %s; the manifest says %d bytes, sha256 %s: %w", p, got.Bytes, got.SHA256, m.Strategy.Bytes, m.Strategy.SHA256, ErrVerify)
+	}
+	if _, err := parallel.ReadStrategyFile(p); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrVerify)
+	}
+	return nil
+}
+
+// CheckListed refuses files in the set at dir that m does not list, as
+// Verify does; see checkListed.
+func CheckListed(dir string, m *Manifest) error { return checkListed(dir, m) }
+
+// checkListed refuses files in the set at dir that the manifest does not
+// list: a stale checkpoint beside a rank's file would be what a loader
+// picks. Everything under the manifest's own directories is the set's
+// (device{i}/ for a reshard output); at the top, only files that look like
+// a set's (checkpoints, strategy files) are, since a merged checkpoint and
+// its manifest may sit among unrelated files.
+func checkListed(dir string, m *Manifest) error {
+	listed := map[string]bool{ManifestName: true}
+	tops := map[string]bool{}
+	for _, f := range m.Files {
+		listed[path.Clean(f.Path)] = true
+		if top, _, nested := strings.Cut(path.Clean(f.Path), "/"); nested {
+			tops[top] = true
+		}
+	}
+	if m.Strategy != nil {
+		listed[path.Clean(m.Strategy.Path)] = true
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		top, _, nested := strings.Cut(rel, "/")
+		if d.IsDir() {
+			if !nested && !tops[top] && !isRankDir(top) {
+				return fs.SkipDir // not the set's: left alone
+			}
+			return nil
+		}
+		if listed[rel] {
+			return nil
+		}
+		if nested || isSetFile(rel) {
+			return fmt.Errorf("%s: not listed in %s, so not part of the set (a stale or foreign file): remove it, or write the set to a new directory: %w", p, ManifestName, ErrVerify)
+		}
+		return nil
+	})
+}
+
+// isRankDir reports whether name is a rank's directory of the set layout
+// (device{i}).
+func isRankDir(name string) bool {
+	n, ok := strings.CutPrefix(name, "device")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
+}
+
+// isSetFile reports whether a top-level file name looks like part of a
+// checkpoint set: a checkpoint or a strategy file. (A .safetensors beside a
+// merged checkpoint is its conversion, which nothing loads as a set.)
+func isSetFile(name string) bool {
+	lower := strings.ToLower(name)
+	return strings.HasSuffix(lower, ".ckpt") || lower == "strategy.json"
 }
 
 // ManifestTensor is one logical tensor of the set.
@@ -147,7 +265,8 @@ func ReadManifest(dir string) (*Manifest, error) {
 }
 
 // Verify re-reads the output set in dir and checks it against its
-// manifest: file sizes and CRC-32s, every rank's tensors in order
+// manifest: no file of the set's kind that it does not list, the strategy
+// file's size and hash, file sizes and CRC-32s, every rank's tensors in order
 // with the shapes of their boxes, identical copies wherever ranks share a
 // box, and the hash of every reassembled tensor.
 func Verify(ctx context.Context, dir string, opt Options) (*Manifest, error) {
@@ -157,6 +276,12 @@ func Verify(ctx context.Context, dir string, opt Options) (*Manifest, error) {
 	}
 	m, err := ReadManifest(dir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkListed(dir, m); err != nil {
+		return nil, err
+	}
+	if err := verifyStrategy(ctx, dir, m); err != nil {
 		return nil, err
 	}
 	if err := verifySet(ctx, dir, m, opt, nil); err != nil {

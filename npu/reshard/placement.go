@@ -30,6 +30,37 @@ type Target struct {
 	// Files names each rank's output file relative to the output directory;
 	// empty means rank_{r}.ckpt.
 	Files []string
+	// Strategy, when set, names the target's strategy file, already in the
+	// output directory (relative to it): the manifest records its size and
+	// content hash, and Verify checks them.
+	Strategy string
+}
+
+// PerRankStatistic reports whether a replicated tensor may hold different
+// values on different ranks: BatchNorm's moving statistics, which data
+// parallelism keeps per device (Options.ReplicatedRule chooses the value).
+// Every other replicated tensor must be equal on all ranks.
+func PerRankStatistic(name string) bool {
+	for _, suffix := range []string{"moving_mean", "moving_variance", "moving_var"} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxRanks caps a target's ranks. Every target rank is one output file
+// with its own write buffer and its own box per split tensor, so the work
+// of planning alone grows with it; 4096 is above any cluster a rank table
+// describes here (HCCL's 8 devices per server times 512 servers).
+const MaxRanks = 4096
+
+// CheckRanks refuses a target rank count outside 1..MaxRanks.
+func CheckRanks(n int) error {
+	if n < 1 || n > MaxRanks {
+		return fmt.Errorf("target of %d ranks: want 1 to %d (each target rank is an output file to plan and write; %d is 512 servers of 8 devices): %w", n, MaxRanks, MaxRanks, ErrPlacement)
+	}
+	return nil
 }
 
 // Replicated-tensor rules (Options.ReplicatedRule).

@@ -207,6 +207,7 @@ type job struct {
 	shape       []int // the logical shape (empty for a scalar)
 	rule        string
 	reads       []piece        // distinct source boxes (split, rank0) or every rank's whole copy (mean)
+	copies      []piece        // the other ranks' copies of a replicated tensor, compared with rank 0's
 	dst         []parallel.Box // per target rank, in geometry form
 	dstShapes   [][]int        // per target rank, the shape recorded in its file
 	bandRows    int
@@ -242,8 +243,8 @@ func intShape(dims []int64) []int {
 // and plans bands under the memory cap.
 func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanResult, error) {
 	n := len(s.paths)
-	if target.Ranks < 1 {
-		return nil, nil, fmt.Errorf("target of %d ranks: want at least 1", target.Ranks)
+	if err := CheckRanks(target.Ranks); err != nil {
+		return nil, nil, err
 	}
 	files := target.Files
 	if len(files) == 0 {
@@ -362,8 +363,15 @@ func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name str
 		}
 		whole := geomBox(wholeBox(j.shape))
 		for r := range n {
-			if r == 0 || j.rule == RuleMean {
+			switch {
+			case r == 0 || j.rule == RuleMean:
 				j.reads = append(j.reads, piece{rank: r, box: whole, t: byName[r][name]})
+			case !PerRankStatistic(name):
+				// Only statistics may differ between ranks; any other
+				// replicated tensor is read from every rank and compared,
+				// so a set missing its strategy file (or a damaged rank)
+				// is not merged from rank 0's copy alone.
+				j.copies = append(j.copies, piece{rank: r, box: whole, t: byName[r][name]})
 			}
 		}
 	}
@@ -388,8 +396,8 @@ func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name str
 	g := geom(j.shape)
 	j.rowBytes = volume(g[1:]) * int64(j.elem)
 	j.rowCost = 2 * j.rowBytes // the band being written and the next one being read
-	if j.rule != RuleMean && needsScratch(j.reads, g) {
-		j.rowCost += j.rowBytes // to scatter pieces narrower than the tensor
+	if j.rule != RuleMean && needsScratch(j.reads, g) || len(j.copies) > 0 {
+		j.rowCost += j.rowBytes // to scatter pieces narrower than the tensor, or to compare copies
 	}
 	return j, nil
 }
@@ -436,7 +444,7 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		if rows > 0 {
 			tp.Bands = (rows + j.bandRows - 1) / j.bandRows
 		}
-		for _, p := range j.reads {
+		for _, p := range append(slices.Clip(j.reads), j.copies...) {
 			tp.ReadBytes += volume(p.box.Shape) * int64(j.elem)
 		}
 		for r, d := range j.dst {

@@ -1,6 +1,7 @@
 package reshard
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/parallel"
 )
@@ -32,6 +34,11 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	defer s.close()
 	jobs, plan, err := resolve(s, src, target, opt)
 	if err != nil {
+		return nil, err
+	}
+	// Before the first byte: a run that cannot fit would fill the disk for
+	// nothing.
+	if err := checkSpace(outDir, plan.WriteBytes); err != nil {
 		return nil, err
 	}
 	paths, err := prepareOutputs(outDir, plan.Files, s)
@@ -114,6 +121,14 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 		manifest.Files = append(manifest.Files, ManifestFile{Rank: r, Path: filepath.ToSlash(plan.Files[r]), Bytes: plan.FileBytes[r], CRC32: fmt.Sprintf("%08x", crcs[r])})
 	}
 	for _, o := range outs {
+		// Readable by all, as training writes its checkpoints (the
+		// temporary file was private).
+		if err := os.Chmod(o.f.Name(), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", o.path, err)
+		}
+		if err := atomicfile.CheckTarget(o.path); err != nil {
+			return nil, err
+		}
 		if err := os.Rename(o.f.Name(), o.path); err != nil {
 			return nil, fmt.Errorf("write %s: %w", o.path, err)
 		}
@@ -130,6 +145,11 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	if err := checkWritten(ctx, outDir, manifest, opt, bufs.arena); err != nil {
 		return nil, fmt.Errorf("check what was written: %w", err)
 	}
+	if target.Strategy != "" {
+		if manifest.Strategy, err = strategyEntry(ctx, outDir, target.Strategy); err != nil {
+			return nil, err
+		}
+	}
 	manifest.Stats = &RunStats{SourceBytes: plan.SourceBytes, ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
 	if err := writeManifest(outDir, manifest); err != nil {
 		return nil, err
@@ -137,6 +157,10 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	ok = true
 	return manifest, nil
 }
+
+// checkSpace is atomicfile.CheckSpace; a test replaces it to reach a full
+// disk in the middle of a run.
+var checkSpace = atomicfile.CheckSpace
 
 // testHookWritten, when set by a test, is called with the output files'
 // paths once they are written and synced, before Run checks them.
@@ -210,7 +234,8 @@ func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile
 	bandBytes := int64(j.bandRows) * j.rowBytes
 	bands := [2][]byte{bufs.arena[:bandBytes], bufs.arena[bandBytes : 2*bandBytes]}
 	var scratch []byte
-	if j.rule != RuleMean && needsScratch(j.reads, g) {
+	// An empty tensor has no band to compare (and no room planned for one).
+	if j.rule != RuleMean && needsScratch(j.reads, g) || len(j.copies) > 0 && volume(g) > 0 {
 		scratch = bufs.arena[2*bandBytes : 3*bandBytes]
 	}
 	if volume(g) > 0 {
@@ -283,6 +308,29 @@ func readBand(ctx context.Context, j *job, files []*os.File, g []int, box parall
 	}
 	if err := fillBand(ctx, files, j.reads, g, box, buf, scratch, j.elem, opt.Workers); err != nil {
 		return fmt.Errorf("read: %w", err)
+	}
+	return compareCopies(j, files, box, buf, scratch)
+}
+
+// compareCopies checks that the other ranks' copies of a replicated tensor
+// hold buf, rows box of rank 0's copy; scratch is as large as buf (a
+// replicated tensor needs no scatter buffer, so the slot is free).
+func compareCopies(j *job, files []*os.File, box parallel.Box, buf, scratch []byte) error {
+	start := int64(box.Offset[0]) * j.rowBytes
+	for _, c := range j.copies {
+		sc := scratch[:len(buf)]
+		if err := c.t.ReadAt(files[c.rank], sc, start); err != nil {
+			return fmt.Errorf("read rank %d's copy: %w", c.rank, err)
+		}
+		if bytes.Equal(sc, buf) {
+			continue
+		}
+		i := 0
+		for sc[i] == buf[i] {
+			i++
+		}
+		return fmt.Errorf("%s (rank %d): tensor %q has no layout, so every rank should hold it whole and equal, but this copy differs from rank 0's at byte %d: give the strategy file that splits it, or the mean rule (--bn-stats mean) to average the ranks: %w",
+			files[c.rank].Name(), c.rank, j.name, start+int64(i), ErrSource)
 	}
 	return nil
 }

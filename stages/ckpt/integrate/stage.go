@@ -121,7 +121,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	opt.Progress = func(written, total int64) {
 		sc.Progress(written, total, "bytes", "writing "+name)
 	}
-	m, err := reshard.Merge(ctx, set.Source, outDir, name, opt)
+	// The work dir is the stage's own: an earlier attempt's output there
+	// is replaced.
+	m, err := ckptset.Merge(ctx, set, in, filepath.Join(outDir, name), true, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ const version = "1.2.0"
 // With is the stage's `with` block.
 type With struct {
 	From           string             `json:"from" jsonschema:"minLength=1,format=path" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
-	Devices        int                `json:"devices" jsonschema:"minimum=1" description:"devices of the target cluster"`
+	Devices        int                `json:"devices" jsonschema:"minimum=1,maximum=4096" description:"devices of the target cluster (at most 4096: each is an output file to plan and write)"`
 	TargetStrategy string             `json:"target_strategy,omitempty" jsonschema:"format=path" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
 	SourceStrategy string             `json:"source_strategy,omitempty" jsonschema:"format=path" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
 	Model          string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"the next training's model: with mode (and strategy), the target is exactly the layout that training's ranks hold, derived as npu/train derives it, and its strategy file is written"`
@@ -110,6 +110,9 @@ func check(w With) []plugins.Problem {
 	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		p = append(p, plugins.Problem{Path: "/max_memory", Message: err.Error()})
 	}
+	if err := engine.CheckRanks(w.Devices); err != nil {
+		p = append(p, plugins.Problem{Path: "/devices", Message: err.Error()})
+	}
 	sort.Slice(p, func(i, j int) bool { return p[i].Path < p[j].Path })
 	return p
 }
@@ -121,6 +124,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	if _, err := os.Stat(w.From); err != nil {
 		return nil, fmt.Errorf("from: %w", err)
+	}
+	if err := engine.CheckRanks(w.Devices); err != nil {
+		return nil, fmt.Errorf("devices: %w", err)
 	}
 	set, in, err := ckptset.Load([]string{w.From}, w.Prefix, w.SourceStrategy)
 	if err != nil {
@@ -178,7 +184,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	opt.Progress = func(written, total int64) {
 		sc.Progress(written, total, "bytes", fmt.Sprintf("writing %d rank files", target.Ranks))
 	}
-	m, err := ckptset.Reshard(ctx, set, target, layout, outDir, opt)
+	// The work dir is the stage's own: an earlier attempt's set there is
+	// replaced whole.
+	m, err := ckptset.Reshard(ctx, set, in, target, layout, outDir, true, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,10 @@ func TestDescribeAndValidate(t *testing.T) {
 		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "auto_parallel"}, "/mode: auto_parallel searches its strategy when the job starts"},
 		{map[string]any{"from": "/x", "devices": 4, "model": "cnn", "target_strategy": "s.ckpt"}, "/target_strategy: give the target as model"},
 		{map[string]any{"from": "/x", "devices": 4, "format": "ckpt"}, `unknown field "format"`},
+		// 100000 devices started writing 315 GB and left 71,450 directories.
+		{map[string]any{"from": "/x", "devices": 100000}, "/devices"},
+		{map[string]any{"from": "/x", "devices": 4097}, "4096"},
+		{map[string]any{"from": "/x", "devices": 4096}, ""},
 	} {
 		problems, err := reshard.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
@@ -188,5 +192,39 @@ func TestReshardSetToStrategy(t *testing.T) {
 	}
 	if err := ckpt.Compare(tensors, got); err != nil {
 		t.Fatalf("4 -> 2 -> 1 is not the whole checkpoint: %v (from %s)", err, path)
+	}
+}
+
+// The stage's own earlier output given as from (a retry resharding what it
+// wrote) is refused before anything is written: the output would replace
+// its input. Another attempt into the same work dir replaces the set whole.
+func TestReshardRefusesItsOwnOutputAsInput(t *testing.T) {
+	path, _ := integrated(t)
+	work := t.TempDir()
+	runIn := func(with map[string]any) (map[string]any, error) {
+		return reshard.New().Run(context.Background(), plugins.RunRequest{
+			RunID: "r1", StageID: "reshard", With: with, WorkDir: work, Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
+		}, func(plugins.Event) {})
+	}
+	out, err := runIn(map[string]any{"from": path, "devices": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := out["checkpoints"].(string)
+	before, err := ckptset.Find(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runIn(map[string]any{"from": dir, "devices": 1}); err == nil || !strings.Contains(err.Error(), "is the input "+dir) {
+		t.Fatalf("from its own output: %v, want a refusal", err)
+	}
+	if after, err := ckptset.Find(dir, ""); err != nil || !reflect.DeepEqual(after, before) {
+		t.Fatalf("the earlier set changed: %v, %v", after, err)
+	}
+	if _, err := runIn(map[string]any{"from": path, "devices": 4}); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := ckptset.Find(dir, ""); err != nil || len(after) != 4 {
+		t.Fatalf("another attempt: %v, %v; want the 4-rank set alone", after, err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/spf13/cobra"
@@ -192,6 +194,19 @@ func statOf(v float64, dtype string) statFloat {
 	return statFloat{v: float64(float32(v)), bits: 32}
 }
 
+// termText is s as the terminal should get it: unchanged when every rune
+// is printable, else Go-quoted, so a tensor name holding escape sequences
+// or tabs shows as text ("\x1b[2J") instead of acting on the terminal or
+// the table's columns.
+func termText(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) || r == utf8.RuneError {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
 // pyShape formats dims as Python prints a shape: (2, 3), (4,), ().
 func pyShape(dims []int64) string {
 	parts := make([]string, len(dims))
@@ -217,7 +232,7 @@ func writeInspectText(w io.Writer, r ckptReport) error {
 		if t.Stats != nil {
 			lo, hi, mean = t.Stats.Min.String(), t.Stats.Max.String(), t.Stats.Mean.String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.DType, pyShape(t.Shape), t.Bytes, t.SHA256[:12], lo, hi, mean)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", termText(t.Name), t.DType, pyShape(t.Shape), t.Bytes, t.SHA256[:12], lo, hi, mean)
 	}
 	return tw.Flush()
 }

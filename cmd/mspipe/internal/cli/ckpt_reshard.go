@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/bytesize"
 
 	"github.com/mspipe/mspipe/internal/userfile"
@@ -68,7 +69,8 @@ func (f *engineFlags) options() (reshard.Options, error) {
 // engineErr gives a problem with the checkpoints exit status 1 and a file
 // that cannot be found or read exit status 2.
 func engineErr(err error) error {
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, userfile.ErrNotRegular) || errors.Is(err, ckptset.ErrNotASet) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, userfile.ErrNotRegular) || errors.Is(err, ckptset.ErrNotASet) ||
+		errors.Is(err, ckptset.ErrInputOutput) || errors.Is(err, atomicfile.ErrNotEmpty) || errors.Is(err, atomicfile.ErrLocked) {
 		return usageErr(err)
 	}
 	return &exitError{Code: ExitFailed, Err: err}
@@ -77,9 +79,9 @@ func engineErr(err error) error {
 func newCkptMergeCmd() *cobra.Command {
 	var f engineFlags
 	var out string
-	var plan bool
+	var plan, force bool
 	cmd := &cobra.Command{
-		Use:   "merge SET_DIR | RANK_FILE... -o OUT.ckpt",
+		Use:   "merge SET_DIR | RANK_FILE... (-o OUT.ckpt | --plan)",
 		Short: "Integrate the per-rank slices of a checkpoint set into one whole checkpoint",
 		Long: `Integrate a checkpoint set, one .ckpt per rank (what a parallel run saves with
 integrated_save=False), into one checkpoint holding every tensor whole: what
@@ -100,6 +102,11 @@ beside it (a content hash per tensor, re-checked after
 writing; see mspipe ckpt verify). --plan prints what would be read and
 written without writing anything.
 
+The inputs are only read: an OUT that is, holds or lies inside one of them
+(the set directory, a rank file, the strategy file, the manifest) is
+refused before anything is written. An existing OUT or manifest.json is
+refused unless --force; one merge at a time writes into a directory.
+
 Exit status: 0 merged, 1 the set, its strategy or the memory cap do not fit
 (the message names the file and the tensor), 2 usage error or a file that
 cannot be read.`,
@@ -112,14 +119,19 @@ cannot be read.`,
 			if err != nil {
 				return usageErr(err)
 			}
-			if out == "" {
+			if out == "" && !plan {
 				return usageErr(fmt.Errorf("-o OUT.ckpt: say where the merged checkpoint goes"))
 			}
 			set, in, err := ckptset.Load(args, f.prefix, f.strategy)
 			if err != nil {
 				return engineErr(err)
 			}
-			target := reshard.Target{Ranks: 1, Files: []string{filepath.Base(out)}}
+			name := filepath.Base(out)
+			if out == "" {
+				// --plan alone: the name a merge would get, as ckpt/integrate names it.
+				name = ckptset.FileName(f.prefix, in.Files[0])
+			}
+			target := reshard.Target{Ranks: 1, Files: []string{name}}
 			if plan {
 				p, err := reshard.Plan(cmd.Context(), set.Source, target, opt)
 				if err != nil {
@@ -127,7 +139,7 @@ cannot be read.`,
 				}
 				return writePlan(cmd.OutOrStdout(), f.format, in, p)
 			}
-			m, err := reshard.Merge(cmd.Context(), set.Source, filepath.Dir(out), filepath.Base(out), opt)
+			m, err := ckptset.Merge(cmd.Context(), set, in, out, force, opt)
 			if err != nil {
 				return engineErr(err)
 			}
@@ -137,6 +149,7 @@ cannot be read.`,
 	f.add(cmd, true)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the merged checkpoint to write (manifest.json goes beside it)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
+	cmd.Flags().BoolVar(&force, "force", false, "replace an existing OUT and manifest.json")
 	return cmd
 }
 
@@ -144,7 +157,7 @@ func newCkptReshardCmd() *cobra.Command {
 	var f engineFlags
 	var out, targetStrategy string
 	var devices int
-	var plan bool
+	var plan, force bool
 	var indivisible string
 	var job ckptset.Job
 	var mode string
@@ -180,8 +193,15 @@ OUT_DIR gets device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt per target rank
 (the layout npu/train's init: reads), strategy.ckpt (the target layout, as
 load_distributed_checkpoint expects it) and manifest.json, written last,
 once every output file has been re-read and its tensors' content hashes
-equal the source's. On any error no manifest is left, so nothing partial
-looks complete; the source files are only read.
+equal the source's. The set is built in a fresh directory beside OUT_DIR
+(.{name}.tmp-{digits}) that replaces OUT_DIR only once complete, so a
+failed run (a full disk, a kill) leaves what was there whole; later runs
+remove such leftovers. An OUT_DIR holding anything is refused unless
+--force, which replaces it whole (never merged with foreign files); a
+second reshard into the same OUT_DIR at once is refused. The inputs are
+only read: an OUT_DIR that is, holds or lies inside one of them is refused
+before anything is written, and so is a set larger than the free space.
+--devices is at most 4096.
 
 --plan prints, without writing anything, the bytes to read and write, the
 peak memory against the cap, and every tensor's moves (which source rank
@@ -212,8 +232,8 @@ that cannot be read.`,
 				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
 			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch):
 				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size and --full-batch describe the next training: give its --model too"))
-			case devices < 0:
-				return usageErr(fmt.Errorf("--devices %d: want at least 1", devices))
+			case devices < 0 || devices > reshard.MaxRanks:
+				return usageErr(fmt.Errorf("--devices %d: want 1 to %d (each target rank is an output file to plan and write)", devices, reshard.MaxRanks))
 			case out == "" && !plan:
 				return usageErr(fmt.Errorf("-o OUT_DIR: say where the resharded set goes"))
 			}
@@ -265,7 +285,7 @@ that cannot be read.`,
 				}
 				return writePlan(cmd.OutOrStdout(), f.format, in, p)
 			}
-			m, err := ckptset.Reshard(cmd.Context(), set, target, layout, out, opt)
+			m, err := ckptset.Reshard(cmd.Context(), set, in, target, layout, out, force, opt)
 			if err != nil {
 				return engineErr(err)
 			}
@@ -273,7 +293,8 @@ that cannot be read.`,
 		},
 	}
 	f.add(cmd, true)
-	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set (new or empty)")
+	cmd.Flags().BoolVar(&force, "force", false, "replace a non-empty OUT_DIR whole")
 	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
 	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
 	cmd.Flags().StringVar(&job.Model, "model", "", "the next training's model: the target is its layout on --devices")
@@ -292,8 +313,11 @@ func newCkptVerifyCmd() *cobra.Command {
 		Use:   "verify DIR",
 		Short: "Check a merge or reshard output against its manifest",
 		Long: `Re-read a set written by mspipe ckpt merge or reshard (or the ckpt/integrate
-and ckpt/reshard stages) and check it against its manifest.json: every file's
-size and CRC-32 (and crc_num trailer, when the set has them), every rank's tensors and the shapes of their
+and ckpt/reshard stages) and check it against its manifest.json: no
+checkpoint or strategy file the manifest does not list (a stale one beside
+a rank's file is what a loader would pick), the strategy file's size and
+SHA-256, every file's size and CRC-32 (and crc_num trailer, when the set
+has them), every rank's tensors and the shapes of their
 slices, identical copies wherever ranks share a slice, and the SHA-256 of
 every whole tensor reassembled from the slices, which equals the source's.
 
@@ -382,7 +406,7 @@ func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResu
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENSOR\tDTYPE\tSHAPE\tBYTES\tRULE\tBANDS\tREAD\tWRITE\tMOVES")
 	for _, t := range p.Tensors {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", t.Name, t.DType, pyShape(toInt64s(t.Shape)), t.Bytes, t.Rule, t.Bands, t.ReadBytes, t.WriteBytes, moves(t.Moves))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", termText(t.Name), t.DType, pyShape(toInt64s(t.Shape)), t.Bytes, t.Rule, t.Bands, t.ReadBytes, t.WriteBytes, moves(t.Moves))
 	}
 	return tw.Flush()
 }

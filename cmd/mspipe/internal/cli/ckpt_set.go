@@ -155,7 +155,7 @@ func writeSetText(w io.Writer, r setReport) error {
 		fmt.Fprintln(tw, "NAME\tDTYPE\tRANK SHAPES\tBYTES\tSPREAD")
 	}
 	for _, t := range r.Tensors {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s", t.Name, t.DType, rankShapes(t.Shapes), t.Bytes, t.Spread)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s", termText(t.Name), t.DType, rankShapes(t.Shapes), t.Bytes, t.Spread)
 		if withLayout {
 			whole, layout := "-", "none (replicated)"
 			if t.Shapes[0] != nil {
