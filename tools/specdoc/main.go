@@ -45,5 +45,5 @@ func generate(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Render(schemas.Pipeline, stages)
+	return Render(schemas.Base, stages)
 }
