@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -243,6 +244,14 @@ func configuration(r *Run, withRun bool) []configRow {
 		row.Strategy = get("strategy", nil)
 		row.Epochs = get("epochs", d.Epochs)
 		row.LR = get("learning_rate", d.LearningRate) + " (" + get("lr_schedule", d.Schedule) + ")"
+		if ranks := r.Steps[sid]; len(ranks) > 0 {
+			// A stage that starts from a checkpoint may run at the rate
+			// the checkpoint holds: say what the steps report.
+			first := ranks[sortedRanks(ranks)[0]][0].LearningRate
+			if want, err := strconv.ParseFloat(strings.Fields(row.LR)[0], 64); err == nil && first > 0 && math.Abs(first-want) > 1e-6*want {
+				row.LR += fmt.Sprintf("; its first step ran at %s", strconv.FormatFloat(float64(float32(first)), 'g', -1, 32))
+			}
+		}
 		row.Init = outputName(r.State, get("init", nil))
 		batch := get("batch_size", d.BatchSize)
 		if n := len(r.Steps[sid]); n > 0 {

@@ -159,6 +159,7 @@ func TestLineagesShareTheStepAxis(t *testing.T) {
 		st.Stages["retrain"].With = map[string]any{"init": "/runs/r1/stages/reshard/checkpoints", "mode": "semi_auto_parallel"}
 		st.Stages["reshard"].Outputs = map[string]any{"checkpoints": "/runs/r1/stages/reshard/checkpoints"}
 		st.Stages["train"].Outputs = map[string]any{"accuracy": 0.5}
+		st.Stages["train"].With = map[string]any{"learning_rate": 0.1}
 		st.Stages["retrain"].Outputs = map[string]any{"accuracy": 0.8}
 		needs := map[string][]string{"train": {"prepare"}, "integrate": {"train"}, "reshard": {"integrate"}, "retrain": {"reshard"}, "other": {"prepare"}}
 		steps := func(from, n int64, loss float64) []Step {
@@ -206,9 +207,10 @@ func TestLineagesShareTheStepAxis(t *testing.T) {
 		if sp := ls[0].Speed; sp == nil || sp.Series[0].Last != 30 || sp.Series[1].Last != 20 {
 			t.Errorf("throughput: want the ranks' sum (30 for three ranks, 20 for two), got %+v", sp)
 		}
+		r.Steps["retrain"][0][0].LearningRate = 0.05 // the checkpoint's rate, not the input's
 		cfg := configuration(r, false)
 		if len(cfg) != 3 || cfg[1].Stage != "retrain" || cfg[1].Init != "stages.reshard.outputs.checkpoints" || cfg[1].Mode != "semi_auto_parallel" ||
-			cfg[1].Batch != "32 per device, 64 global" || cfg[1].LR != "0.01 (constant)" {
+			cfg[1].Batch != "32 per device, 64 global" || cfg[1].LR != "0.01 (constant); its first step ran at 0.05" || cfg[0].LR != "0.1 (constant)" {
 			t.Errorf("configuration %+v", cfg)
 		}
 	}
