@@ -175,7 +175,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		Seed: cfg.Seed, Threads: threads,
 		NumShards: 1, ShardID: 0,
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
-		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax,
+		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,
 		DeviceMemory: cfg.DeviceMemory,

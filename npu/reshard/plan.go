@@ -48,6 +48,10 @@ type Options struct {
 	// VerifyOutputSHA256 also reassembles every tensor and checks its
 	// content hash, as Verify does.
 	VerifyOutput string
+	// CRC appends MindSpore's crc_num trailer to every output file
+	// (save_checkpoint's crc_check). Off, as in MindSpore, the files are
+	// plain protobuf; the manifest's crc32 proves them either way.
+	CRC bool
 	// SliceBytes is the output's Value slice limit; 0 means
 	// ckpt.DefaultSliceBytes, as MindSpore writes.
 	SliceBytes int64
@@ -97,6 +101,7 @@ type PlanResult struct {
 	Files                    []string // output files relative to the output directory, rank order
 	FileBytes                []int64  // each output file's exact size
 	Tensors                  []TensorPlan
+	SourceBytes              int64 // the source files' sizes, together
 	ReadBytes                int64 // source tensor data read
 	WriteBytes               int64 // output file bytes written
 	PeakMemory               int64 // tensor data buffered at most
@@ -303,6 +308,9 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, x := range s.index {
+		plan.SourceBytes += x.Size
+	}
 	return jobs, plan, nil
 }
 
@@ -446,7 +454,9 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		plan.Tensors = append(plan.Tensors, tp)
 	}
 	for r := range plan.FileBytes {
-		plan.FileBytes[r] += int64(crcTrailerLen)
+		if opt.CRC {
+			plan.FileBytes[r] += int64(crcTrailerLen)
+		}
 		plan.WriteBytes += plan.FileBytes[r]
 	}
 	plan.writeBuffer, plan.arena, plan.mean = writeBufferSize(opt.MaxMemory, targetRanks), band, mean
@@ -455,6 +465,26 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		plan.PeakMemory += meanBufferBytes
 	}
 	return plan, nil
+}
+
+// SizeSummary says in one line what a plan reads and writes: bytes in
+// (the source files) against bytes out (the files written), so that a
+// layout that copies tensors to every rank shows as what it costs.
+func SizeSummary(p *PlanResult) string {
+	s := fmt.Sprintf("%s in (%s), %s out (%s)",
+		userfile.Size(p.SourceBytes), files(p.SourceRanks), userfile.Size(p.WriteBytes), files(p.TargetRanks))
+	if p.SourceBytes > 0 {
+		s += fmt.Sprintf(", out/in %.2f", float64(p.WriteBytes)/float64(p.SourceBytes))
+	}
+	return s + fmt.Sprintf("; %s of tensor data read, peak memory %s of %s",
+		userfile.Size(p.ReadBytes), userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
+}
+
+func files(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", n)
 }
 
 // Plan checks a reshard without writing anything: it opens and indexes the

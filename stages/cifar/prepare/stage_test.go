@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -80,7 +81,7 @@ func TestValidate(t *testing.T) {
 // images (rounded down to 5 files of 10) and 20 test images, and checks every
 // file it wrote against the outputs, the manifest and the sharding rule.
 func TestPrepareSynthetic(t *testing.T) {
-	work, out, events, err := run(t, map[string]any{"shards": 3, "seed": 4, "train_images": 52, "test_images": 20})
+	work, out, events, err := run(t, map[string]any{"shards": 3, "seed": 4, "train_images": 50, "test_images": 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +171,38 @@ func TestPrepareSynthetic(t *testing.T) {
 // TestPrepareSeedAndDefaults: the same seed gives the same bytes, another
 // seed other bytes; without shards and seed the stage writes one shard from
 // seed 1.
+// TestPrepareWritesTheCountAskedFor: 1024 images (not a multiple of the
+// five data_batch files) are 1024 images, the first four files one larger,
+// so 8 shards of 128 need no padding.
+func TestPrepareWritesTheCountAskedFor(t *testing.T) {
+	work, out, _, err := run(t, map[string]any{"shards": 8, "train_images": 1024, "test_images": 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["train_count"] != 1024 {
+		t.Fatalf("train_count %v, want 1024", out["train_count"])
+	}
+	dir := out["dir"].(string)
+	for i, records := range []int{205, 205, 205, 205, 204} {
+		name := fmt.Sprintf("data_batch_%d.bin", i+1)
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() != int64(records*data.RecordBytes) {
+			t.Errorf("%s: %v, want %d records", name, err, records)
+		}
+	}
+	m, err := data.Verify(filepath.Join(work, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Train.Records != 1024 {
+		t.Errorf("manifest: %d training records", m.Train.Records)
+	}
+	for _, e := range m.Shards.Shards {
+		if e.TrainRecords != 128 || e.TrainPadded != 0 {
+			t.Errorf("shard %d: %d records, %d padded; want 128 and none", e.ShardID, e.TrainRecords, e.TrainPadded)
+		}
+	}
+}
+
 func TestPrepareSeedAndDefaults(t *testing.T) {
 	hashes := func(with map[string]any) map[string]string {
 		work, _, _, err := run(t, with)

@@ -34,7 +34,7 @@ import (
 const Name = "ckpt/integrate"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
@@ -45,6 +45,7 @@ type With struct {
 	BNStats   string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every rank holds whole with different values (data-parallel BatchNorm statistics): rank 0's, or the mean"`
 	MaxMemory string `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
 	Workers   int    `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	CRCCheck  bool   `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer (save_checkpoint's crc_check); off, as in MindSpore, the file is plain protobuf every MindSpore version reads, and the manifest's crc32 proves it"`
 }
 
 func defaults() With {
@@ -102,7 +103,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	case in.Strategy != "":
 		layout = "layout from " + in.Strategy
 	}
-	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
+	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true, CRC: w.CRCCheck}
 	// A link planted in the work dir would take the checkpoint out.
 	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoint")
 	if err != nil {
@@ -113,8 +114,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
-	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %d bytes to read, %d to write, peak memory %d of %d",
-		len(in.Files), w.From, layout, plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %s",
+		len(in.Files), w.From, layout, reshard.SizeSummary(plan)))
 	opt.Progress = func(written, total int64) {
 		sc.Progress(written, total, "bytes", "writing "+name)
 	}

@@ -31,6 +31,7 @@ type With struct {
 	SaveCheckpointSteps int               `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
 	KeepCheckpointMax   int               `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
 	Prefix              string            `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
+	CRCCheck            bool              `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every checkpoint (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf that every MindSpore version reads, and a sidecar {file}.sha256 proves them on resume either way"`
 	IntegratedSave      *bool             `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
 	DeviceMemory        string            `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
 	Eval                *bool             `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
