@@ -2,20 +2,18 @@ package tests
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mspipe/mspipe/internal/testutil/browser"
 
 	"gopkg.in/yaml.v3"
 
@@ -425,12 +423,12 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 	ranks := map[string]int{"train": 8, "retrain": 4}
 	stepCounts := map[string]int{"train": shortEpochs * shortStepsPerEpoch, "retrain": shortRetrainEpochs * shortStepsPerEpoch}
 	checkLossCurves(t, "report.html", string(html), ranks, stepCounts)
-	chromium := findChromium()
+	chromium := browser.Find()
 	if chromium == "" {
 		t.Log("SKIP of the browser check: no chromium found (.ci/run installs Debian's chromium; or set MSPIPE_CHROMIUM)")
 		return
 	}
-	checkLossCurves(t, "chromium's DOM", dumpDOM(t, chromium, page), ranks, stepCounts)
+	checkLossCurves(t, "chromium's DOM", browser.Run(t, chromium, "--dump-dom", "file://"+page), ranks, stepCounts)
 }
 
 var (
@@ -504,35 +502,4 @@ func rankSet(t *testing.T, s string) []int {
 		}
 	}
 	return out
-}
-
-// findChromium returns $MSPIPE_CHROMIUM, Debian's /usr/bin/chromium, or a
-// chromium on PATH; "" when there is none.
-func findChromium() string {
-	if p := os.Getenv("MSPIPE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// dumpDOM renders page in headless Chromium (its own profile, no network
-// services) and returns the DOM it built.
-func dumpDOM(t *testing.T, chromium, page string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+page)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s --dump-dom: %v\n%s", chromium, err, stderr.String())
-	}
-	return stdout.String()
 }

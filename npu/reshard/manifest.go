@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -263,7 +265,7 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 		// Bands of maxBandBytes are enough: more memory only pages in more.
 		size := min(opt.MaxMemory, 2*biggest*workers, 2*max(maxBandBytes, widest)*workers)
 		if 2*widest > size {
-			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", userfile.Size(widest), userfile.Size(opt.MaxMemory), ErrMemory)
+			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", bytesize.Format(widest), bytesize.Format(opt.MaxMemory), ErrMemory)
 		}
 		arena = make([]byte, size)
 	}
@@ -317,7 +319,7 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	rowBytes := volume(g[1:]) * int64(elem)
 	if volume(g) > 0 {
 		if rowBytes > int64(len(band)) {
-			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, %s is given: %w", t.Name, userfile.Size(rowBytes), userfile.Size(2*int64(len(band))), ErrMemory)
+			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, %s is given: %w", t.Name, bytesize.Format(rowBytes), bytesize.Format(2*int64(len(band))), ErrMemory)
 		}
 		rows := int(min(int64(g[0]), int64(len(band))/rowBytes))
 		for lo := 0; lo < g[0]; lo += rows {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -408,11 +410,11 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		left -= meanBufferBytes
 	}
 	if left <= 0 {
-		need := userfile.Size(wbuf) + " of write buffers"
+		need := bytesize.Format(wbuf) + " of write buffers"
 		if mean {
-			need += " and " + userfile.Size(meanBufferBytes) + " for the mean rule"
+			need += " and " + bytesize.Format(meanBufferBytes) + " for the mean rule"
 		}
-		return nil, fmt.Errorf("%d output files need %s, the cap is %s: %w", targetRanks, need, userfile.Size(opt.MaxMemory), ErrMemory)
+		return nil, fmt.Errorf("%d output files need %s, the cap is %s: %w", targetRanks, need, bytesize.Format(opt.MaxMemory), ErrMemory)
 	}
 	plan := &PlanResult{SourceRanks: sourceRanks, TargetRanks: targetRanks, Files: files, FileBytes: make([]int64, targetRanks), MaxMemory: opt.MaxMemory}
 	var band int64
@@ -423,7 +425,7 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		case volume(g) == 0:
 			j.bandRows = max(rows, 1)
 		case j.rowCost > left:
-			return nil, fmt.Errorf("tensor %q: one row along dim 0 needs %s, %s is left under the cap after write buffers: %w", j.name, userfile.Size(j.rowCost), userfile.Size(left), ErrMemory)
+			return nil, fmt.Errorf("tensor %q: one row along dim 0 needs %s, %s is left under the cap after write buffers: %w", j.name, bytesize.Format(j.rowCost), bytesize.Format(left), ErrMemory)
 		default:
 			j.bandRows = int(min(int64(rows), left/j.rowCost, max(1, maxBandBytes/j.rowBytes)))
 		}
@@ -472,12 +474,12 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 // layout that copies tensors to every rank shows as what it costs.
 func SizeSummary(p *PlanResult) string {
 	s := fmt.Sprintf("%s in (%s), %s out (%s)",
-		userfile.Size(p.SourceBytes), files(p.SourceRanks), userfile.Size(p.WriteBytes), files(p.TargetRanks))
+		bytesize.Format(p.SourceBytes), files(p.SourceRanks), bytesize.Format(p.WriteBytes), files(p.TargetRanks))
 	if p.SourceBytes > 0 {
 		s += fmt.Sprintf(", out/in %.2f", float64(p.WriteBytes)/float64(p.SourceBytes))
 	}
 	return s + fmt.Sprintf("; %s of tensor data read, peak memory %s of %s",
-		userfile.Size(p.ReadBytes), userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
+		bytesize.Format(p.ReadBytes), bytesize.Format(p.PeakMemory), bytesize.Format(p.MaxMemory))
 }
 
 func files(n int) string {

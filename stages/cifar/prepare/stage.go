@@ -56,6 +56,10 @@ func New() plugins.Stage {
 }
 
 func check(w With) []plugins.Problem {
+	if w.Source != "" && w.Source != data.SourceSynthetic && !filepath.IsAbs(w.Source) {
+		// "synthetic" is a keyword here, not a path: a relative path would be ambiguous.
+		return []plugins.Problem{{Path: "/source", Message: fmt.Sprintf("%q is a relative path: give the absolute path of a cifar-10-batches-bin directory (or \"synthetic\")", w.Source)}}
+	}
 	if w.Source != data.SourceSynthetic && (w.TrainImages != 0 || w.TestImages != 0) {
 		return []plugins.Problem{{Path: "/train_images", Message: "train_images and test_images apply to source: synthetic only"}}
 	}
@@ -77,9 +81,6 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	if w.TestImages > 0 {
 		opts.Synth.TestRecords = w.TestImages
-	}
-	if w.Source != data.SourceSynthetic && !filepath.IsAbs(w.Source) {
-		return nil, fmt.Errorf("source %q: give an absolute path (relative paths would depend on the stage's work dir)", w.Source)
 	}
 	sc.Info("preparing CIFAR-10", "source", w.Source, "shards", w.Shards)
 	m, err := data.Prepare(ctx, root, opts)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/stages/cifar/prepare"
@@ -20,12 +22,8 @@ import (
 
 func run(t *testing.T, with map[string]any) (string, map[string]any, []plugins.Event, error) {
 	t.Helper()
-	work := t.TempDir()
-	var events []plugins.Event
-	out, err := prepare.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "prepare", With: with, WorkDir: work, Cluster: plugins.Cluster{Devices: 3}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return work, out, events, err
+	r := sdktest.Run(context.Background(), t, prepare.New(), plugins.RunRequest{StageID: "prepare", With: with, Cluster: plugins.Cluster{Devices: 3}})
+	return r.Request.WorkDir, r.Outputs, r.Events(), r.Err
 }
 
 func TestDescribe(t *testing.T) {
@@ -281,7 +279,7 @@ func TestPrepareErrors(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"source": "cifar-10-batches-bin"},
-			`source "cifar-10-batches-bin": give an absolute path (relative paths would depend on the stage's work dir)`},
+			`invalid with: /source: "cifar-10-batches-bin" is a relative path: give the absolute path of a cifar-10-batches-bin directory (or "synthetic")`},
 		{map[string]any{"source": "/x", "train_images": 100},
 			"invalid with: /train_images: train_images and test_images apply to source: synthetic only"},
 		{map[string]any{"shards": 1.5}, "invalid with: /shards: want int, got number 1.5"},

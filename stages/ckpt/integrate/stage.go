@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -38,8 +40,8 @@ const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
-	From      string `json:"from" jsonschema:"minLength=1" description:"directory with device{i}/ckpt_{i}/ per rank (stages.train.outputs.checkpoints)"`
-	Strategy  string `json:"strategy,omitempty" description:"strategy file of the training (default: strategy.ckpt or strategy.json in from; none: every tensor replicated)"`
+	From      string `json:"from" jsonschema:"minLength=1,format=path" description:"directory with device{i}/ckpt_{i}/ per rank (stages.train.outputs.checkpoints)"`
+	Strategy  string `json:"strategy,omitempty" jsonschema:"format=path" description:"strategy file of the training (default: strategy.ckpt or strategy.json in from; none: every tensor replicated)"`
 	Format    string `json:"format,omitempty" jsonschema:"enum=ckpt|safetensors" description:"ckpt, or safetensors: the verified .ckpt is converted (in memory) and kept beside it"`
 	Prefix    string `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the training"`
 	BNStats   string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every rank holds whole with different values (data-parallel BatchNorm statistics): rank 0's, or the mean"`
@@ -74,14 +76,14 @@ func New() plugins.Stage {
 }
 
 func check(w With) []plugins.Problem {
-	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		return []plugins.Problem{{Path: "/max_memory", Message: err.Error()}}
 	}
 	return nil
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	mem, err := ckptset.ParseSize(w.MaxMemory)
+	mem, err := bytesize.Parse(w.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("max_memory: %w", err)
 	}

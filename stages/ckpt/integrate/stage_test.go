@@ -10,13 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/internal/bytesize"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
 	"github.com/mspipe/mspipe/stages/ckpt/integrate"
 )
 
@@ -51,11 +52,8 @@ func writeSet(t *testing.T, withStrategy bool) string {
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := integrate.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "integrate", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, integrate.New(), plugins.RunRequest{StageID: "integrate", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 func values(t *testing.T, tensors []ckpt.Tensor, name string) []float32 {
@@ -172,7 +170,7 @@ func TestIntegrateSeedsExample(t *testing.T) {
 	st, _ := os.Stat(path)
 	// Bytes in and out: the merged file is smaller than the four slices
 	// together (one copy of the replicated tensors instead of four).
-	summary := fmt.Sprintf(" in (4 files), %s out (1 file), out/in 0.6", userfile.Size(st.Size()))
+	summary := fmt.Sprintf(" in (4 files), %s out (1 file), out/in 0.6", bytesize.Format(st.Size()))
 	if len(logs) == 0 || !strings.Contains(logs[0], "integrating 4 ranks of "+root+" (layout from "+filepath.Join(root, "strategy.ckpt")+"): 1.0 KiB"+summary) {
 		t.Fatalf("logs %q, want %q", logs, summary)
 	}

@@ -31,6 +31,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -48,10 +50,10 @@ const version = "1.2.0"
 
 // With is the stage's `with` block.
 type With struct {
-	From           string             `json:"from" jsonschema:"minLength=1" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
+	From           string             `json:"from" jsonschema:"minLength=1,format=path" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
 	Devices        int                `json:"devices" jsonschema:"minimum=1" description:"devices of the target cluster"`
-	TargetStrategy string             `json:"target_strategy,omitempty" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
-	SourceStrategy string             `json:"source_strategy,omitempty" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
+	TargetStrategy string             `json:"target_strategy,omitempty" jsonschema:"format=path" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
+	SourceStrategy string             `json:"source_strategy,omitempty" jsonschema:"format=path" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
 	Model          string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"the next training's model: with mode (and strategy), the target is exactly the layout that training's ranks hold, derived as npu/train derives it, and its strategy file is written"`
 	Mode           parallel.Mode      `json:"mode,omitempty" description:"the next training's parallel mode (with model); auto_parallel is refused: its strategy is searched when the job starts (mspipe plan prints it; give it as strategy with semi_auto_parallel)"`
 	Strategy       map[string][][]int `json:"strategy,omitempty" description:"the next training's shard strategy per operator (semi_auto_parallel, with model), as npu/train's strategy"`
@@ -105,7 +107,7 @@ func check(w With) []plugins.Problem {
 	if w.Model != "" && w.Mode == parallel.AutoParallel {
 		p = append(p, plugins.Problem{Path: "/mode", Message: "auto_parallel searches its strategy when the job starts; run mspipe plan on the next training, then give the strategy it prints here and there with mode semi_auto_parallel"})
 	}
-	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		p = append(p, plugins.Problem{Path: "/max_memory", Message: err.Error()})
 	}
 	sort.Slice(p, func(i, j int) bool { return p[i].Path < p[j].Path })
@@ -113,7 +115,7 @@ func check(w With) []plugins.Problem {
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	mem, err := ckptset.ParseSize(w.MaxMemory)
+	mem, err := bytesize.Parse(w.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("max_memory: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -17,11 +19,8 @@ import (
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := reshard.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "reshard", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, reshard.New(), plugins.RunRequest{StageID: "reshard", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 // integrated writes a whole checkpoint as ckpt/integrate leaves it: the

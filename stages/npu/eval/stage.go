@@ -25,8 +25,8 @@ const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
-	Checkpoint string `json:"checkpoint" jsonschema:"minLength=1" description:"a .ckpt file, a training stage's checkpoints directory (rank 0's newest checkpoint is used), or a ckpt/reshard output (its slices merged whole)"`
-	Data       string `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory"`
+	Checkpoint string `json:"checkpoint" jsonschema:"minLength=1,format=path" description:"a .ckpt file, a training stage's checkpoints directory (rank 0's newest checkpoint is used), or a ckpt/reshard output (its slices merged whole)"`
+	Data       string `json:"data" jsonschema:"minLength=1,format=path" description:"cifar-10-batches-bin directory"`
 	Model      string `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn,default=resnet20"`
 	BatchSize  int    `json:"batch_size,omitempty" jsonschema:"default=100,minimum=1"`
 	Prefix     string `json:"prefix,omitempty" jsonschema:"default=CKP" description:"checkpoint prefix when checkpoint is a directory"`

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
@@ -109,11 +111,8 @@ func train(t *testing.T, maxSteps int) trained {
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := eval.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "eval", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, eval.New(), plugins.RunRequest{StageID: "eval", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 func TestDescribe(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -47,7 +49,7 @@ func (f *engineFlags) options() (reshard.Options, error) {
 	if f.format != "text" && f.format != "json" {
 		return reshard.Options{}, fmt.Errorf("--format: unknown format %q (text or json)", f.format)
 	}
-	mem, err := ckptset.ParseSize(f.maxMemory)
+	mem, err := bytesize.Parse(f.maxMemory)
 	if err != nil {
 		return reshard.Options{}, fmt.Errorf("--max-memory: %w", err)
 	}
@@ -313,7 +315,7 @@ tensor), 2 usage error or a missing manifest.`,
 				return writeJSON(cmd.OutOrStdout(), m)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: verified %d files, %d tensors (%s of tensor data) against %s\n",
-				args[0], len(m.Files), len(m.Tensors), userfile.Size(tensorBytes(m)), reshard.ManifestName)
+				args[0], len(m.Files), len(m.Tensors), bytesize.Format(tensorBytes(m)), reshard.ManifestName)
 			return nil
 		},
 	}
@@ -356,10 +358,10 @@ func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m 
 		proof = "every tensor re-read from the written files and its content hash checked against the source's"
 	}
 	fmt.Fprintf(w, "%d tensors (%s): %s; manifest: %s\n",
-		len(m.Tensors), userfile.Size(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
+		len(m.Tensors), bytesize.Format(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
 	if s := m.Stats; s != nil {
 		fmt.Fprintf(w, "in %s (%d source files), out %s (%d files); read %s of tensor data, peak memory %s\n",
-			userfile.Size(s.SourceBytes), len(in.Files), userfile.Size(s.WriteBytes), len(m.Files), userfile.Size(s.ReadBytes), userfile.Size(s.PeakMemory))
+			bytesize.Format(s.SourceBytes), len(in.Files), bytesize.Format(s.WriteBytes), len(m.Files), bytesize.Format(s.ReadBytes), bytesize.Format(s.PeakMemory))
 	}
 	return nil
 }
@@ -370,9 +372,9 @@ func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResu
 	}
 	fmt.Fprintf(w, "plan: %d ranks -> %d ranks\nsource: %s\n", p.SourceRanks, p.TargetRanks, sourceLine(in))
 	fmt.Fprintf(w, "in %d bytes (%s), out %d bytes (%s); read %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
-		p.SourceBytes, userfile.Size(p.SourceBytes), p.WriteBytes, userfile.Size(p.WriteBytes),
-		p.ReadBytes, userfile.Size(p.ReadBytes),
-		p.PeakMemory, userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
+		p.SourceBytes, bytesize.Format(p.SourceBytes), p.WriteBytes, bytesize.Format(p.WriteBytes),
+		p.ReadBytes, bytesize.Format(p.ReadBytes),
+		p.PeakMemory, bytesize.Format(p.PeakMemory), bytesize.Format(p.MaxMemory))
 	for r, f := range p.Files {
 		fmt.Fprintf(w, "rank %d: %s (%d bytes)\n", r, f, p.FileBytes[r])
 	}

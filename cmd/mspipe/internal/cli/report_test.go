@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/internal/testutil/browser"
 )
 
 // tinySpec trains a CNN on two simulated devices twice, data parallel and
@@ -295,7 +297,7 @@ func TestReportOfARealRun(t *testing.T) {
 		t.Errorf("the comparison draws %v loss curves per run, want the 3 stages' curves of both %s and %s", byRun, id, id2)
 	}
 
-	chromium := findChromium()
+	chromium := browser.Find()
 	if chromium == "" {
 		t.Log("SKIP of the browser check: no chromium found (install Debian's chromium package, or set MSPIPE_CHROMIUM)")
 		return
@@ -303,7 +305,7 @@ func TestReportOfARealRun(t *testing.T) {
 	// The browser's DOM has the same curves: the inline SVG parsed as SVG,
 	// and the retrain continues the semi stage on its axis: its first
 	// vertex is right of the semi stage's last.
-	dom := runChromium(t, chromium, "--dump-dom", "file://"+want)
+	dom := browser.Run(t, chromium, "--dump-dom", "file://"+want)
 	domCurves := lossCurves(t, dom)
 	checkCurves(t, "chromium's DOM", domCurves, losses)
 	semiLast, retrainFirst := math.Inf(-1), math.Inf(1)
@@ -318,7 +320,7 @@ func TestReportOfARealRun(t *testing.T) {
 	if !(retrainFirst > semiLast) {
 		t.Errorf("chromium's DOM: the retrain's first vertex (x %.1f) is not right of the semi stage's last (x %.1f)", retrainFirst, semiLast)
 	}
-	domCompared := runChromium(t, chromium, "--dump-dom", "file://"+strings.TrimSpace(out))
+	domCompared := browser.Run(t, chromium, "--dump-dom", "file://"+strings.TrimSpace(out))
 	byRun = map[string]int{}
 	for _, c := range lossCurves(t, domCompared) {
 		byRun[c.run]++
@@ -343,7 +345,7 @@ func TestReportOfARealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(t.TempDir(), "chart.png")
-	runChromium(t, chromium, "--window-size=760,280", "--hide-scrollbars", "--screenshot="+shot, "file://"+pageFile)
+	browser.Run(t, chromium, "--window-size=760,280", "--hide-scrollbars", "--screenshot="+shot, "file://"+pageFile)
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatal(err)
@@ -400,38 +402,6 @@ func checkCurves(t *testing.T, what string, curves []lossCurve, losses map[strin
 			t.Errorf("%s: stage %s: %d curves for 2 ranks whose losses are equal: %v", what, stage, drawn, equal)
 		}
 	}
-}
-
-// findChromium returns the Chromium to render with: $MSPIPE_CHROMIUM, else
-// Debian's /usr/bin/chromium, else one on PATH; "" when there is none.
-func findChromium() string {
-	if p := os.Getenv("MSPIPE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// runChromium runs headless Chromium on its own profile, without network
-// services, and returns its stdout.
-func runChromium(t *testing.T, chromium string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + t.TempDir()}
-	cmd := exec.CommandContext(ctx, chromium, append(base, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", chromium, args, err, stderr.String())
-	}
-	return stdout.String()
 }
 
 // No run to report on, or an output path that cannot be written, is a

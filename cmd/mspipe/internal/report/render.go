@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/pipeline"
 )
@@ -23,7 +24,7 @@ var pageSource string
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"time":  formatTime,
 	"ints":  formatInts[int],
-	"bytes": humanBytes,
+	"bytes": bytesize.Format,
 	"g6":    func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) },
 	"add":   func(a, b float64) float64 { return a + b },
 	"mul16": func(i int) float64 { return float64(16 * i) },
@@ -523,12 +524,12 @@ func formatOutput(k string, val any) string {
 	switch x := val.(type) {
 	case float64:
 		if k == "peak_device_memory" || k == "bytes" {
-			return humanBytes(int64(x))
+			return bytesize.Format(int64(x))
 		}
 		return strconv.FormatFloat(x, 'g', 6, 64)
 	case int:
 		if k == "peak_device_memory" || k == "bytes" {
-			return humanBytes(int64(x))
+			return bytesize.Format(int64(x))
 		}
 	}
 	return fmt.Sprint(val)
@@ -570,7 +571,7 @@ func training(sid string, ss *pipeline.StageState, ranks map[int][]Step, stepsOf
 			most = max(most, s.AfterStepMemory)
 		}
 		t.Ranks = append(t.Ranks, rankRow{
-			Rank: rank, Steps: len(steps), FirstLoss: steps[0].Loss, LastLoss: steps[len(steps)-1].Loss, AfterStepMax: humanBytes(most),
+			Rank: rank, Steps: len(steps), FirstLoss: steps[0].Loss, LastLoss: steps[len(steps)-1].Loss, AfterStepMax: bytesize.Format(most),
 		})
 	}
 	return t
