@@ -80,6 +80,14 @@ func Compose(base []byte, stages []StageInputs) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// standardFormats are the formats JSON Schema 2020-12 defines.
+var standardFormats = map[string]bool{
+	"date-time": true, "date": true, "time": true, "duration": true, "email": true, "idn-email": true,
+	"hostname": true, "idn-hostname": true, "ipv4": true, "ipv6": true, "uri": true, "uri-reference": true,
+	"iri": true, "iri-reference": true, "uuid": true, "uri-template": true, "json-pointer": true,
+	"relative-json-pointer": true, "regex": true,
+}
+
 // annotations are the keywords kept on an input when its value schema
 // moves into an anyOf with the templated alternative.
 var annotations = []string{"description", "default", "title", "examples", "deprecated"}
@@ -90,6 +98,11 @@ var annotations = []string{"description", "default", "title", "examples", "depre
 // wrapped: the `with` object (an expression cannot replace it) and the
 // alternatives of an anyOf or oneOf (wrapped once, around them all).
 func templatedInputs(s map[string]any, top bool) map[string]any {
+	if f, ok := s["format"].(string); ok && !standardFormats[f] {
+		// mspipe's own formats (path) mean nothing to other validators,
+		// and strict ones refuse a format they do not know.
+		delete(s, "format")
+	}
 	for _, key := range []string{"properties", "patternProperties"} {
 		if props, ok := s[key].(map[string]any); ok {
 			for name, p := range props {
