@@ -45,7 +45,7 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 		l.Str("event", "step").Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
 			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
 			Float64("lr", st.LearningRate).Float64("images_per_second", st.ImagesPerSecond).
-			Int64("device_memory", st.DeviceMemory).Bool("epoch_end", st.EpochEnd).Msg("step")
+			Int64("after_step_device_memory", st.DeviceMemory).Bool("epoch_end", st.EpochEnd).Msg("step")
 		r.log.Debug().Str("event", "step").Str("stage", sid).Int("rank", st.Rank).Int64("epoch", st.Epoch).Int64("step", st.Step).
 			Int64("global_step", st.GlobalStep).Int64("total_steps", st.TotalSteps).Float64("loss", st.Loss).
 			Msgf("[%s] rank %d epoch %d step %d loss %g", sid, st.Rank, st.Epoch, st.Step, st.Loss)

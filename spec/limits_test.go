@@ -27,7 +27,7 @@ func TestDeviceLimitIsOneLimit(t *testing.T) {
 			} `json:"cluster"`
 		} `json:"$defs"`
 	}
-	if err := json.Unmarshal(schemas.Pipeline, &doc); err != nil {
+	if err := json.Unmarshal(schemas.Base, &doc); err != nil {
 		t.Fatal(err)
 	}
 	var max int

@@ -68,7 +68,7 @@ func TestMemoryLimitSchemaPattern(t *testing.T) {
 			} `json:"properties"`
 		} `json:"$defs"`
 	}
-	if err := json.Unmarshal(schemas.Pipeline, &doc); err != nil {
+	if err := json.Unmarshal(schemas.Base, &doc); err != nil {
 		t.Fatal(err)
 	}
 	pattern := doc.Defs["stage"].Properties["limits"].Properties["memory"].Pattern

@@ -409,8 +409,8 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 		}
 	}
 
-	// The run's report renders in a browser with a loss curve for the
-	// training on each cluster: a line per rank, a vertex per step.
+	// The run's report renders in a browser with the training on both
+	// clusters on one loss axis: every rank drawn, a vertex per step.
 	rep := w.run("report", id)
 	if rep.code != 0 {
 		t.Fatalf("report: exit %d\n%s", rep.code, rep.stderr)
@@ -432,30 +432,74 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 }
 
 var (
-	lossChartRE = regexp.MustCompile(`(?s)<svg class="loss-chart" data-stage="([^"]+)".*?</svg>`)
-	polylineRE  = regexp.MustCompile(`<polyline class="curve loss" data-rank="(\d+)"[^>]*points="([^"]*)"`)
+	lossChartRE = regexp.MustCompile(`(?s)<svg class="chart loss-chart".*?</svg>`)
+	polylineRE  = regexp.MustCompile(`<polyline class="curve loss" data-stage="([^"]+)" data-run="[^"]*" data-ranks="([^"]*)" data-points="\d+"[^>]*points="([^"]*)"`)
 )
 
-// checkLossCurves checks that html has, for each stage of ranks, a loss
-// chart with one polyline per rank of steps[stage] vertices.
+// checkLossCurves checks that html draws, for each stage of ranks, every
+// rank's losses in exactly one polyline (ranks with equal losses share
+// one) of steps[stage] vertices, and that the training lineage is one
+// axis: the retrain's first vertex is right of the train's last.
 func checkLossCurves(t *testing.T, what, html string, ranks, steps map[string]int) {
 	t.Helper()
-	found := map[string]map[int]int{}
-	for _, chart := range lossChartRE.FindAllStringSubmatch(html, -1) {
-		found[chart[1]] = map[int]int{}
-		for _, pl := range polylineRE.FindAllStringSubmatch(chart[0], -1) {
-			rank, _ := strconv.Atoi(pl[1])
-			found[chart[1]][rank] = len(strings.Fields(pl[2]))
-		}
-	}
-	for stage, n := range ranks {
-		if len(found[stage]) != n {
-			t.Errorf("%s: %d loss lines for stage %s, want one per rank (%d)", what, len(found[stage]), stage, n)
-		}
-		for rank, points := range found[stage] {
-			if points != steps[stage] {
-				t.Errorf("%s: stage %s rank %d's loss line has %d points, want %d (one per step)", what, stage, rank, points, steps[stage])
+	covered := map[string]map[int]int{} // stage -> rank -> polylines drawing it
+	first, last := map[string]float64{}, map[string]float64{}
+	for _, chart := range lossChartRE.FindAllString(html, -1) {
+		for _, pl := range polylineRE.FindAllStringSubmatch(chart, -1) {
+			stage, points := pl[1], strings.Fields(pl[3])
+			if _, checked := ranks[stage]; !checked {
+				continue // another lineage (retrain_scratch)
+			}
+			if len(points) != steps[stage] {
+				t.Errorf("%s: stage %s ranks %s: a loss line of %d points, want %d (one per step)", what, stage, pl[2], len(points), steps[stage])
+			}
+			if covered[stage] == nil {
+				covered[stage] = map[int]int{}
+			}
+			for _, r := range rankSet(t, pl[2]) {
+				covered[stage][r]++
+			}
+			x := func(v string) float64 {
+				f, err := strconv.ParseFloat(strings.SplitN(v, ",", 2)[0], 64)
+				if err != nil {
+					t.Fatalf("%s: vertex %q: %v", what, v, err)
+				}
+				return f
+			}
+			if len(points) > 0 {
+				first[stage], last[stage] = x(points[0]), x(points[len(points)-1])
 			}
 		}
 	}
+	for stage, n := range ranks {
+		for r := range n {
+			if covered[stage][r] != 1 {
+				t.Errorf("%s: stage %s rank %d is in %d loss lines, want 1", what, stage, r, covered[stage][r])
+			}
+		}
+	}
+	if !(first["retrain"] > last["train"]) {
+		t.Errorf("%s: the retrain's first vertex (x %.1f) is not right of the train's last (x %.1f)", what, first["retrain"], last["train"])
+	}
+}
+
+// rankSet reads the report's short form of a set of ranks: "0-7, 9".
+func rankSet(t *testing.T, s string) []int {
+	t.Helper()
+	var out []int
+	for part := range strings.SplitSeq(s, ", ") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil {
+			t.Fatalf("rank set %q: %v", s, err)
+		}
+		for r := a; r <= b; r++ {
+			out = append(out, r)
+		}
+	}
+	return out
 }

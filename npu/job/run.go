@@ -142,7 +142,7 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
 		PeakMemory: res.PeakDeviceMemory,
 	}
-	fmt.Fprintf(say, "device memory: peak %s of %s\n", bytesize.Format(res.PeakDeviceMemory), bytesize.Format(res.DeviceMemory))
+	fmt.Fprintf(say, "device memory: peak %s (high-water mark) of %s\n", bytesize.Format(res.PeakDeviceMemory), bytesize.Format(res.DeviceMemory))
 	if res.Checkpoint != "" {
 		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
 	}

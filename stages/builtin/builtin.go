@@ -1,6 +1,6 @@
 // Package builtin is the one list of the stages the mspipe binary serves
 // itself (`mspipe __stage NAME`). A new built-in stage adds its Info here;
-// the CLI's registry, the published schema and the spec reference
+// the CLI's registry, the published schema (PipelineSchema) and the spec reference
 // (tools/specdoc) all read this list.
 package builtin
 
@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/schemas"
 	cifarprepare "github.com/mspipe/mspipe/stages/cifar/prepare"
 	ckptintegrate "github.com/mspipe/mspipe/stages/ckpt/integrate"
 	ckptreshard "github.com/mspipe/mspipe/stages/ckpt/reshard"
@@ -52,4 +53,20 @@ func Descriptors(ctx context.Context) ([]plugins.Descriptor, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// PipelineSchema returns the published JSON Schema of pipeline specs: the
+// hand-written base with the `with` of every built-in stage typed by the
+// stage's own declaration (what `mspipe schema` prints and
+// schemas/pipeline.schema.json holds).
+func PipelineSchema(ctx context.Context) ([]byte, error) {
+	descs, err := Descriptors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stages := make([]schemas.StageInputs, 0, len(descs))
+	for _, d := range descs {
+		stages = append(stages, schemas.StageInputs{Name: d.Name, With: d.WithSchema})
+	}
+	return schemas.Compose(schemas.Base, stages)
 }

@@ -49,5 +49,5 @@ func generate(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Render(schemas.Pipeline, stages, notes)
+	return Render(schemas.Base, stages, notes)
 }

@@ -48,7 +48,7 @@ func (p *Plan) Format(w io.Writer) error {
 	if !p.Fits() {
 		fits = "does NOT fit"
 	}
-	_, err := fmt.Fprintf(w, "%s on %d devices: predicted step %s (compute %s, communication %s); peak memory %s per rank, %s the device's %s\n",
+	_, err := fmt.Fprintf(w, "%s on %d devices: predicted step %s (compute %s, communication %s); predicted peak memory %s per rank (the cost model's parameters and activations), %s the device's %s\n",
 		p.Model, p.Devices, seconds(p.StepSeconds), seconds(p.ComputeSeconds), seconds(p.CommSeconds), bytesize.Format(p.PeakMemory), fits, bytesize.Format(p.Machine.Memory))
 	if err != nil {
 		return fmt.Errorf("write plan: %w", err)

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +23,9 @@ import (
 
 // tinySpec trains a CNN on two simulated devices twice, data parallel and
 // semi-auto parallel (with a strategy file as output), on a few synthetic
-// images, and integrates the semi-auto stage's slices (a reshard manifest).
+// images, integrates the semi-auto stage's slices (a reshard manifest) and
+// retrains from the integrated checkpoint: semi → integrate → retrain is
+// one lineage, dp another.
 const tinySpec = `version: 1
 name: tiny-report
 cluster: {devices: 2}
@@ -44,14 +48,25 @@ stages:
       batch_size: 8
       log_steps: 1
   integrate: {uses: ckpt/integrate, needs: [semi], with: {from: "${{ stages.semi.outputs.checkpoints }}"}}
+  retrain:
+    uses: npu/train
+    needs: [integrate]
+    with:
+      data: "${{ stages.prepare.outputs.dir }}"
+      model: cnn
+      mode: data_parallel
+      init: "${{ stages.integrate.outputs.checkpoint }}"
+      epochs: 1
+      batch_size: 8
+      log_steps: 1
 `
 
 // tinyRun runs tinySpec with the real mspipe binary (built-in stages are
 // that binary re-executed as plugins) and returns the runs directory and
 // the run's id.
-func tinyRun(t *testing.T) (runsDir, id string) {
+func tinyRun(t *testing.T) (dir, runsDir, id string) {
 	t.Helper()
-	dir := t.TempDir()
+	dir = t.TempDir()
 	bin := filepath.Join(dir, "mspipe")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../../../cmd/mspipe").CombinedOutput(); err != nil {
 		t.Fatalf("build mspipe: %v\n%s", err, out)
@@ -59,6 +74,14 @@ func tinyRun(t *testing.T) (runsDir, id string) {
 	if err := os.WriteFile(filepath.Join(dir, "tiny.yaml"), []byte(tinySpec), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir, filepath.Join(dir, "runs"), rerun(t, dir)
+}
+
+// rerun runs tiny.yaml again in dir with the binary tinyRun built and
+// returns the new run's id.
+func rerun(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "mspipe")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run := exec.CommandContext(ctx, bin, "run", "tiny.yaml")
@@ -68,11 +91,11 @@ func tinyRun(t *testing.T) (runsDir, id string) {
 	if err := run.Run(); err != nil {
 		t.Fatalf("mspipe run: %v\n%s", err, stderr.String())
 	}
-	id = strings.TrimSpace(stdout.String())
+	id := strings.TrimSpace(stdout.String())
 	if id == "" {
 		t.Fatalf("mspipe run printed no run id\n%s", stderr.String())
 	}
-	return filepath.Join(dir, "runs"), id
+	return id
 }
 
 // stepLosses reads, per stage and rank, the losses of the step events in
@@ -89,12 +112,16 @@ func stepLosses(t *testing.T, runDir string) map[string]map[int][]float64 {
 			Stage, Event string
 			Rank         int
 			Loss         float64
+			AfterStep    int64 `json:"after_step_device_memory"`
 		}
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("events.jsonl: %v", err)
 		}
 		if ev.Event != "step" {
 			continue
+		}
+		if ev.AfterStep <= 0 {
+			t.Fatalf("events.jsonl: a step event without after_step_device_memory: %s", line)
 		}
 		if out[ev.Stage] == nil {
 			out[ev.Stage] = map[int][]float64{}
@@ -105,29 +132,68 @@ func stepLosses(t *testing.T, runDir string) map[string]map[int][]float64 {
 }
 
 var (
-	lossChartRE = regexp.MustCompile(`(?s)<svg class="loss-chart" data-stage="([^"]+)".*?</svg>`)
-	polylineRE  = regexp.MustCompile(`<polyline class="curve loss" data-rank="(\d+)"[^>]*points="([^"]*)"`)
+	lossChartRE = regexp.MustCompile(`(?s)<svg class="chart loss-chart".*?</svg>`)
+	polylineRE  = regexp.MustCompile(`<polyline class="curve loss" data-stage="([^"]+)" data-run="([^"]*)" data-ranks="([^"]*)" data-points="\d+"[^>]*points="([^"]*)"`)
 )
 
-// curvePoints returns, per stage and rank, how many vertices the loss
-// polylines of an HTML document have.
-func curvePoints(html string) map[string]map[int]int {
-	out := map[string]map[int]int{}
-	for _, chart := range lossChartRE.FindAllStringSubmatch(html, -1) {
-		out[chart[1]] = map[int]int{}
-		for _, pl := range polylineRE.FindAllStringSubmatch(chart[0], -1) {
-			rank, _ := strconv.Atoi(pl[1])
-			out[chart[1]][rank] = len(strings.Fields(pl[2]))
+// lossCurve is one loss polyline of a report: a stage's curve for a set of
+// ranks, in one run.
+type lossCurve struct {
+	stage, run string
+	ranks      []int
+	points     []string
+}
+
+// lossCurves returns the loss polylines of an HTML document.
+func lossCurves(t *testing.T, html string) []lossCurve {
+	t.Helper()
+	var out []lossCurve
+	for _, chart := range lossChartRE.FindAllString(html, -1) {
+		for _, pl := range polylineRE.FindAllStringSubmatch(chart, -1) {
+			out = append(out, lossCurve{stage: pl[1], run: pl[2], ranks: parseRankSet(t, pl[3]), points: strings.Fields(pl[4])})
 		}
 	}
 	return out
+}
+
+// parseRankSet reads the report's short form of a set of ranks: "0-7, 9".
+func parseRankSet(t *testing.T, s string) []int {
+	t.Helper()
+	var out []int
+	for part := range strings.SplitSeq(s, ", ") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			t.Fatalf("rank set %q: %v", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				t.Fatalf("rank set %q: %v", s, err)
+			}
+		}
+		for r := a; r <= b; r++ {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// vertexX is the x coordinate of a polyline vertex "x,y".
+func vertexX(t *testing.T, v string) float64 {
+	t.Helper()
+	x, err := strconv.ParseFloat(strings.SplitN(v, ",", 2)[0], 64)
+	if err != nil {
+		t.Fatalf("vertex %q: %v", v, err)
+	}
+	return x
 }
 
 func TestReportOfARealRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains two small models (-short)")
 	}
-	runsDir, id := tinyRun(t)
+	dir, runsDir, id := tinyRun(t)
 	runDir := filepath.Join(runsDir, id)
 
 	code, out, errOut := runCLI(t, "report", "--runs-dir", runsDir)
@@ -152,9 +218,16 @@ func TestReportOfARealRun(t *testing.T) {
 		`data-stage="prepare" data-status="succeeded"`, `data-stage="integrate" data-status="succeeded"`,
 		`data-from="prepare" data-to="dp"`, `data-from="prepare" data-to="semi"`, `data-from="semi" data-to="integrate"`,
 		`<rect class="bar st-succeeded" data-stage="semi"`,
-		// the strategy output of the semi-auto stage and its layouts
+		// the configuration first, naming mode and strategy
+		`<h2>Configuration</h2>`,
+		`<tr data-stage="semi"><td class="mono">semi</td><td class="mono">cnn</td><td class="mono">semi_auto_parallel</td><td class="mono">{end_point.matmul: [[1, 1], [2, 1]]}</td><td class="num">2</td>`,
+		`<td class="mono">stages.integrate.outputs.checkpoint</td>`,
+		// one lineage semi → retrain, one of dp
+		`<h3 class="lineage" data-lineage="semi">semi → retrain</h3>`, `<h3 class="lineage" data-lineage="dp">dp</h3>`,
+		`<line class="boundary" data-stage="retrain"`,
+		// the strategy output of the semi-auto stage and its split tensor
 		`<td class="mono">end_point.matmul</td><td class="mono">[[1, 1], [2, 1]]</td>`,
-		`<td class="mono">end_point.weight</td>`,
+		`<tr class="split"><td class="mono">end_point.weight</td>`,
 		// the integrate manifest with its hashes
 		`<h2>Checkpoint manifests</h2>`, `<td class="mono">conv1.weight</td>`,
 	} {
@@ -181,31 +254,88 @@ func TestReportOfARealRun(t *testing.T) {
 		}
 	}
 
-	// One loss curve per stage and rank, a vertex per step event.
+	// Every rank's losses are drawn, each set of equal curves once, a
+	// vertex per step event.
 	losses := stepLosses(t, runDir)
-	for _, stage := range []string{"dp", "semi"} {
+	for _, stage := range []string{"dp", "semi", "retrain"} {
 		if len(losses[stage]) != 2 {
 			t.Fatalf("stage %s: step events of %d ranks, want 2", stage, len(losses[stage]))
 		}
 	}
-	checkCurves(t, "report.html", curvePoints(html), losses)
+	checkCurves(t, "report.html", lossCurves(t, html), losses)
+
+	// A rerun takes every stage from the cache: its report still draws the
+	// curves, from the run that trained them, and links that run.
+	id2 := rerun(t, dir)
+	code, out, errOut = runCLI(t, "report", "--runs-dir", runsDir, id2)
+	if code != 0 {
+		t.Fatalf("report of the rerun: exit %d, %s", code, errOut)
+	}
+	cached, err := os.ReadFile(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCurves(t, "the cached rerun's report", lossCurves(t, string(cached)), losses)
+	if link := `<a href="../` + id + `/report.html"`; !strings.Contains(string(cached), link) {
+		t.Errorf("the cached rerun's report lacks the link %s to the run that trained it", link)
+	}
+
+	// Two runs side by side: both runs' curves on the shared axes.
+	code, out, errOut = runCLI(t, "report", "--runs-dir", runsDir, id, id2)
+	if code != 0 {
+		t.Fatalf("report of two runs: exit %d, %s", code, errOut)
+	}
+	compared, err := os.ReadFile(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byRun := map[string]int{}
+	for _, c := range lossCurves(t, string(compared)) {
+		byRun[c.run]++
+	}
+	if byRun[id] < 3 || byRun[id2] < 3 {
+		t.Errorf("the comparison draws %v loss curves per run, want the 3 stages' curves of both %s and %s", byRun, id, id2)
+	}
 
 	chromium := browser.Find()
 	if chromium == "" {
 		t.Log("SKIP of the browser check: no chromium found (install Debian's chromium package, or set MSPIPE_CHROMIUM)")
 		return
 	}
-	// The browser's DOM has the same curves: the inline SVG parsed as SVG.
+	// The browser's DOM has the same curves: the inline SVG parsed as SVG,
+	// and the retrain continues the semi stage on its axis: its first
+	// vertex is right of the semi stage's last.
 	dom := browser.Run(t, chromium, "--dump-dom", "file://"+want)
-	checkCurves(t, "chromium's DOM", curvePoints(dom), losses)
+	domCurves := lossCurves(t, dom)
+	checkCurves(t, "chromium's DOM", domCurves, losses)
+	semiLast, retrainFirst := math.Inf(-1), math.Inf(1)
+	for _, c := range domCurves {
+		switch c.stage {
+		case "semi":
+			semiLast = max(semiLast, vertexX(t, c.points[len(c.points)-1]))
+		case "retrain":
+			retrainFirst = min(retrainFirst, vertexX(t, c.points[0]))
+		}
+	}
+	if !(retrainFirst > semiLast) {
+		t.Errorf("chromium's DOM: the retrain's first vertex (x %.1f) is not right of the semi stage's last (x %.1f)", retrainFirst, semiLast)
+	}
+	domCompared := browser.Run(t, chromium, "--dump-dom", "file://"+strings.TrimSpace(out))
+	byRun = map[string]int{}
+	for _, c := range lossCurves(t, domCompared) {
+		byRun[c.run]++
+	}
+	if byRun[id] < 3 || byRun[id2] < 3 {
+		t.Errorf("chromium's DOM of the comparison: %v loss curves per run, want 3 of each", byRun)
+	}
 
 	// And it paints them: the semi stage's chart alone on a page, with the
 	// report's CSS, has curve-coloured pixels inside its plot area.
 	style := regexp.MustCompile(`(?s)<style>.*?</style>`).FindString(html)
 	var chart string
-	for _, m := range lossChartRE.FindAllStringSubmatch(html, -1) {
-		if m[1] == "semi" {
-			chart = m[0]
+	for _, m := range lossChartRE.FindAllString(html, -1) {
+		if strings.Contains(m, `data-stage="semi"`) {
+			chart = m
 		}
 	}
 	pageFile := filepath.Join(t.TempDir(), "chart.html")
@@ -215,7 +345,7 @@ func TestReportOfARealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(t.TempDir(), "chart.png")
-	browser.Run(t, chromium, "--window-size=720,300", "--hide-scrollbars", "--screenshot="+shot, "file://"+pageFile)
+	browser.Run(t, chromium, "--window-size=760,280", "--hide-scrollbars", "--screenshot="+shot, "file://"+pageFile)
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatal(err)
@@ -225,10 +355,10 @@ func TestReportOfARealRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("decode screenshot: %v", err)
 	}
-	// The plot area is x 60..620, y 16..256 (report/charts.go; the legend
-	// is right of it). Grid, axes and text are grey: the curves are the
-	// only saturated colour there.
-	plot := image.Rect(61, 17, 620, 256)
+	// The plot area is x 60..560, y 22..236 (report/charts.go; the legend
+	// is right of it). Grid, axes, the stage boundary and text are grey:
+	// the curves are the only saturated colour there.
+	plot := image.Rect(61, 23, 560, 236)
 	curve := 0
 	for y := plot.Min.Y; y < plot.Max.Y; y++ {
 		for x := plot.Min.X; x < plot.Max.X; x++ {
@@ -238,26 +368,39 @@ func TestReportOfARealRun(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d curve-coloured pixels in the semi stage's plot area", curve)
-	// Seven steps across 560 pixels make a line some 560 pixels long.
+	t.Logf("%d curve-coloured pixels in the semi → retrain plot area", curve)
+	// Sixteen steps across 500 pixels make a line some 500 pixels long.
 	if curve < 300 {
-		t.Errorf("the semi stage's loss chart has %d curve-coloured pixels in its plot area, want at least 300", curve)
+		t.Errorf("the semi → retrain loss chart has %d curve-coloured pixels in its plot area, want at least 300", curve)
 	}
 }
 
 // checkCurves compares the loss polylines found in a document with the
-// step events: one polyline per stage and rank, a vertex per step.
-func checkCurves(t *testing.T, what string, got map[string]map[int]int, losses map[string]map[int][]float64) {
+// step events: each stage's every rank is in exactly one polyline of that
+// stage, a vertex per step; ranks with equal losses share one.
+func checkCurves(t *testing.T, what string, curves []lossCurve, losses map[string]map[int][]float64) {
 	t.Helper()
 	for stage, ranks := range losses {
+		drawn := 0
 		for rank, l := range ranks {
-			if got[stage][rank] != len(l) || len(l) < 5 {
-				t.Errorf("%s: stage %s rank %d: %d curve points, want %d (≥ 5)", what, stage, rank, got[stage][rank], len(l))
+			var in []lossCurve
+			for _, c := range curves {
+				if c.stage == stage && slices.Contains(c.ranks, rank) {
+					in = append(in, c)
+				}
+			}
+			if len(in) != 1 || len(in[0].points) != len(l) || len(l) < 5 {
+				t.Errorf("%s: stage %s rank %d: in %d curves (want 1) with %v points, want %d (≥ 5)", what, stage, rank, len(in), in, len(l))
 			}
 		}
-	}
-	if len(got) != len(losses) {
-		t.Errorf("%s: loss charts for %d stages, want %d", what, len(got), len(losses))
+		for _, c := range curves {
+			if c.stage == stage {
+				drawn++
+			}
+		}
+		if equal := slices.Equal(ranks[0], ranks[1]); equal && drawn != 1 || !equal && drawn != 2 {
+			t.Errorf("%s: stage %s: %d curves for 2 ranks whose losses are equal: %v", what, stage, drawn, equal)
+		}
 	}
 }
 

@@ -24,9 +24,12 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#
 // pixels wide only makes the file larger.
 const maxCurvePoints = 1000
 
-// Chart is a line chart: one polyline per series inside the plot area.
+// Chart is a line chart: one polyline per series inside the plot area,
+// vertical markers where a later training stage takes over, and dots for
+// values measured once (accuracy after a stage).
 type Chart struct {
-	Stage         string
+	Kind          string // loss, accuracy, lr or throughput: the chart's CSS class and what tests look for
+	Title         string
 	Width, Height float64
 	Left, Top     float64 // the plot area's corner
 	PlotW, PlotH  float64
@@ -35,6 +38,7 @@ type Chart struct {
 	XTicks        []Tick
 	YTicks        []Tick
 	Series        []Series
+	Boundaries    []Boundary
 }
 
 // Tick is one labelled position along an axis.
@@ -43,41 +47,92 @@ type Tick struct {
 	Label string
 }
 
-// Series is one rank's curve.
+// Series is one curve: a run's stage, for a set of ranks that reported
+// the same values (drawn once).
 type Series struct {
 	Label  string
-	Rank   int
+	Stage  string
+	Run    string
+	Ranks  string // "0-7": the ranks the curve stands for
 	Color  string
+	Dash   string // stroke-dasharray, "" for a solid line
 	Points string // the polyline's points attribute
 	N      int    // vertices in Points
+	Dots   []Dot
 	Last   float64
 }
 
-// lossChart draws the loss of every rank of one stage against the global
-// step. It returns nil when the stage reported no steps.
-func lossChart(stage string, ranks map[int][]Step) *Chart {
-	if len(ranks) == 0 {
-		return nil
+// Dot is one marked value.
+type Dot struct {
+	X, Y  float64
+	Label string
+}
+
+// Boundary marks where a stage of a lineage starts on the step axis.
+type Boundary struct {
+	X     float64
+	Label string
+}
+
+// curve is a series before it is placed: values against the global step.
+type curve struct {
+	Label, Stage, Run, Ranks string
+	Color, Dash              string
+	X, Y                     []float64
+	Dots                     bool // draw a dot with its value at each point
+}
+
+// boundaryAt is a stage boundary before it is placed.
+type boundaryAt struct {
+	X     float64
+	Label string
+}
+
+// chartSize is a chart's size in SVG user units; the legend sits right of
+// the plot area, in a Legend-unit margin.
+type chartSize struct{ W, H, Legend float64 }
+
+var (
+	bigChart   = chartSize{760, 280, 200} // the loss
+	smallChart = chartSize{540, 220, 150} // accuracy, learning rate, throughput: two a row
+)
+
+// chartSpec says what a chart shows and how its axes are chosen.
+type chartSpec struct {
+	Kind, Title, YLabel string
+	Size                chartSize
+	X                   *[2]float64 // a fixed x range (charts of one lineage share it), or nil
+	Y                   *[2]float64 // a fixed y range (accuracy is 0..1), or nil
+	YFromZero           bool        // the y axis starts at 0 (a rate, a throughput)
+}
+
+// lineChart places curves on one pair of axes. It returns nil when no
+// curve has a finite point.
+func lineChart(spec chartSpec, curves []curve, bounds []boundaryAt) *Chart {
+	size := spec.Size
+	c := &Chart{Kind: spec.Kind, Title: spec.Title, Width: size.W, Height: size.H, Left: 60, Top: 22, XLabel: "global step", YLabel: spec.YLabel}
+	c.PlotW, c.PlotH = c.Width-c.Left-size.Legend, c.Height-c.Top-44
+	xmin, xmax, ymin, ymax, ok := extent(curves)
+	if !ok {
+		return nil // only NaN or infinite values: nothing to draw
 	}
-	// The legend sits right of the plot area, in a 100-unit margin.
-	c := &Chart{Stage: stage, Width: 720, Height: 300, Left: 60, Top: 16, XLabel: "global step", YLabel: "loss"}
-	c.PlotW, c.PlotH = c.Width-c.Left-100, c.Height-c.Top-44
-	xmin, xmax := math.Inf(1), math.Inf(-1)
-	ymin, ymax := math.Inf(1), math.Inf(-1)
-	for _, steps := range ranks {
-		for _, s := range steps {
-			if math.IsNaN(s.Loss) || math.IsInf(s.Loss, 0) {
-				continue
-			}
-			xmin, xmax = math.Min(xmin, float64(s.GlobalStep)), math.Max(xmax, float64(s.GlobalStep))
-			ymin, ymax = math.Min(ymin, s.Loss), math.Max(ymax, s.Loss)
-		}
+	for _, b := range bounds {
+		xmin, xmax = math.Min(xmin, b.X), math.Max(xmax, b.X)
 	}
-	if math.IsInf(xmin, 1) {
-		return nil // only NaN or infinite losses: nothing to draw
+	if spec.X != nil {
+		xmin, xmax = spec.X[0], spec.X[1]
+	}
+	if spec.YFromZero && ymin >= 0 {
+		ymin = 0
 	}
 	xlo, xhi, xticks := niceAxis(xmin, xmax)
 	ylo, yhi, yticks := niceAxis(ymin, ymax)
+	if spec.Y != nil {
+		ylo, yhi, yticks = spec.Y[0], spec.Y[1], nil
+		for i := 0; i <= 4; i++ {
+			yticks = append(yticks, ylo+float64(i)*(yhi-ylo)/4)
+		}
+	}
 	xpos := func(v float64) float64 { return c.Left + (v-xlo)/(xhi-xlo)*c.PlotW }
 	ypos := func(v float64) float64 { return c.Top + c.PlotH - (v-ylo)/(yhi-ylo)*c.PlotH }
 	for _, t := range xticks {
@@ -86,36 +141,131 @@ func lossChart(stage string, ranks map[int][]Step) *Chart {
 	for _, t := range yticks {
 		c.YTicks = append(c.YTicks, Tick{Pos: ypos(t), Label: formatTick(t)})
 	}
-	for _, rank := range sortedRanks(ranks) {
-		steps := thin(ranks[rank], maxCurvePoints)
+	for _, b := range bounds {
+		c.Boundaries = append(c.Boundaries, Boundary{X: xpos(b.X), Label: b.Label})
+	}
+	for _, cv := range curves {
+		sr := Series{Label: cv.Label, Stage: cv.Stage, Run: cv.Run, Ranks: cv.Ranks, Color: cv.Color, Dash: cv.Dash, Last: math.NaN()}
 		var b strings.Builder
-		n := 0
-		for _, s := range steps {
-			if math.IsNaN(s.Loss) || math.IsInf(s.Loss, 0) {
+		for _, i := range thinIndexes(len(cv.X), maxCurvePoints) {
+			if !finite(cv.X[i]) || !finite(cv.Y[i]) {
 				continue
 			}
-			if n > 0 {
+			x, y := xpos(cv.X[i]), ypos(cv.Y[i])
+			if sr.N > 0 {
 				b.WriteByte(' ')
 			}
-			fmt.Fprintf(&b, "%.1f,%.1f", xpos(float64(s.GlobalStep)), ypos(s.Loss))
-			n++
+			fmt.Fprintf(&b, "%.1f,%.1f", x, y)
+			sr.N++
+			sr.Last = cv.Y[i]
+			if cv.Dots {
+				sr.Dots = append(sr.Dots, Dot{X: x, Y: y, Label: strconv.FormatFloat(cv.Y[i], 'f', 3, 64)})
+			}
 		}
-		c.Series = append(c.Series, Series{
-			Label: fmt.Sprintf("rank %d", rank), Rank: rank, Color: palette[rank%len(palette)],
-			Points: b.String(), N: n, Last: steps[len(steps)-1].Loss,
-		})
+		sr.Points = b.String()
+		if sr.N > 0 {
+			c.Series = append(c.Series, sr)
+		}
 	}
 	return c
 }
 
+// extent is the range of the finite points of curves; ok is false when
+// there is none.
+func extent(curves []curve) (xmin, xmax, ymin, ymax float64, ok bool) {
+	xmin, xmax = math.Inf(1), math.Inf(-1)
+	ymin, ymax = math.Inf(1), math.Inf(-1)
+	for _, cv := range curves {
+		for i := range cv.X {
+			if !finite(cv.X[i]) || !finite(cv.Y[i]) {
+				continue
+			}
+			xmin, xmax = math.Min(xmin, cv.X[i]), math.Max(xmax, cv.X[i])
+			ymin, ymax = math.Min(ymin, cv.Y[i]), math.Max(ymax, cv.Y[i])
+		}
+	}
+	return xmin, xmax, ymin, ymax, !math.IsInf(xmin, 1)
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// thinIndexes returns at most max indexes of n, evenly spaced, always the
+// first and the last.
+func thinIndexes(n, max int) []int {
+	out := make([]int, 0, min(n, max))
+	if n <= max {
+		for i := range n {
+			out = append(out, i)
+		}
+		return out
+	}
+	for i := range max {
+		out = append(out, i*(n-1)/(max-1))
+	}
+	return out
+}
+
+// rankGroup is a set of ranks whose steps are identical (same global
+// steps, same values): their curve is drawn once.
+type rankGroup struct {
+	Ranks []int
+	Steps []Step
+}
+
+// groupRanks groups the ranks of one stage by identical loss curves, in
+// rank order of each group's first rank.
+func groupRanks(ranks map[int][]Step) []rankGroup {
+	var groups []rankGroup
+	index := map[string]int{}
+	for _, rank := range sortedRanks(ranks) {
+		steps := ranks[rank]
+		var kb strings.Builder
+		for _, s := range steps {
+			fmt.Fprintf(&kb, "%d:%v ", s.GlobalStep, s.Loss)
+		}
+		key := kb.String()
+		if i, ok := index[key]; ok {
+			groups[i].Ranks = append(groups[i].Ranks, rank)
+			continue
+		}
+		index[key] = len(groups)
+		groups = append(groups, rankGroup{Ranks: []int{rank}, Steps: steps})
+	}
+	return groups
+}
+
+// rankSet names a sorted set of ranks the short way: "0-7", "0-3, 6".
+func rankSet(ranks []int) string {
+	var parts []string
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(ranks[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rankLabel is rankSet with "rank" or "ranks" before it.
+func rankLabel(ranks []int) string {
+	if len(ranks) == 1 {
+		return "rank " + strconv.Itoa(ranks[0])
+	}
+	return "ranks " + rankSet(ranks)
+}
+
 // thin keeps at most max steps, evenly spaced, always the first and last.
 func thin(steps []Step, max int) []Step {
-	if len(steps) <= max {
-		return steps
-	}
-	out := make([]Step, 0, max)
-	for i := range max {
-		out = append(out, steps[i*(len(steps)-1)/(max-1)])
+	idx := thinIndexes(len(steps), max)
+	out := make([]Step, len(idx))
+	for i, j := range idx {
+		out[i] = steps[j]
 	}
 	return out
 }
@@ -165,7 +315,8 @@ func formatTick(v float64) string {
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
-// MemoryBar is one rank's peak device memory, drawn as a bar.
+// MemoryBar is the largest after-step device memory of one rank, drawn as
+// a bar.
 type MemoryBar struct {
 	Label string
 	Bytes int64
@@ -175,7 +326,9 @@ type MemoryBar struct {
 	Color string
 }
 
-// MemoryChart shows each rank's peak device memory of one stage.
+// MemoryChart shows, for each rank of one stage, the most device memory
+// in use after a step (the step events' value); the high-water mark
+// within a step is the stage's peak_device_memory output.
 type MemoryChart struct {
 	Stage  string
 	Width  float64
@@ -183,15 +336,15 @@ type MemoryChart struct {
 	Bars   []MemoryBar
 }
 
-// memoryChart draws the largest device_memory each rank reported; nil when
-// the stage reported none.
+// memoryChart draws the largest after-step device memory each rank
+// reported; nil when the stage reported none.
 func memoryChart(stage string, ranks map[int][]Step) *MemoryChart {
 	peaks := map[int]int64{}
 	var top int64
 	for rank, steps := range ranks {
 		for _, s := range steps {
-			if s.DeviceMemory > peaks[rank] {
-				peaks[rank] = s.DeviceMemory
+			if s.AfterStepMemory > peaks[rank] {
+				peaks[rank] = s.AfterStepMemory
 			}
 		}
 		top = max(top, peaks[rank])

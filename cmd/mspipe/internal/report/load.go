@@ -3,6 +3,7 @@ package report
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,8 +31,17 @@ type Run struct {
 	// shows the stages without edges and Notes says why).
 	Needs map[string][]string
 	// Steps holds each stage's training steps per rank, in global-step
-	// order; a step seen twice (a resumed stage) keeps its last value.
-	Steps      map[string]map[int][]Step
+	// order; a step seen twice (a resumed stage) keeps its last value. A
+	// cached stage's steps are those of the run that trained it
+	// (StepsFrom).
+	Steps map[string]map[int][]Step
+	// StepsFrom names, for each cached stage whose steps were read from
+	// the run that produced its outputs, that run's id.
+	StepsFrom map[string]string
+	// Continues maps a training stage to the training stage it continues
+	// from: the one its `init` checkpoint came from, through checkpoint
+	// stages (train → integrate → reshard → retrain).
+	Continues  map[string]string
 	Strategies []StageStrategy
 	Manifests  []StageManifest
 	Notes      []string // parts of the run that could not be read, and why
@@ -39,10 +49,15 @@ type Run struct {
 
 // Step is one training step of one rank, as its step event reported it.
 type Step struct {
-	GlobalStep   int64
-	Epoch        int64
-	Loss         float64
-	DeviceMemory int64 // bytes in use on the simulated device
+	GlobalStep      int64
+	Epoch           int64
+	Loss            float64
+	LearningRate    float64
+	ImagesPerSecond float64 // this rank's, over its epoch so far
+	// AfterStepMemory is the device memory in use after the step, in
+	// bytes: not the high-water mark within the step (the stage's
+	// peak_device_memory output is that).
+	AfterStepMemory int64
 }
 
 // StageStrategy is the strategy file a stage wrote (its strategy output).
@@ -74,11 +89,15 @@ const (
 // Optional parts that cannot be read become Notes; only an unreadable
 // events log that exists is an error.
 func Load(ctx context.Context, runsDir, runDir string, st *pipeline.RunState) (*Run, error) {
-	r := &Run{State: st, Steps: map[string]map[int][]Step{}}
+	r := &Run{State: st, Steps: map[string]map[int][]Step{}, StepsFrom: map[string]string{}}
 	r.Needs = r.readNeeds(runDir)
-	if err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl")); err != nil {
+	steps, err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl"))
+	if err != nil {
 		return nil, err
 	}
+	r.Steps = steps
+	r.readCachedSteps(ctx, runsDir)
+	r.Continues = continues(st, r.Needs)
 	for _, sid := range st.Order {
 		ss := st.Stages[sid]
 		if p, ok := ss.Outputs["strategy"].(string); ok && p != "" {
@@ -163,21 +182,25 @@ type stepEvent struct {
 	Epoch        int64   `json:"epoch"`
 	GlobalStep   int64   `json:"global_step"`
 	Loss         float64 `json:"loss"`
-	DeviceMemory int64   `json:"device_memory"`
+	LearningRate float64 `json:"lr"`
+	ImagesPerSec float64 `json:"images_per_second"`
+	AfterStep    int64   `json:"after_step_device_memory"`
+	DeviceMemory int64   `json:"device_memory"` // the same, in logs written before it was named so
 }
 
 // readSteps collects the step events of events.jsonl. A run without an
 // events log (it never started a stage) has no steps; a line that is not
 // a step event, does not parse or is too long is passed over: the log is
 // for many readers and may end in a line cut short by a kill.
-func (r *Run) readSteps(ctx context.Context, path string) error {
+func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]Step, error) {
+	out := map[string]map[int][]Step{}
 	f, st, err := userfile.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			r.note("no events log: %s", path)
-			return nil
+			return out, nil
 		}
-		return fmt.Errorf("read events %s: %w", path, err)
+		return nil, fmt.Errorf("read events %s: %w", path, err)
 	}
 	defer f.Close()
 	if st.Size() > maxEventsBytes {
@@ -189,7 +212,7 @@ func (r *Run) readSteps(ctx context.Context, path string) error {
 	skipped := 0
 	for n := 0; ; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		line, err := readLine(br)
 		if err != nil {
@@ -200,7 +223,7 @@ func (r *Run) readSteps(ctx context.Context, path string) error {
 				skipped++
 				continue
 			}
-			return fmt.Errorf("read events %s: %w", path, err)
+			return nil, fmt.Errorf("read events %s: %w", path, err)
 		}
 		if !bytes.Contains(line, marker) {
 			continue
@@ -218,23 +241,89 @@ func (r *Run) readSteps(ctx context.Context, path string) error {
 		if ranks[ev.Rank] == nil {
 			ranks[ev.Rank] = map[int64]Step{}
 		}
-		ranks[ev.Rank][ev.GlobalStep] = Step{GlobalStep: ev.GlobalStep, Epoch: ev.Epoch, Loss: ev.Loss, DeviceMemory: ev.DeviceMemory}
+		ranks[ev.Rank][ev.GlobalStep] = Step{GlobalStep: ev.GlobalStep, Epoch: ev.Epoch, Loss: ev.Loss,
+			LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSec, AfterStepMemory: cmp.Or(ev.AfterStep, ev.DeviceMemory)}
 	}
 	if skipped > 0 {
-		r.note("events log: %d step lines could not be read and are left out", skipped)
+		r.note("events log %s: %d step lines could not be read and are left out", path, skipped)
 	}
 	for sid, ranks := range byStep {
-		r.Steps[sid] = map[int][]Step{}
+		out[sid] = map[int][]Step{}
 		for rank, steps := range ranks {
 			list := make([]Step, 0, len(steps))
 			for _, s := range steps {
 				list = append(list, s)
 			}
 			sort.Slice(list, func(i, j int) bool { return list[i].GlobalStep < list[j].GlobalStep })
-			r.Steps[sid][rank] = list
+			out[sid][rank] = list
 		}
 	}
-	return nil
+	return out, nil
+}
+
+// readCachedSteps reads the steps of each cached stage from the events
+// log of the run that trained it, when that run is still in runsDir: the
+// curves of a rerun are those of the training whose outputs it reused.
+func (r *Run) readCachedSteps(ctx context.Context, runsDir string) {
+	byRun := map[string]map[string]map[int][]Step{}
+	for _, sid := range r.State.Order {
+		ss := r.State.Stages[sid]
+		if ss.Status != pipeline.StatusCached || ss.CachedFrom == "" || len(r.Steps[sid]) > 0 || ss.CachedFrom == r.State.ID {
+			continue
+		}
+		steps, ok := byRun[ss.CachedFrom]
+		if !ok {
+			path, err := inside(runsDir, filepath.Join(runsDir, ss.CachedFrom, "events.jsonl"))
+			if err == nil {
+				steps, err = r.readSteps(ctx, path)
+			}
+			if err != nil {
+				r.note("stage %s: the steps of run %s, which trained it: %v", sid, ss.CachedFrom, err)
+			}
+			byRun[ss.CachedFrom] = steps
+		}
+		if len(steps[sid]) > 0 {
+			r.Steps[sid] = steps[sid]
+			r.StepsFrom[sid] = ss.CachedFrom
+		}
+	}
+}
+
+// continues finds, for each stage that starts from a checkpoint (an
+// `init` input), the training stage that checkpoint came from: the
+// nearest stage up its needs that reported steps or is npu/train, passing
+// only through checkpoint stages (ckpt/...). Two stages that each need
+// the same data stage are separate trainings, not one lineage.
+func continues(st *pipeline.RunState, needs map[string][]string) map[string]string {
+	out := map[string]string{}
+	isTraining := func(sid string) bool { return st.Stages[sid] != nil && st.Stages[sid].Uses == "npu/train" }
+	for _, sid := range st.Order {
+		ss := st.Stages[sid]
+		if ss == nil || !isTraining(sid) {
+			continue
+		}
+		if init, _ := ss.With["init"].(string); init == "" {
+			continue
+		}
+		seen := map[string]bool{}
+		queue := append([]string(nil), needs[sid]...)
+		for len(queue) > 0 {
+			n := queue[0]
+			queue = queue[1:]
+			if seen[n] || st.Stages[n] == nil {
+				continue
+			}
+			seen[n] = true
+			if isTraining(n) {
+				out[sid] = n
+				break
+			}
+			if strings.HasPrefix(st.Stages[n].Uses, "ckpt/") {
+				queue = append(queue, needs[n]...)
+			}
+		}
+	}
+	return out
 }
 
 var errLongLine = errors.New("line too long")

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/pipeline"
 )
 
@@ -41,11 +43,11 @@ func TestLoadReadsStepEvents(t *testing.T) {
 	writeFile(t, filepath.Join(runDir, "pipeline.yaml"), "version: 1\nname: p\nstages:\n  train: {uses: npu/train}\n")
 	writeFile(t, filepath.Join(runDir, "events.jsonl"), strings.Join([]string{
 		`{"level":"info","event":"run_started","message":"run started"}`,
-		`{"stage":"train","event":"step","rank":0,"epoch":1,"global_step":1,"loss":2.5,"device_memory":100}`,
+		`{"stage":"train","event":"step","rank":0,"epoch":1,"global_step":1,"loss":2.5,"lr":0.1,"images_per_second":40.5,"device_memory":100}`,
 		`{"stage":"train","event":"step","rank":1,"epoch":1,"global_step":1,"loss":2.5,"device_memory":120}`,
 		`{"stage":"train","event":"step","rank":0,"epoch":1,"global_step":2,"loss":2.25,"device_memory":300}`,
 		`{"stage":"train","event":"log","level":"info","message":"\"event\":\"step\" in a message is not a step"}`,
-		`{"stage":"train","event":"step","rank":0,"epoch":2,"global_step":2,"loss":2.125,"device_memory":200}`,
+		`{"stage":"train","event":"step","rank":0,"epoch":2,"global_step":2,"loss":2.125,"after_step_device_memory":200}`,
 		`{"stage":"train","event":"step","rank":0,"epoch":2,"global_step":3,"loss":2,"device_me`,
 	}, "\n"))
 	st := state([]string{"train"}, map[string]string{"train": "npu/train"})
@@ -54,8 +56,8 @@ func TestLoadReadsStepEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]map[int][]Step{"train": {
-		0: {{GlobalStep: 1, Epoch: 1, Loss: 2.5, DeviceMemory: 100}, {GlobalStep: 2, Epoch: 2, Loss: 2.125, DeviceMemory: 200}},
-		1: {{GlobalStep: 1, Epoch: 1, Loss: 2.5, DeviceMemory: 120}},
+		0: {{GlobalStep: 1, Epoch: 1, Loss: 2.5, LearningRate: 0.1, ImagesPerSecond: 40.5, AfterStepMemory: 100}, {GlobalStep: 2, Epoch: 2, Loss: 2.125, AfterStepMemory: 200}},
+		1: {{GlobalStep: 1, Epoch: 1, Loss: 2.5, AfterStepMemory: 120}},
 	}}
 	if !reflect.DeepEqual(r.Steps, want) {
 		t.Errorf("steps\n got %+v\nwant %+v", r.Steps, want)
@@ -127,17 +129,164 @@ func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 
 // The curve's vertices land where the axes say: (0, 1) at the plot's
 // bottom-left corner, (10, 2) at its top-right, (5, 1.5) in its middle.
-func TestLossChartPlacesPoints(t *testing.T) {
-	c := lossChart("s", map[int][]Step{3: {{GlobalStep: 0, Loss: 1}, {GlobalStep: 5, Loss: 1.5}, {GlobalStep: 10, Loss: 2}}})
+func TestLineChartPlacesPoints(t *testing.T) {
+	cv := curve{Label: "s · rank 3", Stage: "s", Ranks: "3", Color: palette[3], X: []float64{0, 5, 10}, Y: []float64{1, 1.5, 2}}
+	c := lineChart(chartSpec{Kind: "loss", Size: bigChart}, []curve{cv}, []boundaryAt{{X: 5, Label: "b"}})
 	if len(c.Series) != 1 {
 		t.Fatalf("%d series", len(c.Series))
 	}
 	s := c.Series[0]
-	if s.Points != "60.0,256.0 340.0,136.0 620.0,16.0" || s.N != 3 || s.Rank != 3 || s.Color != palette[3] {
+	// The plot area is x 60..560 (a 200-unit legend right of it), y 22..236.
+	if s.Points != "60.0,236.0 310.0,129.0 560.0,22.0" || s.N != 3 || s.Ranks != "3" {
 		t.Errorf("series %+v", s)
 	}
-	if len(c.XTicks) != 6 || c.XTicks[5].Label != "10" || c.XTicks[5].Pos != 620 {
+	if len(c.XTicks) != 6 || c.XTicks[5].Label != "10" || c.XTicks[5].Pos != 560 {
 		t.Errorf("x ticks %+v", c.XTicks)
+	}
+	if len(c.Boundaries) != 1 || c.Boundaries[0].X != 310 {
+		t.Errorf("boundaries %+v, want one at x 310", c.Boundaries)
+	}
+}
+
+// A lineage is one axis: the retrain continues from the train through
+// checkpoint stages, and its steps come after the train's, whether its
+// events count on from the train's last step or from 1 again; ranks with
+// equal losses are one curve.
+func TestLineagesShareTheStepAxis(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		st := state([]string{"prepare", "train", "integrate", "reshard", "retrain", "other"}, map[string]string{
+			"prepare": "cifar/prepare", "train": "npu/train", "integrate": "ckpt/integrate", "reshard": "ckpt/reshard", "retrain": "npu/train", "other": "npu/train"})
+		st.Stages["retrain"].With = map[string]any{"init": "/runs/r1/stages/reshard/checkpoints", "mode": "semi_auto_parallel"}
+		st.Stages["reshard"].Outputs = map[string]any{"checkpoints": "/runs/r1/stages/reshard/checkpoints"}
+		st.Stages["train"].Outputs = map[string]any{"accuracy": 0.5}
+		st.Stages["train"].With = map[string]any{"learning_rate": 0.1}
+		st.Stages["retrain"].Outputs = map[string]any{"accuracy": 0.8}
+		needs := map[string][]string{"train": {"prepare"}, "integrate": {"train"}, "reshard": {"integrate"}, "retrain": {"reshard"}, "other": {"prepare"}}
+		steps := func(from, n int64, loss float64) []Step {
+			var out []Step
+			for i := range n {
+				out = append(out, Step{GlobalStep: from + i, Loss: loss - float64(i)*0.1, LearningRate: 0.1, ImagesPerSecond: 10})
+			}
+			return out
+		}
+		retrainFrom := int64(8)
+		if restart {
+			retrainFrom = 1
+		}
+		r := &Run{State: st, Needs: needs, Steps: map[string]map[int][]Step{
+			"train":   {0: steps(1, 7, 2.3), 1: steps(1, 7, 2.3), 2: steps(1, 7, 2.3)},
+			"retrain": {0: steps(retrainFrom, 5, 1.6), 1: steps(retrainFrom, 5, 1.6)},
+			"other":   {0: steps(1, 3, 2.3)},
+		}}
+		r.Continues = continues(st, needs)
+		if !reflect.DeepEqual(r.Continues, map[string]string{"retrain": "train"}) {
+			t.Fatalf("continues %v, want retrain from train only", r.Continues)
+		}
+		ls := lineages([]*Run{r})
+		if len(ls) != 2 || ls[0].Stages != "train → retrain" || ls[1].Stages != "other" {
+			t.Fatalf("lineages %+v", ls)
+		}
+		loss := ls[0].Loss
+		if len(loss.Series) != 2 || loss.Series[0].Label != "train · ranks 0-2" || loss.Series[1].Label != "retrain · ranks 0-1" {
+			t.Fatalf("restart %v: series %+v", restart, loss.Series)
+		}
+		lastTrain := lastX(t, loss.Series[0].Points)
+		firstRetrain := firstX(t, loss.Series[1].Points)
+		if firstRetrain <= lastTrain {
+			t.Errorf("restart %v: the retrain's first vertex (x %.1f) is not right of the train's last (x %.1f)", restart, firstRetrain, lastTrain)
+		}
+		if len(loss.Boundaries) != 1 || loss.Boundaries[0].Label != "retrain" || loss.Boundaries[0].X <= lastTrain || loss.Boundaries[0].X >= firstRetrain {
+			t.Errorf("restart %v: boundaries %+v, want one between x %.1f and %.1f", restart, loss.Boundaries, lastTrain, firstRetrain)
+		}
+		if got := len(ls[0].Notes) > 0; got != restart {
+			t.Errorf("restart %v: notes %q", restart, ls[0].Notes)
+		}
+		if acc := ls[0].Accuracy; acc == nil || len(acc.Series) != 1 || len(acc.Series[0].Dots) != 2 || acc.Series[0].Dots[1].Label != "0.800" {
+			t.Errorf("accuracy chart %+v, want two dots ending at 0.800", acc)
+		}
+		if sp := ls[0].Speed; sp == nil || sp.Series[0].Last != 30 || sp.Series[1].Last != 20 {
+			t.Errorf("throughput: want the ranks' sum (30 for three ranks, 20 for two), got %+v", sp)
+		}
+		r.Steps["retrain"][0][0].LearningRate = 0.05 // the checkpoint's rate, not the input's
+		cfg := configuration(r, false)
+		if len(cfg) != 3 || cfg[1].Stage != "retrain" || cfg[1].Init != "stages.reshard.outputs.checkpoints" || cfg[1].Mode != "semi_auto_parallel" ||
+			cfg[1].Batch != "32 per device, 64 global" || cfg[1].LR != "0.01 (constant); its first step ran at 0.05" || cfg[0].LR != "0.1 (constant)" {
+			t.Errorf("configuration %+v", cfg)
+		}
+	}
+}
+
+func firstX(t *testing.T, points string) float64 {
+	t.Helper()
+	return pointX(t, strings.Fields(points)[0])
+}
+
+func lastX(t *testing.T, points string) float64 {
+	t.Helper()
+	f := strings.Fields(points)
+	return pointX(t, f[len(f)-1])
+}
+
+func pointX(t *testing.T, p string) float64 {
+	t.Helper()
+	x, err := strconv.ParseFloat(strings.SplitN(p, ",", 2)[0], 64)
+	if err != nil {
+		t.Fatalf("vertex %q: %v", p, err)
+	}
+	return x
+}
+
+// Two runs of one pipeline share the axes: each run's curves are there,
+// in the run's colour, and results and stage times sit side by side; runs
+// of different pipelines do not compare.
+func TestCompareOverlaysRuns(t *testing.T) {
+	mk := func(id string, loss float64, acc float64) *Run {
+		st := state([]string{"train"}, map[string]string{"train": "npu/train"})
+		st.ID = id
+		st.Stages["train"].Outputs = map[string]any{"accuracy": acc, "wall_time": 12.5}
+		return &Run{State: st, Steps: map[string]map[int][]Step{"train": {0: {{GlobalStep: 1, Loss: loss}, {GlobalStep: 2, Loss: loss - 1}}}}}
+	}
+	a, b := mk("ra", 2.5, 0.5), mk("rb", 2.0, 0.75)
+	var buf bytes.Buffer
+	if err := WriteCompare(&buf, []*Run{a, b}, time.Unix(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	html := buf.String()
+	for _, want := range []string{
+		`<polyline class="curve loss" data-stage="train" data-run="ra" data-ranks="0" data-points="2" stroke="` + palette[0] + `"`,
+		`<polyline class="curve loss" data-stage="train" data-run="rb" data-ranks="0" data-points="2" stroke="` + palette[1] + `"`,
+		`<th>stage</th><th>output</th><th>ra</th><th>rb</th>`,
+		`<td class="mono">train</td><td class="mono">accuracy</td><td class="num">0.5</td><td class="num">0.75</td>`,
+		`<td class="mono">train</td><td class="mono">wall_time (s)</td><td class="num">12.5</td><td class="num">12.5</td>`,
+		`<h2>Stage times</h2>`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("comparison lacks %q", want)
+		}
+	}
+	b.State.Pipeline = "another"
+	if err := WriteCompare(&buf, []*Run{a, b}, time.Unix(0, 0)); err == nil || !strings.Contains(err.Error(), "only runs of one pipeline compare") {
+		t.Errorf("runs of two pipelines: %v", err)
+	}
+}
+
+// A strategy's parameters split across devices are listed; the ones every
+// device holds whole are folded away, and so are the operators that split
+// the batch only.
+func TestStrategyMarksSplitTensors(t *testing.T) {
+	f := &parallel.StrategyFile{
+		Operators: map[string][][]int{"conv1": {{8, 1, 1, 1}, {1, 1, 1, 1}}, "end_point.matmul": {{4, 1}, {2, 1}}, "bias": {{8, 1}, {1}}},
+		Layouts: map[string]parallel.TensorLayout{
+			"conv1.weight":     {DeviceMatrix: []int{8}, TensorMap: []int{-1, -1, -1, -1}},
+			"end_point.weight": {DeviceMatrix: []int{2, 4}, TensorMap: []int{1, -1}, ParamSplitShape: []int{5, 64}},
+		},
+	}
+	v := strategy(StageStrategy{Stage: "train", File: f})
+	if len(v.Split) != 1 || v.Split[0].Param != "end_point.weight" || len(v.Whole) != 1 {
+		t.Errorf("split %+v, whole %+v", v.Split, v.Whole)
+	}
+	if len(v.Operators) != 1 || v.Operators[0].Key != "end_point.matmul" || len(v.BatchOnly) != 2 {
+		t.Errorf("operators %+v, batch only %+v", v.Operators, v.BatchOnly)
 	}
 }
 
@@ -192,34 +341,40 @@ func TestWriteEscapesRunData(t *testing.T) {
 	if n := strings.Count(html, "&lt;script&gt;"); n < 6 {
 		t.Errorf("the escaped stage id appears %d times, want it in the graph, tables, chart and notes", n)
 	}
-	if !strings.Contains(html, `<polyline class="curve loss" data-rank="0" data-points="2"`) {
+	if !strings.Contains(html, `<polyline class="curve loss" data-stage="&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" data-run="r1" data-ranks="0" data-points="2"`) {
 		t.Error("the stage's loss curve is missing")
 	}
 }
 
-// The note that one curve hides another appears only when two ranks
-// reported the same losses, whatever their memory.
-func TestTrainingNotesHiddenCurves(t *testing.T) {
-	a := []Step{{GlobalStep: 1, Loss: 2, DeviceMemory: 10}, {GlobalStep: 2, Loss: 1.5, DeviceMemory: 10}}
-	b := []Step{{GlobalStep: 1, Loss: 2, DeviceMemory: 20}, {GlobalStep: 2, Loss: 1.5, DeviceMemory: 20}}
+// Ranks that reported the same losses are one curve, whatever their
+// memory; a rank with other losses is a curve of its own.
+func TestGroupRanksDrawsEqualCurvesOnce(t *testing.T) {
+	a := []Step{{GlobalStep: 1, Loss: 2, AfterStepMemory: 10}, {GlobalStep: 2, Loss: 1.5, AfterStepMemory: 10}}
+	b := []Step{{GlobalStep: 1, Loss: 2, AfterStepMemory: 20}, {GlobalStep: 2, Loss: 1.5, AfterStepMemory: 20}}
 	c := []Step{{GlobalStep: 1, Loss: 2}, {GlobalStep: 2, Loss: 1.25}}
-	if !training("s", map[int][]Step{0: a, 1: b}).Overlap {
-		t.Error("equal losses: no overlap noted")
-	}
-	if training("s", map[int][]Step{0: a, 1: c}).Overlap {
-		t.Error("different losses noted as overlapping")
+	g := groupRanks(map[int][]Step{0: a, 1: b, 2: c, 3: a, 5: b})
+	if len(g) != 2 || rankLabel(g[0].Ranks) != "ranks 0-1, 3, 5" || rankLabel(g[1].Ranks) != "rank 2" {
+		t.Errorf("groups %+v", g)
 	}
 }
 
 // TestMetricsCarryUnits: a stage's results show seconds and bytes with
 // their units, and the plain numbers as they are.
 func TestMetricsCarryUnits(t *testing.T) {
-	ss := &pipeline.StageState{Outputs: map[string]any{
-		"loss": 2.1806, "wall_time": 71.0112, "peak_device_memory": float64(469 << 20), "bytes": 2186076, "global_step": 78,
-	}}
-	got := metrics("train", ss).Outputs
-	want := []keyValue{{"loss", "2.1806"}, {"global_step", "78"}, {"peak_device_memory", "469.0 MiB"}, {"wall_time", "71.0 s"}, {"bytes", "2.1 MiB"}}
+	run := &Run{State: &pipeline.RunState{ID: "r1", Order: []string{"train"}, Stages: map[string]*pipeline.StageState{
+		"train": {Outputs: map[string]any{
+			"loss": 2.1806, "wall_time": 71.0112, "peak_device_memory": float64(469 << 20), "bytes": 2186076, "global_step": 78,
+		}},
+	}}}
+	got := results([]*Run{run}).Rows
+	want := [][]string{
+		{"train", "loss", "2.1806"},
+		{"train", "global_step", "78"},
+		{"train", "peak_device_memory (high-water mark)", "469.0 MiB"},
+		{"train", "wall_time (s)", "71.0112"},
+		{"train", "bytes", "2.1 MiB"},
+	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("metrics = %v, want %v", got, want)
+		t.Errorf("results = %v, want %v", got, want)
 	}
 }
