@@ -65,6 +65,10 @@ type LaunchConfig struct {
 	// before any Run); processes it starts inherit the same limit, each on
 	// its own. Go plugins also get a GOMEMLIMIT a little below it.
 	MemoryLimit int64
+	// SocketDir is where the plugin's gRPC socket is made: a fresh private
+	// directory is created inside it for each launch and removed when the
+	// plugin has ended, however it ended. Empty means os.TempDir().
+	SocketDir string
 }
 
 // Client is a running plugin process. It is a [plugins.Stage]: Describe returns the
@@ -81,6 +85,9 @@ type Client struct {
 	exited <-chan struct{}
 	tail   *stderrTail
 	tls    *tls.Config // the host's side of this plugin's connection
+	// sockets is this launch's private directory for the plugin's socket
+	// (PLUGIN_UNIX_SOCKET_DIR), removed once the process has ended.
+	sockets string
 
 	closing   chan struct{} // closed when Close starts; ends the context watcher
 	closeOnce sync.Once
@@ -128,6 +135,17 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 
+	sockets, err := socketDir(cfg.SocketDir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = os.RemoveAll(sockets)
+		}
+	}()
+
 	logw := &lockedWriter{w: cfg.Log}
 	if cfg.Log == nil {
 		logw.w = io.Discard
@@ -137,7 +155,11 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	// Last, so that they win over inherited values. PLUGIN_CLIENT_CERT lets
 	// a plugin built with an SDK that relied on AutoMTLS answer with its own
 	// server certificate, which go-plugin then trusts for that connection.
-	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
+	// go-plugin's server makes its Unix socket in PLUGIN_UNIX_SOCKET_DIR
+	// (else in the system's temporary directory, where a plugin that is
+	// killed leaves it behind).
+	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM),
+		plugin.EnvUnixSocketDir+"="+sockets)
 	if cfg.MemoryLimit > 0 {
 		cmd.Env = append(cmd.Env, goMemoryLimit(cfg.MemoryLimit))
 	}
@@ -172,11 +194,14 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		pc.Kill()
 		return nil, startError(label, cfg, cmd, tail, err)
 	}
-	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client, closing: make(chan struct{})}
+	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client,
+		sockets: sockets, closing: make(chan struct{})}
+	started = true // from here on, Close removes the socket directory
 	if cfg.MemoryLimit > 0 {
 		if err := limitMemory(c.pid, cfg.MemoryLimit); err != nil {
 			_ = procgroup.Signal(c.pid, syscall.SIGKILL)
 			pc.Kill()
+			_ = os.RemoveAll(sockets)
 			return nil, fmt.Errorf("%s: set its memory limit (limits.memory): %w", label, err)
 		}
 	}
@@ -286,7 +311,33 @@ func (c *Client) terminate() error {
 	if c.exited != nil {
 		c.pc.Kill() // the process is gone: this only releases the connection and goroutines
 	}
+	if err := os.RemoveAll(c.sockets); err != nil {
+		return fmt.Errorf("%s: remove its socket directory: %w", c.label, err)
+	}
 	return nil
+}
+
+// maxSocketPath is the longest Unix socket path Linux accepts (sun_path
+// holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// socketDir creates a private directory (mode 0700) for one plugin's
+// socket inside base (os.TempDir() when empty). go-plugin names the socket
+// "plugin" and up to ten digits; a base too long for that is refused here
+// rather than as bind's "invalid argument".
+func socketDir(base string) (string, error) {
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "mspipe-plugin-")
+	if err != nil {
+		return "", fmt.Errorf("socket directory: %w", err)
+	}
+	if n := len(dir) + len("/plugin") + 10; n > maxSocketPath {
+		_ = os.Remove(dir)
+		return "", fmt.Errorf("socket directory %s: a socket path there would be %d bytes, Unix sockets take at most %d: set TMPDIR to a shorter directory", dir, n, maxSocketPath)
+	}
+	return dir, nil
 }
 
 // explain turns an error of a call into what the caller needs: its own
