@@ -217,6 +217,11 @@ func (r *runner) checkOutputs(s *spec.Stage, outputs map[string]any) (map[string
 	if outputs == nil {
 		outputs = map[string]any{}
 	}
+	// Also here, not only in the plugin host: a launcher of another kind
+	// must not make run.json too large to read back either.
+	if err := plugins.CheckOutputSize(outputs); err != nil {
+		return nil, err
+	}
 	for _, o := range s.Outputs {
 		v, ok := outputs[o.Name]
 		if !ok {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/mspipe/mspipe/internal/procgroup"
 	"github.com/mspipe/mspipe/plugins"
@@ -184,6 +185,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		Stderr:     tail,
 		SyncStdout: logw,
 		SyncStderr: logw,
+		// After go-plugin's own options, which allow 2 GiB messages.
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugins.MaxMessageBytes))},
 	})
 
 	rpc, err := pc.Client() // starts the process and does the handshake
