@@ -2,13 +2,16 @@ package pipeline
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/rs/zerolog"
 )
 
 // A stage whose plugin returns a 100 MiB output fails with the reason, and
@@ -73,5 +76,53 @@ func TestLogEventsCarryOneLevel(t *testing.T) {
 	}
 	if !found {
 		t.Error("no log event")
+	}
+}
+
+// Resume says when the spec changed: the run's own copy edited since the
+// run started (resume runs it), or the original spec file edited (resume
+// does not run it). Before, it resumed without a word either way.
+func TestResumeSaysTheSpecChanged(t *testing.T) {
+	w := newWorkspace(t)
+	fail := true
+	l := &scriptLauncher{run: func(_ context.Context, c call, _ func(plugins.Event)) (map[string]any, error) {
+		if c.stage == "b" && fail {
+			return nil, errors.New("b fails once")
+		}
+		return map[string]any{"n": 1}, nil
+	}}
+	const src = "version: 1\nname: p\nstages:\n  a: {uses: work}\n  b: {uses: work, needs: [a]}\n"
+	first, err := w.run(w.engine(l), src)
+	if err == nil {
+		t.Fatal("the first run succeeded")
+	}
+	fail = false
+	resume := func() string {
+		var log bytes.Buffer
+		e := w.engine(l)
+		e.Log = zerolog.New(&log)
+		if _, final, err := e.Resume(context.Background(), first.ID); final == nil {
+			t.Fatalf("resume: %v", err)
+		}
+		return log.String()
+	}
+	// Unchanged: nothing said. (A resumed run that succeeded cannot be
+	// resumed again, so b fails once more for the next two resumes.)
+	fail = true
+	if log := resume(); strings.Contains(log, "spec_changed") {
+		t.Errorf("unchanged spec reported as changed:\n%s", log)
+	}
+	w.write("pipeline.yaml", src+"  c: {uses: work, needs: [a]}\n")
+	log := resume()
+	if !strings.Contains(log, "pipeline.yaml changed since the run started; resume runs the run's own copy") {
+		t.Errorf("edited original not reported:\n%s", log)
+	}
+	copyPath := filepath.Join(w.store.Dir, first.ID, "pipeline.yaml")
+	if err := os.WriteFile(copyPath, []byte(src+"# edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fail = false
+	if log := resume(); !strings.Contains(log, "was edited since the run started: resume runs the edited spec") {
+		t.Errorf("edited copy not reported:\n%s", log)
 	}
 }

@@ -120,12 +120,17 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		ss.Status = StatusFailed
 		return "unknown", err.Error()
 	}
+	why := "no earlier run has these inputs"
 	if !r.e.NoCache {
-		if hit := r.lookupCache(ctx, key); hit != nil {
+		hit, refused := r.lookupCache(ctx, key)
+		if hit != nil {
 			ss.Status, ss.Outputs, ss.Artifacts = StatusCached, hit.outputs, hit.artifacts
 			return "cached", "outputs of run " + hit.runID
 		}
+		if refused != "" {
+			why = refused
+		}
 	}
 	ss.Status = StatusRunning
-	return "run", "no earlier run has these inputs"
+	return "run", why
 }

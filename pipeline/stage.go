@@ -71,7 +71,11 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 	ss.CacheKey = key
 	r.mu.Unlock()
 	if !r.e.NoCache {
-		if hit := r.lookupCache(ctx, key); hit != nil {
+		hit, refused := r.lookupCache(ctx, key)
+		if hit == nil && refused != "" {
+			r.log.Info().Str("event", "cache_refused").Str("stage", sid).Msgf("[%s] not cached: %s", sid, refused)
+		}
+		if hit != nil {
 			r.mu.Lock()
 			ss.Status, ss.Outputs, ss.Artifacts, ss.CachedFrom = StatusCached, hit.outputs, hit.artifacts, hit.runID
 			ss.Reason = ""
