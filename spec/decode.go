@@ -43,6 +43,20 @@ var usesRe = regexp.MustCompile(`^([a-z][a-z0-9_-]*(/[a-z][a-z0-9_-]*)*|\.{1,2}/
 // memoryRe is a size with a unit; the schema has the same pattern.
 var memoryRe = regexp.MustCompile(`^[0-9]+ ?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$`)
 
+// largeMemoryRe is a size in units larger than the largest limit; such a
+// size is refused as too large, not as malformed.
+var largeMemoryRe = regexp.MustCompile(`^[0-9]+ ?(PiB|EiB|ZiB|YiB|PB|EB|ZB|YB)$`)
+
+// memoryTooLarge reports whether text, parsed by userfile.ParseSize into
+// size or err, is a positive size beyond MaxMemoryLimit: in a unit above
+// the limit, too large for ParseSize, or larger than the limit.
+func memoryTooLarge(text string, size int64, err error) bool {
+	if strings.Trim(strings.TrimRight(text, " BKMGTPEZYi"), "0") == "" {
+		return false // no digits, or zero
+	}
+	return largeMemoryRe.MatchString(text) || memoryRe.MatchString(text) && (err != nil || size > MaxMemoryLimit)
+}
+
 var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 var (
@@ -691,6 +705,8 @@ func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
 			}
 			size, err := userfile.ParseSize(text)
 			switch {
+			case memoryTooLarge(text, size, err):
+				d.errs.add(d.pos(v), "%s.memory: %s is too large: at most %s (more than a machine has)", what, truncate(text, 40), userfile.Size(MaxMemoryLimit))
 			case err != nil || !memoryRe.MatchString(text):
 				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
 			case size < MinMemoryLimit:
