@@ -332,9 +332,18 @@ func (d *decoder) duration(n *yaml.Node, what string) (time.Duration, bool) {
 	return v, true
 }
 
-func (d *decoder) stringMap(n *yaml.Node, what string) map[string]string {
+// envNameRe is an environment variable name a shell can use; a name with
+// "=" would set another variable than the one named.
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envMap decodes an env block: names as envNameRe says, string values.
+func (d *decoder) envMap(n *yaml.Node, what string) map[string]string {
 	out := map[string]string{}
 	d.mapping(n, what, nil, func(key string, k, v *yaml.Node) {
+		if !envNameRe.MatchString(key) {
+			d.errs.add(d.pos(k), "%s: %q is not a variable name: use letters, digits and _, not starting with a digit", what, truncate(key, 40))
+			return
+		}
 		if v = d.resolve(v); v == nil {
 			return
 		}
@@ -377,7 +386,7 @@ func (d *decoder) pipeline(p *Pipeline, root *yaml.Node) {
 		case "cluster":
 			p.Cluster = d.cluster(v, "cluster")
 		case "env":
-			p.Env = d.stringMap(v, "env")
+			p.Env = d.envMap(v, "env")
 		case "stages":
 			haveStages = true
 			d.stages(p, v)
@@ -620,7 +629,7 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 			case "outputs":
 				d.outputs(s, vv, what+".outputs")
 			case "env":
-				s.Env = d.stringMap(vv, what+".env")
+				s.Env = d.envMap(vv, what+".env")
 			case "sha256":
 				if h, ok := d.str(vv, what+".sha256"); ok {
 					if !sha256Re.MatchString(h) {
