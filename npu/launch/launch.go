@@ -165,7 +165,6 @@ func Run(ctx context.Context, job Job) error {
 			exits <- exit{p, err}
 		}(p)
 	}
-	notStarted := len(job.Ranks) - len(procs)
 
 	var first, stopped, hung *proc
 	blamed := map[int]bool{} // ranks that failed ranks blame
@@ -297,9 +296,6 @@ func Run(ctx context.Context, job Job) error {
 		case hung != nil:
 			return fmt.Errorf("%w: rank %d (device %d) hung: the other ranks failed blaming it and it did not exit; first failed %s",
 				ErrRankFailed, hung.rank.RankID, hung.rank.DeviceID, firstErr)
-		}
-		if notStarted > 0 {
-			firstErr += fmt.Sprintf(" (%d of the job's %d ranks here were not started)", notStarted, len(job.Ranks))
 		}
 		return fmt.Errorf("%w: %s", ErrRankFailed, firstErr)
 	}
