@@ -29,13 +29,13 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/optim"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/parallel/auto"
 	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/tensor"
-	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
 func main() {
@@ -74,7 +74,7 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 	if err != nil {
 		return err
 	}
-	machine := train.Machine(devices, 0) // what npu/train plans with
+	machine := job.Machine(devices, 0) // what npu/train plans with
 
 	plan, err := auto.Search(g, devices, machine)
 	if err != nil {

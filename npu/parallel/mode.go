@@ -104,3 +104,22 @@ func (m Mode) SplitsOperators() bool { return m == SemiAutoParallel || m == Auto
 // parameters) are split across ranks: by strategies (semi_auto_parallel,
 // auto_parallel) or by the model itself (hybrid_parallel).
 func (m Mode) Sharded() bool { return m.SplitsOperators() || m == HybridParallel }
+
+// CheckStrategy is the one rule of which modes run shard strategies, and
+// whose: semi_auto_parallel runs the user's, auto_parallel the ones its
+// search found (searched), hybrid_parallel splits as the model declares,
+// and stand_alone and data_parallel split no operator. It returns why m
+// takes no strategy of that origin, nil when it takes one.
+func (m Mode) CheckStrategy(searched bool) error {
+	if m == SemiAutoParallel || m == AutoParallel && searched {
+		return nil
+	}
+	why := "it does not split operators"
+	switch m {
+	case AutoParallel:
+		why = "it searches every operator's strategy itself (see mspipe plan)"
+	case HybridParallel:
+		why = "the model declares its own split"
+	}
+	return fmt.Errorf("shard strategies are for %s; mode %s takes none: %s", SemiAutoParallel, m, why)
+}

@@ -64,6 +64,32 @@ func TestModeProperties(t *testing.T) {
 	}
 }
 
+// A strategy is taken by semi_auto_parallel from the user and by
+// auto_parallel from its search, by no other mode, and each refusal says
+// why.
+func TestModeCheckStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		m              Mode
+		user, searched string // "" for taken, else what the refusal says
+	}{
+		{StandAlone, "mode stand_alone takes none: it does not split operators", "it does not split operators"},
+		{DataParallel, "mode data_parallel takes none: it does not split operators", "it does not split operators"},
+		{SemiAutoParallel, "", ""},
+		{AutoParallel, "it searches every operator's strategy itself", ""},
+		{HybridParallel, "mode hybrid_parallel takes none: the model declares its own split", "the model declares its own split"},
+	} {
+		for _, c := range []struct {
+			searched bool
+			want     string
+		}{{false, tc.user}, {true, tc.searched}} {
+			err := tc.m.CheckStrategy(c.searched)
+			if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("%s, searched %v: %v, want %q", tc.m, c.searched, err, c.want)
+			}
+		}
+	}
+}
+
 func TestModeSchemaListsEveryMode(t *testing.T) {
 	s := StandAlone.JSONSchema()
 	enum, _ := s["enum"].([]any)

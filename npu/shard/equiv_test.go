@@ -121,7 +121,12 @@ func TestCNNConvSplitEqualsStandAlone(t *testing.T) {
 			cfg := base
 			cfg.Mode, cfg.Devices, cfg.BatchPerDevice, cfg.Strategy = parallel.SemiAutoParallel, tc.devices, global/tc.devices, tc.strategy
 			res := trainRanks(t, cfg, realComms(t, tc.devices, tc.transport), xs, ys)
-			t.Logf("largest relative difference %.3g", compare(t, res.gathered, alone.gathered, 1e-5))
+			// 2e-5, not 1e-5: conv2.bias sums its gradient over the split
+			// batch in another order, and after 10 steps the AVX2 kernels
+			// (AMD EPYC without AVX-512) leave it 1.44e-5 from stand_alone;
+			// the pure-Go kernels (-tags purego) 2.9e-6. A wrong gradient
+			// is off by orders of magnitude more.
+			t.Logf("largest relative difference %.3g", compare(t, res.gathered, alone.gathered, 2e-5))
 			checkReplicas(t, res)
 		})
 	}

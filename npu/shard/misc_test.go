@@ -77,8 +77,8 @@ func TestBadStrategiesNameTheOperator(t *testing.T) {
 		{"semi_auto_net", parallel.SemiAutoParallel, parallel.Strategy{"loss": {{1, 2}}}, []string{"operator loss", "cannot be split"}},
 		{"cnn", parallel.SemiAutoParallel, parallel.Strategy{"conv1": {{1, 1, 2, 1}, {1, 1, 1, 1}}}, []string{"operator conv1 (Conv2D)", "cannot be split"}},
 		{"hybrid_net", parallel.HybridParallel, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, []string{"hybrid_parallel", "declares its own split"}},
-		{"hybrid_net", parallel.SemiAutoParallel, nil, []string{"runs in hybrid_parallel mode"}},
-		{"semi_auto_net", parallel.DataParallel, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, []string{"takes no shard strategy"}},
+		{"hybrid_net", parallel.SemiAutoParallel, nil, []string{"runs in mode hybrid_parallel, not semi_auto_parallel"}},
+		{"semi_auto_net", parallel.DataParallel, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, []string{"mode data_parallel takes none: it does not split operators"}},
 	} {
 		_, err := New(Config{Model: tc.model, Mode: tc.mode, Strategy: tc.strategy, Devices: 4, Comm: memComms(4)[0], BatchPerDevice: 2, Threads: 1})
 		for _, w := range tc.want {

@@ -133,33 +133,27 @@ func (c *Config) check() error {
 	return nil
 }
 
-// strategy returns the strategy the mode runs def with.
+// strategy returns the strategy the mode runs def with: the one given
+// (the user's, or auto_parallel's search result), a hybrid_parallel
+// model's own, or none. Which mode takes what is parallel.Mode.CheckStrategy
+// and CheckModelMode, the rules the npu/train stage checks too.
 func (c *Config) strategy(def *modelDef) (parallel.Strategy, error) {
-	hasAllReduce := slices.ContainsFunc(def.ops, func(o opDef) bool { return o.spec.Kind == parallel.OpAllReduce })
-	switch c.Mode {
-	case parallel.HybridParallel:
-		if len(c.Strategy) > 0 {
-			return nil, fmt.Errorf("%w: hybrid_parallel: %s declares its own split, a strategy cannot be given", ErrConfig, def.name)
-		}
-		if def.declared == nil {
-			return parallel.Strategy{}, nil
-		}
-		return def.declared(c.Devices), nil
-	case parallel.SemiAutoParallel, parallel.AutoParallel:
-		if def.declared != nil || hasAllReduce {
-			return nil, fmt.Errorf("%w: %s splits itself with layerwise_parallel parameters and an explicit AllReduce: it runs in hybrid_parallel mode, not %s", ErrConfig, def.name, c.Mode)
+	if !slices.Contains(parallel.Modes(), c.Mode) {
+		return nil, fmt.Errorf("%w: mode %v", ErrConfig, c.Mode)
+	}
+	if err := def.checkMode(c.Mode); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if len(c.Strategy) > 0 {
+		if err := c.Mode.CheckStrategy(true); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, def.name, err)
 		}
 		return c.Strategy, nil
-	case parallel.StandAlone, parallel.DataParallel:
-		if len(c.Strategy) > 0 {
-			return nil, fmt.Errorf("%w: %s takes no shard strategy", ErrConfig, c.Mode)
-		}
-		if def.declared != nil || hasAllReduce {
-			return nil, fmt.Errorf("%w: %s runs in hybrid_parallel mode, not %s", ErrConfig, def.name, c.Mode)
-		}
-		return parallel.Strategy{}, nil
 	}
-	return nil, fmt.Errorf("%w: mode %v", ErrConfig, c.Mode)
+	if c.Mode == parallel.HybridParallel && def.declared != nil {
+		return def.declared(c.Devices), nil
+	}
+	return parallel.Strategy{}, nil
 }
 
 // build makes the layers, copies the initial values and prepares the

@@ -488,6 +488,16 @@ func (p *Conv3x3) run(w *Workers, y, x, a []float32, m, k int, ts *tapSet) {
 	if workers := w.N(); len(p.prod.slots) < workers {
 		p.prod.slots = append(p.prod.slots, make([][]float32, workers-len(p.prod.slots))...)
 	}
+	// Every worker's panel is made here, by the owner, not by the worker on
+	// its first block: which workers take part in a job depends on timing,
+	// so a worker joining late would allocate in a steady-state step.
+	_, nr := p.arch.tile()
+	tpb := tapBlocks(ts.n, k)
+	for i, panel := range p.prod.slots {
+		if len(panel) < tpb*k*nr {
+			p.prod.slots[i] = make([]float32, tpb*MaxConv3x3Channels*maxNR)
+		}
+	}
 	p.prod.blockCols = shiftBlockCols
 	for p.prod.blockCols > maxNR && p.cols/p.prod.blockCols < shiftMinBlocks {
 		p.prod.blockCols /= 2
@@ -521,10 +531,7 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 	n := j.ts.n
 	tpb := tapBlocks(n, j.k)
 	var tile [maxMR * maxNR]float32
-	if len(j.slots[slot]) < tpb*j.k*nr {
-		j.slots[slot] = make([]float32, tpb*MaxConv3x3Channels*maxNR)
-	}
-	bp := j.slots[slot]
+	bp := j.slots[slot] // made by run for every slot
 	for blk := lo; blk < hi; blk++ {
 		for q := p.q0 + blk*j.blockCols; q < p.q0+(blk+1)*j.blockCols; q += nr {
 			for s0 := 0; s0 < n; s0 += tpb {

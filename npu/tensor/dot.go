@@ -105,6 +105,16 @@ func (j *dotJob) run(w *Workers) {
 		if p := w.N(); len(j.slots) < p {
 			j.slots = append(j.slots, make([][]float32, p-len(j.slots))...)
 		}
+		// Every worker's accumulators are made here, by the owner: which
+		// workers take part depends on timing, and a worker joining late
+		// would otherwise allocate in a steady-state step.
+		ta, tb, lanes := dotTile(j.arch)
+		need := dotGroupTiles*ta*tb*lanes + dotReducePad
+		for i, acc := range j.slots {
+			if len(acc) < need {
+				j.slots[i] = make([]float32, need)
+			}
+		}
 		w.forSlots(j.items, 1, j)
 	}
 	j.a, j.b, j.c, j.aOff, j.bOff = nil, nil, nil, nil, nil
@@ -113,10 +123,7 @@ func (j *dotJob) run(w *Workers) {
 func (j *dotJob) rangeSlot(slot, lo, hi int) {
 	ta, tb, lanes := dotTile(j.arch)
 	per := ta * tb * lanes
-	if len(j.slots[slot]) < dotGroupTiles*per+dotReducePad {
-		j.slots[slot] = make([]float32, dotGroupTiles*per+dotReducePad)
-	}
-	acc := j.slots[slot]
+	acc := j.slots[slot] // made by run for every slot
 	for it := lo; it < hi; it++ {
 		t0, t1 := it*j.group, min((it+1)*j.group, j.tiles)
 		clear(acc[:(t1-t0)*per])

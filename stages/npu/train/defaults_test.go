@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/trainer"
@@ -77,7 +78,11 @@ func TestDefaultsAgree(t *testing.T) {
 	}
 
 	// What the trainer runs with.
-	tc, err := trainerConfig(WorkerConfig{With: got, Seed: uint64(got.Seed)}, 0, 1, nil)
+	cfg, err := resolve(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := job.TrainerConfig(cfg, 0, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,36 +148,18 @@ func TestCheckRefusesOptionsOfOtherModes(t *testing.T) {
 	if problems := checkCluster(With{Mode: parallel.DataParallel, FullBatch: true}, plugins.Cluster{}, []string{"mode"}); len(problems) != 0 {
 		t.Errorf("full_batch with the mode unknown: %v", problems)
 	}
-	// data_parallel shards the data over the job's ranks.
-	tc, err := trainerConfig(WorkerConfig{With: With{Mode: parallel.DataParallel}}, 3, 8, nil)
-	if err != nil || tc.NumShards != 8 || tc.ShardID != 3 {
-		t.Errorf("data_parallel rank 3 of 8: shards %d, id %d, %v", tc.NumShards, tc.ShardID, err)
-	}
-	// full_batch: every rank loads the whole global batch, unsharded.
-	tc, err = trainerConfig(WorkerConfig{With: With{Mode: parallel.SemiAutoParallel, FullBatch: true, BatchSize: 4}}, 3, 8, nil)
-	if err != nil || tc.NumShards != 1 || tc.BatchSize != 32 {
-		t.Errorf("full_batch rank 3 of 8: shards %d, batch %d, %v", tc.NumShards, tc.BatchSize, err)
-	}
 }
 
-func TestParseMemory(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-		bad  bool
-	}{
-		{"", 0, false}, {"32GiB", 32 << 30, false}, {"1.5GiB", 3 << 29, false}, {"512MiB", 512 << 20, false},
-		{"1048576", 1 << 20, false}, {"2097152B", 2 << 20, false},
-		{"100KiB", 0, true}, {"lots", 0, true}, {"-1GiB", 0, true}, {"32GB", 0, true},
-	} {
-		got, err := parseMemory(tc.in)
-		if tc.bad != (err != nil) || got != tc.want {
-			t.Errorf("parseMemory(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.bad)
-		}
-	}
+// A device memory that is no size is refused at its field; the stage
+// resolves one that is into bytes, the rank job's unit.
+func TestDeviceMemory(t *testing.T) {
 	problems := check(With{Mode: parallel.StandAlone, DeviceMemory: "lots"})
 	if len(problems) != 1 || problems[0].Path != "/device_memory" || !strings.Contains(problems[0].Message, `device memory "lots": want a size`) {
 		t.Errorf("check: %+v", problems)
+	}
+	cfg, err := resolve(With{DeviceMemory: "1.5GiB"})
+	if err != nil || cfg.DeviceMemory != 3<<29 {
+		t.Errorf("1.5GiB resolves to %d bytes, %v; want %d", cfg.DeviceMemory, err, 3<<29)
 	}
 }
 

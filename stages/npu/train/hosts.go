@@ -107,18 +107,6 @@ func interfaceAddrs() []string {
 	return out
 }
 
-// serversAreReal reports whether every server_id of t is an IP address,
-// not a placeholder such as the seeds' "10.*.*.*": only then is the table
-// a real cluster's, whose ranks may talk over the network.
-func serversAreReal(t *ranktable.RankTable) bool {
-	for _, s := range t.ServerList {
-		if _, err := netip.ParseAddr(s.ServerID); err != nil {
-			return false
-		}
-	}
-	return len(t.ServerList) > 0
-}
-
 func tableName(t *ranktable.RankTable) string {
 	if t.File() != "" {
 		return t.File()

@@ -99,19 +99,6 @@ func TestLocalShareRefusals(t *testing.T) {
 	}
 }
 
-func TestServersAreReal(t *testing.T) {
-	if !serversAreReal(twoServers(t)) {
-		t.Error("servers 10.0.0.1, 10.0.0.2: want real")
-	}
-	seeds, err := ranktable.Generate(ranktable.GenerateOptions{Hosts: 2, Devices: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if serversAreReal(seeds) {
-		t.Error("the seeds' placeholder 10.*.*.*: want not real")
-	}
-}
-
 func TestRankRanges(t *testing.T) {
 	for _, tc := range []struct {
 		ids  []int

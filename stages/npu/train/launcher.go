@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/plugins"
@@ -63,7 +64,7 @@ func runExternal(ctx context.Context, sc sdk.Context, w With, job launch.Job) er
 // MSPIPE_JOB_SECRET_FILE names one). A job on this host alone picks free
 // ports; one that spans hosts uses with.collective_base_port or the
 // default, checked free for the ranks of this host.
-func externalCollective(w With, t *ranktable.RankTable, jobDir string, cfg *WorkerConfig) error {
+func externalCollective(w With, t *ranktable.RankTable, jobDir string, cfg *job.Config) error {
 	ranks, err := t.Ranks()
 	if err != nil {
 		return err
@@ -80,14 +81,4 @@ func externalCollective(w With, t *ranktable.RankTable, jobDir string, cfg *Work
 	}
 	cfg.BasePort, err = basePort(w, t, share)
 	return err
-}
-
-// reportExit tells the launcher's reader how the rank ended, also when it
-// panics (the panic goes on, to train.log).
-func reportExit(att *launch.Attached, err *error) {
-	if r := recover(); r != nil {
-		att.Exit(fmt.Errorf("panic: %v", r))
-		panic(r)
-	}
-	att.Exit(*err)
 }

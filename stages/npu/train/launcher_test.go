@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/launch"
 )
 
@@ -60,7 +61,7 @@ func TestRankWithoutTheRunDirectory(t *testing.T) {
 		{"no worker.json", dir, "worker config on host ", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], WorkerCommand, filepath.Join(tc.jobDir, "worker.json"))
+			cmd := exec.Command(os.Args[0], job.Command, filepath.Join(tc.jobDir, "worker.json"))
 			cmd.Env = append(os.Environ(), launch.EnvLauncher+"=mpirun", launch.EnvJobDir+"="+tc.jobDir,
 				"RANK_TABLE_FILE="+table, "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_LOCAL_RANK=0")
 			var stdout, stderr strings.Builder

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/plugins"
 )
 
@@ -27,14 +28,14 @@ func checkSaveFile(w With) []plugins.Problem {
 // the strategy file goes ("" when the job saves none).
 func checkWrites(jobDir string, w With, devices int) (string, error) {
 	path := ""
-	if usesEngine(w) && devices > 1 {
+	if job.UsesEngine(w.Model, w.Mode) && devices > 1 {
 		name := w.StrategySaveFile
 		if name == "" {
 			name = defaultStrategyFile
 		}
 		var err error
 		if path, err = userfile.WritableWithin(jobDir, name); err != nil {
-			return "", withError("/strategy_ckpt_save_file", err)
+			return "", &job.FieldError{Field: "strategy_ckpt_save_file", Err: err}
 		}
 	}
 	if _, err := userfile.WritableWithin(jobDir, "."); err != nil {

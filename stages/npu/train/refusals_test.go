@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/stages/npu/train"
 )
@@ -149,7 +150,7 @@ func TestRunRejectsMissingOrBrokenResults(t *testing.T) {
 	}
 }
 
-// RunWorker run in this process on the worker.json the stage wrote, with
+// job.Run run in this process on the worker.json the stage wrote, with
 // the seeds' environment, trains exactly what the stage's rank process
 // trained; without that environment or with a broken config it refuses.
 func TestRunWorkerInProcess(t *testing.T) {
@@ -163,46 +164,46 @@ func TestRunWorkerInProcess(t *testing.T) {
 
 	here := t.TempDir()
 	t.Chdir(here)
-	if err := train.RunWorker(context.Background(), cfgPath); err == nil || !strings.Contains(err.Error(), "RANK_ID is not set") {
+	if err := job.Run(context.Background(), cfgPath); err == nil || !strings.Contains(err.Error(), "RANK_ID is not set") {
 		t.Errorf("without RANK_ID: %v", err)
 	}
 	t.Setenv("RANK_ID", "zero")
-	if err := train.RunWorker(context.Background(), cfgPath); err == nil || !strings.Contains(err.Error(), "RANK_ID=zero is not a rank number") {
+	if err := job.Run(context.Background(), cfgPath); err == nil || !strings.Contains(err.Error(), "RANK_ID=zero is not a rank number") {
 		t.Errorf("RANK_ID=zero: %v", err)
 	}
 	t.Setenv("RANK_ID", "0")
 	t.Setenv("RANK_SIZE", "1")
 	t.Setenv("DEVICE_ID", "-1")
-	if err := train.RunWorker(context.Background(), cfgPath); err == nil || !strings.Contains(err.Error(), "DEVICE_ID=-1 is not a rank number") {
+	if err := job.Run(context.Background(), cfgPath); err == nil || !strings.Contains(err.Error(), "DEVICE_ID=-1 is not a rank number") {
 		t.Errorf("DEVICE_ID=-1: %v", err)
 	}
 	t.Setenv("DEVICE_ID", "0")
-	if err := train.RunWorker(context.Background(), filepath.Join(here, "missing.json")); err == nil || !strings.Contains(err.Error(), "worker config") {
+	if err := job.Run(context.Background(), filepath.Join(here, "missing.json")); err == nil || !strings.Contains(err.Error(), "worker config") {
 		t.Errorf("missing config: %v", err)
 	}
 	broken := filepath.Join(here, "broken.json")
 	if err := os.WriteFile(broken, []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := train.RunWorker(context.Background(), broken); err == nil || !strings.Contains(err.Error(), broken) {
+	if err := job.Run(context.Background(), broken); err == nil || !strings.Contains(err.Error(), broken) {
 		t.Errorf("broken config: %v", err)
 	}
 	// data_parallel needs the rank table the launcher names.
 	t.Setenv("RANK_TABLE_FILE", "")
-	dp := editWorkerConfig(t, cfgPath, filepath.Join(here, "dp.json"), func(with map[string]any) { with["mode"] = "data_parallel" })
-	if err := train.RunWorker(context.Background(), dp); err == nil || !strings.Contains(err.Error(), "RANK_TABLE_FILE is not set") {
+	dp := editWorkerConfig(t, cfgPath, filepath.Join(here, "dp.json"), func(cfg map[string]any) { cfg["mode"] = "data_parallel" })
+	if err := job.Run(context.Background(), dp); err == nil || !strings.Contains(err.Error(), "RANK_TABLE_FILE is not set") {
 		t.Errorf("data_parallel without a rank table: %v", err)
 	}
 
 	inProcess := editWorkerConfig(t, cfgPath, filepath.Join(here, "worker.json"), func(map[string]any) {})
-	if err := train.RunWorker(context.Background(), inProcess); err != nil {
+	if err := job.Run(context.Background(), inProcess); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(filepath.Join(here, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got train.WorkerResult
+	var got job.Result
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +226,11 @@ func TestRunWorkerInProcess(t *testing.T) {
 	}
 }
 
-// editWorkerConfig copies the worker config at from to to with its `with`
-// block changed by edit, and returns to. (The event stream's descriptor is
+// editWorkerConfig copies the worker config at from to to, changed by
+// edit, and returns to. (The event stream's descriptor is
 // not in the config: only the stage's rank processes get it, in their
 // environment.)
-func editWorkerConfig(t *testing.T, from, to string, edit func(with map[string]any)) string {
+func editWorkerConfig(t *testing.T, from, to string, edit func(cfg map[string]any)) string {
 	t.Helper()
 	raw, err := os.ReadFile(from)
 	if err != nil {
@@ -239,11 +240,7 @@ func editWorkerConfig(t *testing.T, from, to string, edit func(with map[string]a
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	with, ok := cfg["with"].(map[string]any)
-	if !ok {
-		t.Fatalf("%s has no with block", from)
-	}
-	edit(with)
+	edit(cfg)
 	if raw, err = json.Marshal(cfg); err != nil {
 		t.Fatal(err)
 	}

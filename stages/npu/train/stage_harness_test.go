@@ -18,6 +18,7 @@ import (
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/data"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/stages/npu/train"
@@ -28,7 +29,7 @@ import (
 // (cmd/mspipe/internal/cli), so the tests below run the production stage and worker,
 // not a copy of their wiring.
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == train.WorkerCommand {
+	if len(os.Args) == 3 && os.Args[1] == job.Command {
 		if prefix := os.Getenv(crashAtEnv); prefix != "" && os.Getenv("RANK_ID") == "0" {
 			crashAtLine(prefix)
 		}
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 		// Like cmd/mspipe: SIGTERM from the launcher cancels training,
 		// which then stops after its last complete checkpoint.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := train.RunWorker(ctx, os.Args[2])
+		err := job.Run(ctx, os.Args[2])
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -249,13 +250,13 @@ func withBlock(dataDir string, extra map[string]any) map[string]any {
 }
 
 // workerResult reads the result.json a rank left in the job directory.
-func workerResult(t *testing.T, jobDir string, rank int) train.WorkerResult {
+func workerResult(t *testing.T, jobDir string, rank int) job.Result {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(launch.DeviceDir(jobDir, rank), "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res train.WorkerResult
+	var res job.Result
 	if err := json.Unmarshal(raw, &res); err != nil {
 		t.Fatalf("rank %d result.json: %v", rank, err)
 	}

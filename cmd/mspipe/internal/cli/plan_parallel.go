@@ -6,8 +6,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/spec"
-	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
@@ -20,14 +21,14 @@ var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_bat
 // search runs here as it would in the stage.
 func planParallel(w io.Writer, p *spec.Pipeline) {
 	for _, s := range p.Stages {
-		if s.Uses != train.Name || s.With == nil {
+		if s.Uses != job.Stage || s.With == nil {
 			continue
 		}
 		var raw map[string]any
 		if err := s.With.Decode(&raw); err != nil {
 			continue
 		}
-		if mode, _ := raw["mode"].(string); mode != "semi_auto_parallel" && mode != "auto_parallel" && mode != "hybrid_parallel" {
+		if mode, _ := raw["mode"].(string); !splitsNetwork(mode) {
 			continue
 		}
 		fmt.Fprintf(w, "\nparallel plan of %s:\n", s.ID)
@@ -57,14 +58,10 @@ func planParallel(w io.Writer, p *spec.Pipeline) {
 		if static == nil {
 			continue
 		}
-		var with train.With
-		data, err := json.Marshal(static)
-		if err == nil {
-			err = json.Unmarshal(data, &with)
-		}
+		layout, err := planLayout(static, devices)
 		if err == nil {
 			var b strings.Builder
-			if err = train.PlanText(&b, with, devices); err == nil {
+			if err = job.PlanText(&b, layout); err == nil {
 				for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 					fmt.Fprintf(w, "  %s\n", line)
 				}
@@ -74,4 +71,39 @@ func planParallel(w io.Writer, p *spec.Pipeline) {
 			fmt.Fprintf(w, "  %v\n", err)
 		}
 	}
+}
+
+// splitsNetwork reports whether a `with.mode` value names a mode that
+// splits the network across ranks.
+func splitsNetwork(mode string) bool {
+	m, err := parallel.ParseMode(mode)
+	return err == nil && m.Sharded()
+}
+
+// planLayout reads the parallelKeys of an npu/train `with` block, all known
+// before the run, as the stage would: a zero model or batch size is the
+// trainer's default.
+func planLayout(static map[string]any, devices int) (job.Layout, error) {
+	var with struct {
+		Mode         parallel.Mode     `json:"mode"`
+		Model        string            `json:"model"`
+		Strategy     parallel.Strategy `json:"strategy"`
+		BatchSize    int               `json:"batch_size"`
+		DeviceMemory string            `json:"device_memory"`
+	}
+	data, err := json.Marshal(static)
+	if err == nil {
+		err = json.Unmarshal(data, &with)
+	}
+	if err != nil {
+		return job.Layout{}, err
+	}
+	memory, err := job.ParseDeviceMemory(with.DeviceMemory)
+	if err != nil {
+		return job.Layout{}, err
+	}
+	return job.Layout{
+		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
+		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+	}, nil
 }

@@ -1,7 +1,7 @@
 package cli
 
 import (
-	nputrain "github.com/mspipe/mspipe/stages/npu/train"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/spf13/cobra"
 )
 
@@ -10,12 +10,12 @@ import (
 // DEVICE_ID, RANK_ID, RANK_SIZE and RANK_TABLE_FILE.
 func newWorkerCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:    nputrain.WorkerCommand + " CONFIG",
+		Use:    job.Command + " CONFIG",
 		Short:  "Run one simulated device of an npu/train stage (mspipe runs this itself)",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return nputrain.RunWorker(cmd.Context(), args[0])
+			return job.Run(cmd.Context(), args[0])
 		},
 	}
 }

@@ -1,29 +1,19 @@
 package train
 
+// The collective endpoint of a job: the port range its ranks listen on and
+// the secret they authenticate each other with, chosen here before any
+// rank starts. The ranks' side is npu/job.
+
 import (
-	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/ranktable"
-	"github.com/mspipe/mspipe/npu/trainer"
 )
-
-// defaultCollectiveTimeout bounds every wait for a peer rank.
-const defaultCollectiveTimeout = 60 * time.Second
-
-func collectiveTimeout(w With) time.Duration {
-	if w.CollectiveTimeout > 0 {
-		return time.Duration(w.CollectiveTimeout)
-	}
-	return defaultCollectiveTimeout
-}
 
 // freeBasePort picks a port range in which every rank's listen address
 // (device_ip or host_nic_ip) and port can be bound now, so that
@@ -61,11 +51,6 @@ const EnvJobSecretFile = "MSPIPE_JOB_SECRET_FILE"
 
 // maxSecretFileBytes bounds what is read from EnvJobSecretFile.
 const maxSecretFileBytes = 1 << 20
-
-// multiHostConnectWait is how long the ranks of a job that spans hosts
-// wait for their peers to come up, at least: the other servers start the
-// same pipeline by hand or by a script, not all in the same second.
-const multiHostConnectWait = 5 * time.Minute
 
 // makeSecretHint is the command the refusals suggest.
 const makeSecretHint = "umask 077 && head -c 32 /dev/urandom > job.secret, copy it to every server (scp -p), and export " + EnvJobSecretFile + "=/path/to/job.secret on each"
@@ -147,101 +132,4 @@ func writeSecret(jobDir string) (string, error) {
 		return "", fmt.Errorf("write job secret: %w", err)
 	}
 	return path, nil
-}
-
-// joinCollective connects this rank to its peers and wires the trainer's
-// gradient reduction (and parameter broadcast) through the communicator;
-// it reports the transport on out.
-func joinCollective(ctx context.Context, cfg WorkerConfig, rank int, tc *trainer.Config, out io.Writer) (*collective.Comm, error) {
-	tablePath := os.Getenv("RANK_TABLE_FILE")
-	if tablePath == "" {
-		return nil, fmt.Errorf("RANK_TABLE_FILE is not set")
-	}
-	t, problems, err := ranktable.Load(tablePath)
-	if err != nil {
-		return nil, err
-	}
-	if problems.HasErrors() {
-		return nil, fmt.Errorf("rank table %s: %w", tablePath, problems.Err())
-	}
-	cc, err := collective.FromRankTable(t, rank, cfg.BasePort)
-	if err != nil {
-		return nil, err
-	}
-	if cc.Secret, err = os.ReadFile(cfg.SecretFile); err != nil {
-		return nil, fmt.Errorf("job secret: %w", err)
-	}
-	cc.Timeout = collectiveTimeout(cfg.With)
-	if cfg.SpansHosts {
-		cc.ConnectTimeout = max(cc.Timeout, multiHostConnectWait)
-	}
-	// A table whose servers are real addresses describes a real cluster:
-	// its ranks on other servers are reached over the network. Each rank
-	// still listens on its own address only (device_ip or host_nic_ip).
-	cc.AllowRemote = serversAreReal(t)
-	if cfg.With.CollectiveTransport != "" {
-		if cc.Transport, err = collective.ParseTransport(cfg.With.CollectiveTransport); err != nil {
-			return nil, err
-		}
-	}
-	comm, err := collective.Init(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	if s := comm.Servers(); s > 1 && comm.Transport() == collective.TransportShm {
-		fmt.Fprintf(out, "collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
-	} else {
-		fmt.Fprintf(out, "collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
-	}
-	op := collective.Mean
-	if cfg.With.GradientsMean != nil && !*cfg.With.GradientsMean {
-		op = collective.Sum
-	}
-	// Gradients live in the communicator's memory: with the shared-memory
-	// transport (every rank on this host) the AllReduce then reads the
-	// other ranks' gradients in place instead of sending them over TCP.
-	tc.AllocGrads = func(ctx context.Context, n int) ([]float32, error) {
-		buf, err := comm.Alloc(ctx, n)
-		if err == nil && comm.Transport() == collective.TransportShm && !comm.IsShared(buf) {
-			fmt.Fprintf(out, "collective: no shared memory for the gradients (is %s full?): AllReduce goes over TCP\n", collective.DefaultShmDir)
-		}
-		return buf, err
-	}
-	tc.Reduce = func(ctx context.Context, grads []float32) error {
-		return comm.AllReduce(ctx, grads, op)
-	}
-	tc.StepRange = func(ctx context.Context, step int) (lo, hi int, err error) {
-		if step > 1<<24 {
-			return 0, 0, fmt.Errorf("step %d: too large to agree on exactly in float32", step)
-		}
-		// One Min reduction gives the smallest step and, negated, the largest.
-		buf := []float32{float32(step), -float32(step)}
-		if err := comm.AllReduce(ctx, buf, collective.Min); err != nil {
-			return 0, 0, err
-		}
-		return int(buf[0]), int(-buf[1]), nil
-	}
-	if cfg.With.ParameterBroadcast {
-		tc.Broadcast = func(ctx context.Context, values []float32) error {
-			return comm.Broadcast(ctx, values, 0)
-		}
-	}
-	return comm, nil
-}
-
-// removeShmLeftovers removes the shared-memory files of the job's ranks
-// that a killed rank may have left in /dev/shm.
-func removeShmLeftovers(rankTable string, cfg WorkerConfig) error {
-	t, _, err := ranktable.Load(rankTable)
-	if err != nil {
-		return err
-	}
-	cc, err := collective.FromRankTable(t, 0, cfg.BasePort)
-	if err != nil {
-		return err
-	}
-	if cc.Secret, err = os.ReadFile(cfg.SecretFile); err != nil {
-		return err
-	}
-	return collective.RemoveShmLeftovers(cc)
 }

@@ -1,4 +1,4 @@
-package train
+package job
 
 import (
 	"bufio"
@@ -15,42 +15,40 @@ import (
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/trainer"
-	"github.com/mspipe/mspipe/plugins"
-	"github.com/mspipe/mspipe/plugins/sdk"
 )
 
 // Rank processes report to the stage through an event stream: one pipe
-// whose write end every rank inherits as file descriptor eventFD (the first
+// whose write end every rank inherits as file descriptor EventFD (the first
 // of launch.Job.ExtraFiles), carrying one JSON object per line. A pipe and
 // not a file, so that a retried or resumed job never replays old events.
 // Each line is written with one write of at most maxEventWrite bytes, which
 // POSIX makes atomic for pipes: lines of different ranks never interleave.
 const (
-	eventFD = 3
+	EventFD = 3
 	// EnvEventFD names the event stream's descriptor in a rank's
 	// environment. It is set only on the rank processes the stage starts:
 	// a descriptor number read from a file could name any open file of a
 	// process that runs the worker another way.
 	EnvEventFD    = "MSPIPE_EVENT_FD"
 	maxEventWrite = 4096 // PIPE_BUF on Linux
-	// maxEventLine bounds a line the stage reads; longer ones are skipped.
+	// maxEventLine bounds a line ReadEvents reads; longer ones are skipped.
 	maxEventLine = 64 << 10
 	// maxEventWarnings bounds the warnings about malformed lines.
 	maxEventWarnings = 5
 )
 
-// Kinds of workerEvent.
+// Kinds of Event.
 const (
-	kindStep = "step" // a finished training step
-	kindLog  = "log"  // a line rank 0 printed to train.log0, for the console
-	// kindFailed carries the error a rank fails with. The rank prints it
+	KindStep = "step" // a finished training step
+	KindLog  = "log"  // a line the rank printed to train.log{i}, for the console
+	// KindFailed carries the error a rank fails with. The rank prints it
 	// to train.log{i} too, but the log is on disk, and when the disk is
 	// full the line saying so is the one that cannot be written.
-	kindFailed = "failed"
+	KindFailed = "failed"
 )
 
-// workerEvent is one line of the event stream.
-type workerEvent struct {
+// Event is one line of the event stream.
+type Event struct {
 	Kind            string  `json:"kind"`
 	Rank            int     `json:"rank"`
 	Epoch           int64   `json:"epoch,omitempty"`
@@ -82,8 +80,8 @@ func newEventWriter(w io.Writer, rank int) *eventWriter {
 
 // step sends a finished training step.
 func (e *eventWriter) step(s trainer.StepInfo) {
-	e.send(workerEvent{
-		Kind: kindStep, Rank: e.rank, Epoch: int64(s.Epoch), Step: int64(s.StepInEpoch),
+	e.send(Event{
+		Kind: KindStep, Rank: e.rank, Epoch: int64(s.Epoch), Step: int64(s.StepInEpoch),
 		GlobalStep: int64(s.GlobalStep), TotalSteps: int64(s.TotalSteps),
 		Loss: float64(s.Loss), LearningRate: float64(s.LearningRate), ImagesPerSecond: s.ImagesPerSec,
 		DeviceMemory: s.DeviceMemory, EpochEnd: s.StepInEpoch == s.StepsPerEpoch,
@@ -97,7 +95,7 @@ func (e *eventWriter) fail(err error) {
 	if errors.As(err, &pe) || errors.Is(err, context.Canceled) {
 		return
 	}
-	e.send(workerEvent{Kind: kindFailed, Rank: e.rank, Message: err.Error()})
+	e.send(Event{Kind: KindFailed, Rank: e.rank, Message: err.Error()})
 }
 
 // Write sends each complete line of p as a log event, so that the rank's
@@ -116,12 +114,12 @@ func (e *eventWriter) Write(p []byte) (int, error) {
 	}
 	e.mu.Unlock()
 	for _, l := range lines {
-		e.send(workerEvent{Kind: kindLog, Rank: e.rank, Message: l})
+		e.send(Event{Kind: KindLog, Rank: e.rank, Message: l})
 	}
 	return len(p), nil
 }
 
-func (e *eventWriter) send(ev workerEvent) {
+func (e *eventWriter) send(ev Event) {
 	line, err := json.Marshal(ev)
 	for err == nil && len(line)+1 > e.limit && ev.Message != "" {
 		// Only a log message can make a line long: shorten it.
@@ -139,94 +137,6 @@ func (e *eventWriter) send(ev workerEvent) {
 	}
 	if _, err := e.w.Write(line); err != nil {
 		e.failed = true
-	}
-}
-
-// relayEvents reads the event stream until EOF or a read error: steps
-// become step events (and the lead rank's the loss metric), the lead
-// rank's log lines log records. The lead is rank 0, or this host's lowest
-// rank when rank 0 runs on another server. The error a rank failed with
-// goes into failures (if not nil), by rank. A line that is too long or
-// not a valid event is skipped with a warning. It returns the read error,
-// nil at EOF.
-func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]string) error {
-	rd := bufio.NewReaderSize(r, maxEventLine)
-	warnings, lineNo := 0, 0
-	warn := func(msg string) {
-		if warnings++; warnings <= maxEventWarnings {
-			sc.Warn(fmt.Sprintf("event stream line %d: %s: skipped", lineNo, msg))
-		}
-	}
-	defer func() {
-		if warnings > maxEventWarnings {
-			sc.Warn(fmt.Sprintf("event stream: %d more malformed lines skipped", warnings-maxEventWarnings))
-		}
-	}()
-	tooLong := false
-	for {
-		line, err := rd.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if !tooLong {
-				lineNo++
-				warn(fmt.Sprintf("longer than %d bytes", maxEventLine))
-			}
-			tooLong = true
-			continue
-		}
-		if len(line) > 0 && !tooLong {
-			lineNo++
-			relayLine(bytes.TrimSpace(line), sc, ranks, lead, warn, failures)
-		}
-		tooLong = false
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("event stream: %w", err)
-		}
-	}
-}
-
-func relayLine(line []byte, sc sdk.Context, ranks, lead int, warn func(string), failures map[int]string) {
-	if len(line) == 0 {
-		return
-	}
-	var ev workerEvent
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ev); err != nil {
-		warn(fmt.Sprintf("not an event: %v", err))
-		return
-	}
-	if ev.Rank < 0 || ev.Rank >= ranks {
-		warn(fmt.Sprintf("rank %d of a job of %d", ev.Rank, ranks))
-		return
-	}
-	switch ev.Kind {
-	case kindLog:
-		if ev.Rank == lead {
-			sc.Info(ev.Message)
-		}
-	case kindStep:
-		if ev.Epoch < 1 || ev.Step < 1 || ev.GlobalStep < 1 || ev.TotalSteps < 0 {
-			warn(fmt.Sprintf("step %d of epoch %d, global step %d of %d: want positive numbers", ev.Step, ev.Epoch, ev.GlobalStep, ev.TotalSteps))
-			return
-		}
-		st := plugins.StepEvent{
-			Rank: ev.Rank, Epoch: ev.Epoch, Step: ev.Step, GlobalStep: ev.GlobalStep, TotalSteps: ev.TotalSteps,
-			Loss: ev.Loss, LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSecond,
-			DeviceMemory: ev.DeviceMemory, EpochEnd: ev.EpochEnd,
-		}
-		if ev.Rank == lead {
-			sc.Metric("loss", ev.Loss, ev.GlobalStep)
-		}
-		sc.Step(st)
-	case kindFailed:
-		if failures != nil {
-			failures[ev.Rank] = ev.Message
-		}
-	default:
-		warn(fmt.Sprintf("unknown kind %q", ev.Kind))
 	}
 }
 
@@ -249,4 +159,80 @@ func openEventStream(rank int, att *launch.Attached) (*eventWriter, error) {
 		return nil, fmt.Errorf("%s=%q: not an inherited file descriptor", EnvEventFD, v)
 	}
 	return newEventWriter(os.NewFile(uintptr(fd), "events"), rank), nil
+}
+
+// ReadEvents reads the event stream of a job of ranks ranks until EOF or a
+// read error, and calls on for each valid event: a known kind from one of
+// the job's ranks, a step with positive numbers. A line that is too long
+// or not such an event is skipped and reported to warn, a bounded number
+// of times. It returns the read error, nil at EOF.
+func ReadEvents(r io.Reader, ranks int, on func(Event), warn func(string)) error {
+	rd := bufio.NewReaderSize(r, maxEventLine)
+	warnings, lineNo := 0, 0
+	skip := func(msg string) {
+		if warnings++; warnings <= maxEventWarnings {
+			warn(fmt.Sprintf("event stream line %d: %s: skipped", lineNo, msg))
+		}
+	}
+	defer func() {
+		if warnings > maxEventWarnings {
+			warn(fmt.Sprintf("event stream: %d more malformed lines skipped", warnings-maxEventWarnings))
+		}
+	}()
+	tooLong := false
+	for {
+		line, err := rd.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if !tooLong {
+				lineNo++
+				skip(fmt.Sprintf("longer than %d bytes", maxEventLine))
+			}
+			tooLong = true
+			continue
+		}
+		if len(line) > 0 && !tooLong {
+			lineNo++
+			if ev, ok := parseEvent(bytes.TrimSpace(line), ranks, skip); ok {
+				on(ev)
+			}
+		}
+		tooLong = false
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("event stream: %w", err)
+		}
+	}
+}
+
+// parseEvent decodes one line of the stream, or says on skip why it is no
+// valid event. An empty line is no event and no problem.
+func parseEvent(line []byte, ranks int, skip func(string)) (Event, bool) {
+	var ev Event
+	if len(line) == 0 {
+		return ev, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ev); err != nil {
+		skip(fmt.Sprintf("not an event: %v", err))
+		return ev, false
+	}
+	if ev.Rank < 0 || ev.Rank >= ranks {
+		skip(fmt.Sprintf("rank %d of a job of %d", ev.Rank, ranks))
+		return ev, false
+	}
+	switch ev.Kind {
+	case KindLog, KindFailed:
+	case KindStep:
+		if ev.Epoch < 1 || ev.Step < 1 || ev.GlobalStep < 1 || ev.TotalSteps < 0 {
+			skip(fmt.Sprintf("step %d of epoch %d, global step %d of %d: want positive numbers", ev.Step, ev.Epoch, ev.GlobalStep, ev.TotalSteps))
+			return ev, false
+		}
+	default:
+		skip(fmt.Sprintf("unknown kind %q", ev.Kind))
+		return ev, false
+	}
+	return ev, true
 }

@@ -1,0 +1,368 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/data"
+	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/optim"
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// Train runs one device's training job. It returns when the epochs are
+// done, MaxSteps is reached, or ctx is cancelled (then with ctx's error,
+// after the checkpoints written so far are complete).
+func Train(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	j, err := setUp(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer j.net.Close()
+	if err := j.loop(ctx); err != nil {
+		return j.res, err
+	}
+	return j.res, j.finish(ctx)
+}
+
+// training is a job set up: the data, the network and its optimizer,
+// the checkpoints, and the global step training starts from.
+type training struct {
+	cfg   Config
+	pipe  *data.Pipeline
+	accum int // micro-batches per step
+	steps int // steps per epoch
+	net   network
+	model *nn.Model // the whole model, when it is not sharded
+	opt   *optim.Momentum
+	mc    *ckpt.ModelCheckpoint // nil when no checkpoints are saved
+	start int                   // global steps already done
+	res   *Result
+}
+
+// setUp prepares cfg's job: the data pipeline, the network on its device
+// with every buffer counted against the device memory, the optimizer, and
+// the starting point (an init checkpoint, a resumed run, rank 0's
+// broadcast parameters). On error nothing is left open.
+func setUp(ctx context.Context, cfg Config) (_ *training, err error) {
+	j := &training{cfg: cfg}
+	if err := j.openData(); err != nil {
+		return nil, err
+	}
+	if err := j.buildNetwork(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			j.net.Close()
+		}
+	}()
+	if err := j.newOptimizer(); err != nil {
+		return nil, err
+	}
+	j.res = &Result{StepsPerEpoch: j.steps, Accuracy: math.NaN(), EvalLoss: math.NaN()}
+	if err := j.restoreStart(ctx); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// openData opens the training split as cfg's shard sees it and counts the
+// steps of an epoch.
+func (j *training) openData() error {
+	cfg := j.cfg
+	set, err := data.ReadDir(cfg.DataDir, data.SplitTrain)
+	if err != nil {
+		return err
+	}
+	dcfg := data.SeedConfig(cfg.NumShards, cfg.ShardID, cfg.Seed)
+	dcfg.BatchSize = cfg.BatchSize
+	switch {
+	case cfg.ShuffleBuffer < 0:
+		dcfg.ShuffleBuffer = 0
+	case cfg.ShuffleBuffer > 0:
+		dcfg.ShuffleBuffer = cfg.ShuffleBuffer
+	}
+	if cfg.NoAugment {
+		dcfg.RandomCrop, dcfg.RandomFlip = false, false
+	}
+	if j.pipe, err = data.NewPipeline(set, dcfg); err != nil {
+		return err
+	}
+	// With gradient accumulation a step takes accum micro-batches; the
+	// micro-batches left over at the end of an epoch are dropped, as
+	// drop_remainder drops a partial batch.
+	j.accum = max(cfg.GradAccumulation, 1)
+	if j.steps = j.pipe.StepsPerEpoch() / j.accum; j.steps == 0 {
+		return fmt.Errorf("%w: %d training images on this shard are fewer than one step of %d×%d", ErrConfig, j.pipe.SamplesPerEpoch(), j.accum, cfg.BatchSize)
+	}
+	return nil
+}
+
+// buildNetwork builds the network on its device, this rank's part of a
+// sharded one or the whole model, and reserves the input batch; a whole
+// model's gradients go where AllocGrads puts them. On error the network
+// is closed.
+func (j *training) buildNetwork(ctx context.Context) (err error) {
+	cfg := j.cfg
+	if cfg.Sharded != nil {
+		if cfg.Reduce != nil || cfg.AllocGrads != nil || cfg.Broadcast != nil {
+			return fmt.Errorf("%w: a sharded network does its own communication", ErrConfig)
+		}
+		sn, err := cfg.Sharded(cfg.DeviceMemory)
+		if err != nil {
+			return err
+		}
+		j.net = &shardedNet{ShardedNet: sn, name: cfg.Model}
+	} else {
+		m, err := newModel(cfg.Model, nn.ResNetConfig{Seed: cfg.Seed, Threads: cfg.Threads, Memory: cfg.DeviceMemory})
+		if err != nil {
+			return err
+		}
+		j.model = m
+		j.net = &wholeModel{Model: m, loss: nn.NewSoftmaxCrossEntropyExpand()}
+	}
+	defer func() {
+		if err != nil {
+			j.net.Close()
+		}
+	}()
+	c, h, w := j.pipe.ImageShape()
+	if err := j.net.Device().Reserve(fmt.Sprintf("input batch float32[%d %d %d %d]", cfg.BatchSize, c, h, w), 4*int64(cfg.BatchSize*c*h*w)); err != nil {
+		return err
+	}
+	if cfg.AllocGrads != nil {
+		buf, err := cfg.AllocGrads(ctx, len(j.model.Grads()))
+		if err != nil {
+			return fmt.Errorf("gradient memory: %w", err)
+		}
+		if err := j.model.SetGradBuffer(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newOptimizer makes the Momentum optimizer over the learning rate
+// schedule, and reserves its moments (and the accumulated gradients) on
+// the device.
+func (j *training) newOptimizer() error {
+	cfg := j.cfg
+	lrs, err := optim.LearningRates(optim.Schedule{
+		Mode: cfg.Schedule, LRMax: cfg.LearningRate, WarmupEpochs: cfg.WarmupEpochs,
+		TotalEpochs: cfg.Epochs, StepsPerEpoch: j.steps,
+	})
+	if err != nil {
+		return err
+	}
+	if j.opt, err = optim.NewMomentum(j.net.TrainableParams(), optim.MomentumConfig{
+		LearningRates: lrs, Momentum: float32(cfg.Momentum), WeightDecay: float32(cfg.WeightDecay),
+	}); err != nil {
+		return err
+	}
+	// Momentum keeps one moment per gradient element on the device.
+	gradBytes := 4 * int64(gradLen(j.net.TrainableParams()))
+	if err := j.net.Device().Reserve("optimizer moments", gradBytes); err != nil {
+		return err
+	}
+	if j.accum > 1 {
+		if err := j.net.Device().Reserve("gradient accumulation", gradBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoreStart sets where training starts: the init checkpoint's values,
+// then the newest checkpoint of an interrupted run when resuming, or on a
+// fresh start rank 0's parameters when they are broadcast. It prepares the
+// checkpoints the job saves.
+func (j *training) restoreStart(ctx context.Context) error {
+	cfg := j.cfg
+	restoreOpts := func(o RestoreOptions) RestoreOptions {
+		if sn, ok := j.net.(*shardedNet); ok {
+			o.Layouts, o.Rank = sn.Layouts(), cfg.Rank
+		}
+		return o
+	}
+	if cfg.Init != "" {
+		tensors, err := ckpt.Read(cfg.Init)
+		if err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+		if err := Restore(j.net, tensors, restoreOpts(RestoreOptions{Optimizer: j.opt})); err != nil {
+			return fmt.Errorf("init from %s: %w", cfg.Init, err)
+		}
+	}
+	if cfg.CkptDir != "" {
+		every := cfg.SaveCheckpointSteps
+		if every == 0 {
+			every = j.steps // once per epoch
+		}
+		// Every file carries MindSpore's crc_num trailer (crc_check=True), so
+		// a damaged checkpoint is found on load instead of training on.
+		var err error
+		if j.mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
+			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
+			Write: ckpt.WriteOptions{CRC: true},
+		}); err != nil {
+			return err
+		}
+	}
+	if cfg.Resume {
+		latest, tensors, err := resumePoint(ctx, cfg, j.mc.Prefix(), j.steps)
+		if err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		if latest != "" {
+			if err := Restore(j.net, tensors, restoreOpts(RestoreOptions{Optimizer: j.opt, RequireOptimizer: true})); err != nil {
+				return fmt.Errorf("resume from %s: %w", latest, err)
+			}
+			j.start = j.opt.GlobalStep()
+			j.mc.ResumeAt(j.start)
+			j.res.ResumedFrom = latest
+		}
+	}
+	if cfg.Broadcast != nil && j.start == 0 && j.model != nil {
+		if err := cfg.Broadcast(ctx, j.model.Values()); err != nil {
+			return fmt.Errorf("parameter broadcast: %w", err)
+		}
+	}
+	return nil
+}
+
+// loop trains from the start step to the last one: each step's
+// micro-batches, the gradient reduction, the update, the LossMonitor
+// line, the checkpoint and the step report. It stops at the first error
+// or when ctx is cancelled, with the last complete checkpoint saved.
+func (j *training) loop(ctx context.Context) error {
+	cfg, steps, accum := j.cfg, j.steps, j.accum
+	loader := j.pipe.NewLoader()
+	batch := j.pipe.NewBatch()
+	total := cfg.Epochs * steps
+	if cfg.MaxSteps > 0 {
+		total = min(total, j.start+cfg.MaxSteps)
+	}
+	var acc [][]float32 // gradient sums over the micro-batches of a step
+	if accum > 1 {
+		trainable := j.net.TrainableParams()
+		acc = make([][]float32, len(trainable))
+		for i, p := range trainable {
+			acc[i] = make([]float32, p.Grad.Len())
+		}
+	}
+	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(j.net, j.opt) }
+	if sn, ok := j.net.(*shardedNet); ok && cfg.IntegratedSave {
+		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
+	}
+	res := j.res
+	began := time.Now()
+	epochBegan, epochSteps := began, 0
+	for g := j.start; g < total; g++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		epoch, step := g/steps, g%steps
+		if step == 0 && g > j.start {
+			epochBegan, epochSteps = time.Now(), 0
+		}
+		l, err := j.forwardBackward(ctx, loader, batch, acc, epoch, step)
+		if err != nil {
+			return err
+		}
+		if cfg.Reduce != nil && j.model != nil {
+			if err := cfg.Reduce(ctx, j.model.Grads()); err != nil {
+				return fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
+			}
+		}
+		lr := j.opt.LR()
+		j.opt.Step()
+		res.Loss, res.GlobalStep, res.Steps = l, g+1, res.Steps+1
+		info := StepInfo{
+			Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: g + 1, TotalSteps: total,
+			Loss: l, LearningRate: lr,
+		}
+		if (cfg.LogSteps > 0 && (g+1)%cfg.LogSteps == 0) || (cfg.LogSteps == 0 && step+1 == steps) {
+			LossMonitorLine(cfg.Log, epoch+1, step+1, l)
+		}
+		if j.mc != nil {
+			path, err := j.mc.StepEnd(epoch+1, g+1, steps, snapshot)
+			if err != nil {
+				return err
+			}
+			info.Checkpoint = path
+		}
+		epochSteps++
+		if cfg.OnStep != nil {
+			if secs := time.Since(epochBegan).Seconds(); secs > 0 {
+				info.ImagesPerSec = float64(epochSteps*cfg.BatchSize*accum) / secs
+			}
+			info.DeviceMemory, _ = j.net.Device().MemoryInUse()
+			cfg.OnStep(info)
+		}
+	}
+	res.Seconds = time.Since(began).Seconds()
+	if res.Seconds > 0 {
+		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize*accum) / res.Seconds
+	}
+	if j.mc != nil && res.GlobalStep > 0 {
+		epoch := (res.GlobalStep - 1) / steps
+		if _, err := j.mc.End(epoch+1, res.GlobalStep, steps, snapshot); err != nil {
+			return err
+		}
+		res.Checkpoint = j.mc.Latest()
+	}
+	return nil
+}
+
+// forwardBackward runs the micro-batches of step step of epoch epoch
+// forward and backward, leaving the step's gradients in the trainable
+// parameters (summed over the micro-batches in acc), and returns the
+// step's mean loss.
+func (j *training) forwardBackward(ctx context.Context, loader *data.Loader, batch *data.Batch, acc [][]float32, epoch, step int) (float32, error) {
+	c, h, w := j.pipe.ImageShape()
+	var l float32
+	for micro := 0; micro < j.accum; micro++ {
+		if err := loader.Fill(batch, epoch, step*j.accum+micro); err != nil {
+			return 0, err
+		}
+		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+		if err != nil {
+			return 0, err
+		}
+		ml, err := j.net.step(ctx, x, batch.Labels[:batch.N])
+		if err != nil {
+			return 0, err
+		}
+		if math.IsNaN(float64(ml)) || math.IsInf(float64(ml), 0) {
+			return 0, fmt.Errorf("%w: loss is %v at epoch %d step %d (lower the learning rate)", ErrDiverged, ml, epoch+1, step+1)
+		}
+		l += ml / float32(j.accum)
+		if j.accum > 1 {
+			accumulate(acc, j.net.TrainableParams(), micro, j.accum)
+		}
+	}
+	return l, nil
+}
+
+// finish evaluates the trained model when asked and reports the device's
+// peak memory.
+func (j *training) finish(ctx context.Context) error {
+	cfg := j.cfg
+	if cfg.Eval {
+		acc, el, err := evaluate(ctx, j.net.predict, cfg.DataDir, max(cfg.BatchSize, 100))
+		if err != nil {
+			return err
+		}
+		j.res.Accuracy, j.res.EvalLoss = acc, el
+	}
+	_, j.res.PeakDeviceMemory = j.net.Device().MemoryInUse()
+	j.res.DeviceMemory = cfg.DeviceMemory
+	return nil
+}

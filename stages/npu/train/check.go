@@ -1,0 +1,105 @@
+package train
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/shard"
+	"github.com/mspipe/mspipe/plugins"
+)
+
+// check checks each field on its own, at validation and before a run.
+func check(w With) []plugins.Problem {
+	var out []plugins.Problem
+	if _, err := job.ParseDeviceMemory(w.DeviceMemory); err != nil {
+		out = append(out, plugins.Problem{Path: "/device_memory", Message: err.Error()})
+	}
+	out = append(out, launcherProblems(w)...)
+	return append(out, checkSaveFile(w)...)
+}
+
+// checkCluster checks what depends on several fields or on the cluster:
+// options that do not fit the mode, and a strategy against the model's
+// operators on the stage's device count (before any rank starts: at
+// validation, or when the run begins). Rules over a field known only at
+// run time are left for then.
+func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.Problem {
+	known := func(keys ...string) bool {
+		for _, k := range keys {
+			if slices.Contains(unknown, k) {
+				return false
+			}
+		}
+		return true
+	}
+	var out []plugins.Problem
+	if known("mode", "strategy") && len(w.Strategy) > 0 {
+		if err := w.Mode.CheckStrategy(false); err != nil {
+			out = append(out, plugins.Problem{Path: "/strategy", Message: err.Error()})
+		}
+	}
+	if known("mode", "full_batch") && w.FullBatch && !w.Mode.Sharded() {
+		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
+	}
+	if known("mode", "model") {
+		if err := shard.CheckModelMode(w.Model, w.Mode); err != nil {
+			out = append(out, plugins.Problem{Path: "/model", Message: err.Error()})
+		}
+	}
+	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch") || w.Mode != parallel.SemiAutoParallel {
+		return out
+	}
+	return strategyProblems(w, cluster.Devices)
+}
+
+// strategyProblems checks a semi_auto_parallel strategy on devices
+// devices: each operator's entry on its own (at /strategy/<operator>),
+// then the whole (shared parameters laid out one way).
+func strategyProblems(w With, devices int) []plugins.Problem {
+	g, err := shard.GraphOf(w.Model, job.GlobalBatch(w.Mode, w.BatchSize, devices))
+	if err != nil {
+		return []plugins.Problem{{Path: "/model", Message: err.Error()}}
+	}
+	var out []plugins.Problem
+	for _, name := range slices.Sorted(maps.Keys(w.Strategy)) {
+		at := "/strategy/" + pointerToken(name)
+		op, ok := g.Op(name)
+		if !ok {
+			out = append(out, plugins.Problem{Path: at, Message: fmt.Sprintf("%v: %s has no operator %q (operators: %s)", parallel.ErrStrategy, g.Model, name, strings.Join(g.OpNames(), ", "))})
+			continue
+		}
+		if _, err := op.Shard(w.Strategy[name], devices); err != nil {
+			out = append(out, plugins.Problem{Path: at, Message: err.Error()})
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	if _, err := g.Shard(w.Strategy, devices); err != nil {
+		out = append(out, plugins.Problem{Path: "/strategy", Message: err.Error()})
+	}
+	return out
+}
+
+// pointerToken escapes a key for a JSON pointer (RFC 6901).
+func pointerToken(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
+
+// checkData refuses a data directory that is not an absolute path to a
+// directory, when the run starts.
+func checkData(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("data %q: give an absolute path (usually ${{ stages.prepare.outputs.dir }})", dir)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("data %s: not a directory", dir)
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package train
+
+import (
+	"io"
+
+	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk"
+)
+
+// relayEvents reads the ranks' event stream (npu/job) until EOF or a read
+// error: steps become step events (and the lead rank's the loss metric),
+// the lead rank's log lines log records. The lead is rank 0, or this
+// host's lowest rank when rank 0 runs on another server. The error a rank
+// failed with goes into failures (if not nil), by rank. Malformed lines
+// are skipped with a warning. It returns the read error, nil at EOF.
+func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]string) error {
+	return job.ReadEvents(r, ranks, func(ev job.Event) {
+		switch ev.Kind {
+		case job.KindLog:
+			if ev.Rank == lead {
+				sc.Info(ev.Message)
+			}
+		case job.KindStep:
+			if ev.Rank == lead {
+				sc.Metric("loss", ev.Loss, ev.GlobalStep)
+			}
+			sc.Step(plugins.StepEvent{
+				Rank: ev.Rank, Epoch: ev.Epoch, Step: ev.Step, GlobalStep: ev.GlobalStep, TotalSteps: ev.TotalSteps,
+				Loss: ev.Loss, LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSecond,
+				DeviceMemory: ev.DeviceMemory, EpochEnd: ev.EpochEnd,
+			})
+		case job.KindFailed:
+			if failures != nil {
+				failures[ev.Rank] = ev.Message
+			}
+		}
+	}, func(msg string) { sc.Warn(msg) })
+}
