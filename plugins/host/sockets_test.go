@@ -31,11 +31,29 @@ func dirEntries(t *testing.T, dir string) []string {
 	return out
 }
 
+// shortTempDir is a fresh directory short enough to hold a plugin's
+// socket directory (Unix socket paths take at most 107 bytes): the test's
+// own temporary directory, or one in /tmp when that is too deep (a
+// TMPDIR set deep down). Either is removed when the test ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if len(dir)+len("/mspipe-plugin-0123456789/plugin0123456789") <= maxSocketPath {
+		return dir
+	}
+	dir, err := os.MkdirTemp("/tmp", "mspipe-sockets-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // go-plugin's socket lives in a private directory under TMPDIR while the
 // plugin runs, and nothing is left there however the plugin ended: closed,
 // exited mid-run, crashed, killed after ignoring SIGTERM.
 func TestPluginSocketsLeaveNothing(t *testing.T) {
-	tmp, work := t.TempDir(), t.TempDir()
+	tmp, work := shortTempDir(t), t.TempDir()
 	t.Setenv("TMPDIR", tmp) // t.TempDir is not called again: it follows TMPDIR
 	for _, mode := range []string{"ok", "exit", "crash", "hang"} {
 		t.Run(mode, func(t *testing.T) {
@@ -71,7 +89,7 @@ func TestPluginSocketsLeaveNothing(t *testing.T) {
 
 // A plugin that never completes the handshake leaves nothing either.
 func TestFailedLaunchLeavesNoSocketDir(t *testing.T) {
-	tmp, bin := t.TempDir(), t.TempDir()
+	tmp, bin := shortTempDir(t), t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	script := filepath.Join(bin, "not-a-plugin")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
