@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -324,15 +325,22 @@ func (c *Client) terminate() error {
 // holds 108 bytes with the terminating NUL).
 const maxSocketPath = 107
 
+// socketDirPrefix starts the name of every socket directory; the pid of
+// the mspipe process that made it follows.
+const socketDirPrefix = "mspipe-plugin-"
+
 // socketDir creates a private directory (mode 0700) for one plugin's
-// socket inside base (os.TempDir() when empty). go-plugin names the socket
-// "plugin" and up to ten digits; a base too long for that is refused here
-// rather than as bind's "invalid argument".
+// socket inside base (os.TempDir() when empty), named after this process,
+// and first removes those of mspipe processes that are gone (killed before
+// they could remove their own). go-plugin names the socket "plugin" and up
+// to ten digits; a base too long for that is refused here rather than as
+// bind's "invalid argument".
 func socketDir(base string) (string, error) {
 	if base == "" {
 		base = os.TempDir()
 	}
-	dir, err := os.MkdirTemp(base, "mspipe-plugin-")
+	removeStaleSocketDirs(base)
+	dir, err := os.MkdirTemp(base, fmt.Sprintf("%s%d-", socketDirPrefix, os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("socket directory: %w", err)
 	}
@@ -341,6 +349,38 @@ func socketDir(base string) (string, error) {
 		return "", fmt.Errorf("socket directory %s: a socket path there would be %d bytes, Unix sockets take at most %d: set TMPDIR to a shorter directory", dir, n, maxSocketPath)
 	}
 	return dir, nil
+}
+
+// removeStaleSocketDirs removes the socket directories in base whose
+// mspipe process no longer runs. Failures are left for a later launch.
+func removeStaleSocketDirs(base string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), socketDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(base, e.Name()))
+	}
+}
+
+// processAlive reports whether a process with this pid exists (signal 0
+// reaches it, or it belongs to another user).
+func processAlive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // explain turns an error of a call into what the caller needs: its own

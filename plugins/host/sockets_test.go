@@ -2,8 +2,11 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +121,39 @@ func TestSocketDirTooLong(t *testing.T) {
 	}
 	if left := dirEntries(t, base); len(left) != 0 {
 		t.Errorf("%s holds %q", base, left)
+	}
+}
+
+// A socket directory left by an mspipe that was killed (its pid is gone)
+// is removed by the next launch; those of live processes are kept.
+func TestStaleSocketDirsAreRemoved(t *testing.T) {
+	tmp := shortTempDir(t)
+	t.Setenv("TMPDIR", tmp)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(tmp, fmt.Sprintf("mspipe-plugin-%d-1", gone.Process.Pid))
+	live := filepath.Join(tmp, fmt.Sprintf("mspipe-plugin-%d-2", os.Getpid()))
+	other := filepath.Join(tmp, "mspipe-plugin-notes")
+	for _, d := range []string{stale, live, other} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(stale, "plugin123"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Launch(context.Background(), LaunchConfig{Path: testPlugin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left := dirEntries(t, tmp)
+	want := []string{filepath.Base(live), filepath.Base(other)}
+	if !slices.Equal(left, want) {
+		t.Errorf("TMPDIR holds %q, want %q (the dead process's directory removed)", left, want)
 	}
 }
