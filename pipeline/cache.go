@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/spec"
@@ -138,32 +139,64 @@ func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, id
 	for k, v := range s.Env {
 		in.Env[k] = v
 	}
+	// Paths already keyed by content: upstream path outputs.
+	var keyed []string
 	r.mu.Lock()
 	for a := range r.ancestors(s.ID) {
-		for name, h := range r.st.Stages[a].Artifacts {
+		ss := r.st.Stages[a]
+		for name, h := range ss.Artifacts {
 			in.Inputs[a+"."+name] = h
+			if p, ok := ss.Outputs[name].(string); ok && p != "" {
+				keyed = append(keyed, p)
+			}
 		}
 	}
 	r.mu.Unlock()
-	for _, prm := range r.p.Params {
-		if prm.Type != spec.TypePath {
-			continue
+	hashInput := func(key, path string) error {
+		if path == "" || within(path, keyed) {
+			return nil
 		}
-		// A path param naming nothing (yet) has no content to key on.
-		v, ok := sc.Params[prm.Name].(string)
-		if !ok || v == "" {
-			continue
-		}
-		h, err := hashPath(ctx, r.p.Resolve(v))
+		// A path naming nothing (yet) has no content to key on.
+		h, err := hashPath(ctx, r.p.Resolve(path))
 		if errors.Is(err, fs.ErrNotExist) {
-			continue
+			return nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("param %s: %w", prm.Name, err)
+			return fmt.Errorf("%s: %w", key, err)
 		}
-		in.Inputs["params."+prm.Name] = h
+		in.Inputs[strings.ReplaceAll(key, " ", ".")] = h
+		keyed = append(keyed, path)
+		return nil
+	}
+	for _, prm := range r.p.Params {
+		if v, ok := sc.Params[prm.Name].(string); ok && prm.Type == spec.TypePath {
+			if err := hashInput("param "+prm.Name, v); err != nil {
+				return "", err
+			}
+		}
+	}
+	// Files a stage reads that the spec names directly (`checkpoint:
+	// ck.ckpt`): a changed file must not be served from the cache.
+	info, _ := r.e.Catalog.Stage(s.Uses)
+	for _, name := range spec.PathInputs(info) {
+		if v, ok := with[name].(string); ok {
+			if err := hashInput("stages."+s.ID+".with."+name, v); err != nil {
+				return "", err
+			}
+		}
 	}
 	return cacheKey(in)
+}
+
+// within reports whether path is one of roots or lies inside one.
+func within(path string, roots []string) bool {
+	for _, root := range roots {
+		rel, err := filepath.Rel(root, path)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return true
+		}
+	}
+	return false
 }
 
 // ancestors returns every stage id reaches through its needs.

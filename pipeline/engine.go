@@ -107,13 +107,12 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		discardRunDir(dir)
 		return nil, fmt.Errorf("keep the spec in the run directory: %w", err)
 	}
-	specDir, err := filepath.Abs(p.BaseDir)
-	if err != nil {
-		discardRunDir(dir)
-		return nil, fmt.Errorf("spec directory: %w", err)
-	}
 	// Stages run in their own directories: give them absolute paths.
-	p.BaseDir = specDir
+	if params, err = absSpec(p, params); err != nil {
+		discardRunDir(dir)
+		return nil, err
+	}
+	specDir := p.BaseDir
 	st := &RunState{
 		Version: stateVersion, ID: id, Pipeline: p.Name, SpecFile: p.File, SpecDir: specDir,
 		SpecSHA256: fmt.Sprintf("%x", sha256.Sum256(specData)), Params: params, Status: StatusRunning, Created: now, Updated: now,
@@ -128,6 +127,17 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 		discardRunDir(dir)
 	}
 	return final, err
+}
+
+// absSpec makes the spec's directory absolute, and with it every relative
+// path param (see spec.AbsParams): the one rule for paths in a spec.
+func absSpec(p *spec.Pipeline, params map[string]any) (map[string]any, error) {
+	specDir, err := filepath.Abs(p.BaseDir)
+	if err != nil {
+		return nil, fmt.Errorf("spec directory: %w", err)
+	}
+	p.BaseDir = specDir
+	return spec.AbsParams(p, params)
 }
 
 // discardRunDir removes the directory of a new run that failed before its

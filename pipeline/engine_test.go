@@ -186,14 +186,14 @@ func (l *identityLauncher) Launch(_ context.Context, _ *spec.Pipeline, s *spec.S
 }
 
 // TestResolvedWithCheckedBeforeLaunch: a `with` value from a param passes
-// validation by its type; its value breaks the schema, so the stage fails
+// validation (its default fits); the value the run gets breaks the schema, so the stage fails
 // before its plugin starts, naming the place in the spec, and what needs it
 // does not run. The run state is kept.
 func TestResolvedWithCheckedBeforeLaunch(t *testing.T) {
 	src := `version: 1
 name: late
 params:
-  n: {type: int, default: 0}
+  n: {type: int, default: 1}
 stages:
   good: {uses: count, with: {n: 2}}
   free: {uses: any, with: {n: "${{ params.n }}"}}

@@ -101,11 +101,13 @@ func (g *Graph) WriteDot(w io.Writer, p *spec.Pipeline, status map[string]Status
 	fmt.Fprintf(&b, "digraph %q {\n  rankdir=TB;\n  node [shape=box, style=rounded];\n", p.Name)
 	for _, id := range g.Order {
 		s := p.StageByID(id)
-		label := id + `\n` + s.Uses
+		// Lines joined by dot's own \n escape, each line escaped: %q would
+		// double the backslash and show a literal "\n".
+		label := dotEscape(id) + `\n` + dotEscape(s.Uses)
 		if st, ok := status[id]; ok {
-			label += `\n(` + string(st) + ")"
+			label += `\n(` + dotEscape(string(st)) + ")"
 		}
-		fmt.Fprintf(&b, "  %q [label=%q];\n", id, label)
+		fmt.Fprintf(&b, "  %q [label=\"%s\"];\n", id, label)
 	}
 	for _, id := range g.Order {
 		for _, n := range g.Needs[id] {
@@ -119,4 +121,9 @@ func (g *Graph) WriteDot(w io.Writer, p *spec.Pipeline, status map[string]Status
 	b.WriteString("}\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// dotEscape escapes text for a double-quoted dot string.
+func dotEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }

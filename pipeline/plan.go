@@ -26,6 +26,10 @@ func (e *Engine) Plan(ctx context.Context, p *spec.Pipeline, params map[string]a
 	if err != nil {
 		return nil, err
 	}
+	// As Run does, so the plan's cache keys are the run's.
+	if params, err = absSpec(p, params); err != nil {
+		return nil, err
+	}
 	resolver, err := spec.NewResolver(p, e.Catalog)
 	if err != nil {
 		return nil, err
@@ -96,6 +100,9 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		return "skip", fmt.Sprintf("if %q is false", strings.TrimSpace(s.If.Raw))
 	}
 	with, err := r.resolver.With(s, sc)
+	if err == nil {
+		with, err = r.resolver.AbsPaths(s, with)
+	}
 	if err != nil {
 		ss.Status = StatusFailed
 		return "unknown", err.Error()

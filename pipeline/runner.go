@@ -9,7 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/spec"
 	"github.com/rs/zerolog"
 )
@@ -28,6 +29,7 @@ type runner struct {
 	st        *RunState
 	saveErr   error                  // the first failed save of run.json
 	stageErrs map[string]*StageError // why each failed stage failed
+	blocked   map[string]bool        // pending stages that will not run: a need failed, was cancelled or is blocked
 
 	schemaMu sync.Mutex
 	schemas  map[string]*spec.WithSchema // compiled `with` schemas by plugin identity
@@ -42,6 +44,7 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		log:       e.Log.With().Str("run", st.ID).Logger(),
 		schemas:   map[string]*spec.WithSchema{},
 		stageErrs: map[string]*StageError{},
+		blocked:   map[string]bool{},
 		lead:      map[string]int{},
 	}
 }
@@ -92,7 +95,7 @@ func (r *runner) reserveSpace() error {
 	}
 	if err != nil {
 		os.Remove(path)
-		return fmt.Errorf("reserve %s for run.json: %w", userfile.Size(stateReserve), err)
+		return fmt.Errorf("reserve %s for run.json: %w", bytesize.Format(stateReserve), err)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+
+	"github.com/mspipe/mspipe/spec"
 )
 
 // schedule starts stages as their needs finish, at most Jobs at once, and
@@ -46,9 +48,13 @@ func (r *runner) schedule(ctx context.Context) {
 	}
 }
 
-// readyStages returns the pending stages, not running, whose needs are all
-// done. On the way it skips the stages that need a skipped stage and notes
-// why a stage blocked by a failed or cancelled need will not run.
+// readyStages returns the pending stages, not running, that can start now.
+// A stage whose `if` reads outcomes (spec.UsesStatusFuncs) is ready once
+// every stage it needs has ended, however it ended, or will never run; any
+// other stage once its needs succeeded. On the way it skips the stages of
+// the second kind that need a skipped stage, and notes why one blocked by
+// a failed or cancelled need will not run (it stays pending, so resume
+// runs it).
 func (r *runner) readyStages(running map[string]bool) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -58,22 +64,14 @@ func (r *runner) readyStages(running map[string]bool) []string {
 		if ss.Status != StatusPending || running[sid] {
 			continue
 		}
-		blocked, skip, wait := "", "", false
-		for _, n := range r.g.Needs[sid] {
-			switch ns := r.st.Stages[n].Status; {
-			case ns == StatusSkipped:
-				skip = n
-			case ns.Done():
-			case ns == StatusFailed || ns == StatusCancelled:
-				blocked = n
-			default:
-				wait = true
-			}
-		}
+		blocked, skip, wait := r.needsEnded(sid)
 		switch {
-		case blocked != "":
-			ss.Reason = fmt.Sprintf("not run: stage %s %s", blocked, r.st.Stages[blocked].Status)
 		case wait:
+		case spec.UsesStatusFuncs(r.p.StageByID(sid)):
+			ready = append(ready, sid)
+		case blocked != "":
+			ss.Reason = fmt.Sprintf("not run: stage %s %s", blocked, r.outcome(blocked))
+			r.blocked[sid] = true
 		case skip != "":
 			ss.Status, ss.Reason = StatusSkipped, fmt.Sprintf("needs stage %s, which was skipped", skip)
 			r.saveLocked()
@@ -87,22 +85,43 @@ func (r *runner) readyStages(running map[string]bool) []string {
 	return ready
 }
 
+// needsEnded looks at the needs of stage sid: blocked names one that
+// failed, was cancelled or will never run; skip one that was skipped;
+// wait is true while one may still run. The caller holds r.mu.
+func (r *runner) needsEnded(sid string) (blocked, skip string, wait bool) {
+	for _, n := range r.g.Needs[sid] {
+		switch ns := r.st.Stages[n].Status; {
+		case ns == StatusSkipped:
+			skip = n
+		case ns.Done():
+		case ns == StatusFailed || ns == StatusCancelled || r.blocked[n]:
+			blocked = n
+		default:
+			wait = true
+		}
+	}
+	return blocked, skip, wait
+}
+
+// outcome says how a stage ended, for reasons: its status, or "not run".
+func (r *runner) outcome(sid string) string {
+	if r.blocked[sid] {
+		return "not run"
+	}
+	return string(r.st.Stages[sid].Status)
+}
+
 // progressPossible reports whether a pending stage could still become ready
 // without anything running: true only when a skip was just propagated.
 func (r *runner) progressPossible() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, sid := range r.st.Order {
-		if r.st.Stages[sid].Status != StatusPending {
+		if r.st.Stages[sid].Status != StatusPending || r.blocked[sid] {
 			continue
 		}
-		ok := true
-		for _, n := range r.g.Needs[sid] {
-			if ns := r.st.Stages[n].Status; !ns.Done() && ns != StatusSkipped {
-				ok = false
-			}
-		}
-		if ok {
+		blocked, _, wait := r.needsEnded(sid)
+		if !wait && (blocked == "" || spec.UsesStatusFuncs(r.p.StageByID(sid))) {
 			return true
 		}
 	}

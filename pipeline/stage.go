@@ -38,6 +38,9 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 		return
 	}
 	with, err := r.resolver.With(s, sc)
+	if err == nil {
+		with, err = r.resolver.AbsPaths(s, with)
+	}
 	if err != nil {
 		r.fail(sid, 0, err, time.Time{})
 		return
@@ -146,6 +149,7 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 		fmt.Fprintf(stageLog, "--- attempt %d started %s\n", attempt, r.e.now().Format(time.RFC3339))
 		outputs, err := r.attempt(ctx, s, sc, with, workDir, attempt, stageLog)
 		if err == nil {
+			r.absOutputs(s, outputs, workDir)
 			artifacts, err := r.artifacts(ctx, s, outputs)
 			if err != nil {
 				r.fail(sid, attempt, err, started)
@@ -242,10 +246,22 @@ func (r *runner) checkOutputs(s *spec.Stage, outputs map[string]any) (map[string
 
 // scope is what expressions of stage s see now. The caller holds r.mu.
 func (r *runner) scope(s *spec.Stage) (*spec.Scope, error) {
-	sc := &spec.Scope{Params: r.st.Params, Stages: map[string]spec.StageValue{}, Env: r.e.Env,
+	sc := &spec.Scope{Params: r.st.Params, Stages: map[string]spec.StageValue{}, Env: stageEnv(r.e.Env, r.p, s),
 		Run: spec.RunValue{ID: r.st.ID, Name: r.p.Name, Dir: r.dir}}
 	for sid, ss := range r.st.Stages {
-		sc.Stages[sid] = spec.StageValue{Status: string(ss.Status), Outputs: ss.Outputs}
+		status := ss.Status
+		if status == StatusCached {
+			status = StatusSucceeded // the outcome, not where the outputs came from
+		}
+		sc.Stages[sid] = spec.StageValue{Status: string(status), Outputs: ss.Outputs}
+	}
+	for a := range r.ancestors(s.ID) {
+		switch r.st.Stages[a].Status {
+		case StatusFailed:
+			sc.Failed = true
+		case StatusCancelled:
+			sc.Cancelled = true
+		}
 	}
 	c := r.p.EffectiveCluster(s)
 	devices, err := r.resolver.Devices(c, sc)
@@ -267,6 +283,24 @@ func (r *runner) scope(s *spec.Stage) (*spec.Scope, error) {
 	}
 	sc.Cluster = spec.ClusterValue{Devices: devices, Hosts: hosts, RankTable: r.p.Resolve(c.RankTable)}
 	return sc, nil
+}
+
+// stageEnv is what `${{ env.NAME }}` reads in stage s: the stage's env
+// over the pipeline's over the process's (s may be nil: pipeline level).
+func stageEnv(process map[string]string, p *spec.Pipeline, s *spec.Stage) map[string]string {
+	env := make(map[string]string, len(process)+len(p.Env))
+	for k, v := range process {
+		env[k] = v
+	}
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	if s != nil {
+		for k, v := range s.Env {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // checkWith checks a stage's resolved `with` against the schema its plugin
@@ -312,6 +346,18 @@ func (r *runner) outputTypes(s *spec.Stage) map[string]spec.Type {
 		out[o.Name] = o.Type
 	}
 	return out
+}
+
+// absOutputs makes every relative path output absolute against the
+// stage's work directory, in place: what a stage reports is relative to
+// where it ran, and later stages, the cache and resume must not depend
+// on mspipe's own working directory.
+func (r *runner) absOutputs(s *spec.Stage, outputs map[string]any, workDir string) {
+	for n, t := range r.outputTypes(s) {
+		if p, ok := outputs[n].(string); ok && t == spec.TypePath && p != "" && !filepath.IsAbs(p) {
+			outputs[n] = filepath.Join(workDir, p)
+		}
+	}
 }
 
 // artifacts hashes the content of every path output.

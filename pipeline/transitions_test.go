@@ -374,7 +374,8 @@ func TestGraphDrawings(t *testing.T) {
 	if m.String() != wantM {
 		t.Errorf("mermaid:\n%s\nwant:\n%s", m.String(), wantM)
 	}
-	for _, s := range []string{`"a" [label="a\\nwork\\n(succeeded)"];`, `"b" [label="b\\nfiles"];`, `"a" -> "b" [style=dashed, label="if"];`} {
+	// dot's own line break: one backslash, not a literal "\n".
+	for _, s := range []string{`"a" [label="a\nwork\n(succeeded)"];`, `"b" [label="b\nfiles"];`, `"a" -> "b" [style=dashed, label="if"];`} {
 		if !strings.Contains(d.String(), s) {
 			t.Errorf("dot lacks %s:\n%s", s, d.String())
 		}

@@ -176,9 +176,10 @@ type ArtifactEvent struct {
 type StepEvent struct {
 	Rank        int
 	Epoch, Step int64 // 1-based; Step counts within the epoch
-	// GlobalStep counts the job's steps so far, those before a resume
-	// included; TotalSteps is the global step at which the job ends (0
-	// when unknown).
+	// GlobalStep counts the steps so far, those before a resume
+	// included; a training continues the count of the checkpoint it starts
+	// from (npu/train: the optimizer's global_step). TotalSteps is the
+	// global step at which the job ends (0 when unknown).
 	GlobalStep, TotalSteps int64
 	Loss                   float64
 	LearningRate           float64

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/diag"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
@@ -132,11 +134,74 @@ func Parse(file string, data []byte) (*Pipeline, diag.List) {
 		p.tooComplex = true
 		return p, diag.List(d.errs)
 	}
+	d.mergeKeys(root, map[*yaml.Node]bool{})
 	d.pipeline(p, root)
 	for _, e := range d.errs {
 		p.tooComplex = p.tooComplex || e.Code == CodeTooComplex
 	}
 	return p, diag.List(d.errs)
+}
+
+// mergeKeys applies YAML merge keys (`<<: *defaults`, `<<: [*a, *b]`)
+// in place under n: each `<<` pair is replaced by the pairs of the merged
+// mappings that the mapping does not set itself, earlier mappings of a
+// list winning over later ones, as YAML's merge type says. Merged pairs
+// keep their positions (where the anchor defines them). The work is
+// bounded: expandedSize has measured the tree with aliases expanded.
+func (d *decoder) mergeKeys(n *yaml.Node, done map[*yaml.Node]bool) {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || done[n] {
+		return
+	}
+	done[n] = true
+	for _, c := range n.Content {
+		d.mergeKeys(c, done)
+	}
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	isMerge := func(k *yaml.Node) bool { return k.Kind == yaml.ScalarNode && k.Tag == "!!merge" }
+	own := map[string]bool{}
+	hasMerge := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; isMerge(k) {
+			hasMerge = true
+		} else if k.Kind == yaml.ScalarNode {
+			own[k.Value] = true
+		}
+	}
+	if !hasMerge {
+		return
+	}
+	var out []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !isMerge(k) {
+			out = append(out, k, v)
+			continue
+		}
+		sources := []*yaml.Node{v}
+		if r := d.resolve(v); r != nil && r.Kind == yaml.SequenceNode {
+			sources = r.Content
+		}
+		for _, src := range sources {
+			m := d.resolve(src)
+			if m == nil || m.Kind != yaml.MappingNode {
+				d.errs.add(d.pos(src), "<<: a merge key takes a mapping or a list of mappings (usually aliases: <<: *defaults), got %s", describe(src))
+				continue
+			}
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				mk := m.Content[j]
+				if mk.Kind == yaml.ScalarNode && !own[mk.Value] {
+					own[mk.Value] = true
+					out = append(out, mk, m.Content[j+1])
+				}
+			}
+		}
+	}
+	n.Content = out
 }
 
 // expandedSize adds up the text of every scalar of the tree under root
@@ -244,7 +309,7 @@ func (d *decoder) mapping(n *yaml.Node, what string, known []string, fn func(key
 		}
 		seen[k.Value] = true
 		if known != nil && !contains(known, k.Value) {
-			d.errs.add(d.pos(k), "%s: unknown key %q%s", what, k.Value, suggest(k.Value, known))
+			d.errs.add(d.pos(k), "%s: unknown key %q%s", what, k.Value, diag.Suggest(k.Value, known))
 			continue
 		}
 		fn(k.Value, k, v)
@@ -423,7 +488,7 @@ func (d *decoder) params(p *Pipeline, n *yaml.Node) {
 				haveType = true
 				if s, ok := d.str(vv, what+".type"); ok {
 					if !contains(paramTypes, s) {
-						d.errs.add(d.pos(vv), "%s.type: unknown type %q (one of %s)%s", what, s, strings.Join(paramTypes, ", "), suggest(s, paramTypes))
+						d.errs.add(d.pos(vv), "%s.type: unknown type %q (one of %s)%s", what, s, strings.Join(paramTypes, ", "), diag.Suggest(s, paramTypes))
 					} else {
 						prm.Type = Type(s)
 					}
@@ -611,7 +676,15 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 					return
 				}
 				if cond, ok := d.str(vv, what+".if"); ok {
-					t := d.template(d.resolve(vv), what+".if")
+					var t *Template
+					if n := d.resolve(vv); !strings.Contains(cond, "${{") && strings.TrimSpace(cond) != "" {
+						// As in GitHub Actions, a condition may omit ${{ }}: `if: failure()`.
+						lead := len(cond) - len(strings.TrimLeft(cond, " \t"))
+						t = &Template{Raw: cond, Pos: d.pos(n), what: what + ".if", node: n,
+							Parts: []TemplatePart{{Expr: strings.TrimSpace(cond), Pos: exprPos(n, d.file, lead)}}}
+					} else {
+						t = d.template(n, what+".if")
+					}
 					if t != nil && !t.Whole() {
 						d.errs.add(d.pos(vv), "%s.if: must be a single expression \"${{ ... }}\", got %q", what, truncate(cond, 60))
 					} else {
@@ -712,14 +785,14 @@ func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
 			if !ok {
 				return
 			}
-			size, err := userfile.ParseSize(text)
+			size, err := bytesize.Parse(text)
 			switch {
 			case memoryTooLarge(text, size, err):
-				d.errs.add(d.pos(v), "%s.memory: %s is too large: at most %s (more than a machine has)", what, truncate(text, 40), userfile.Size(MaxMemoryLimit))
+				d.errs.add(d.pos(v), "%s.memory: %s is too large: at most %s (more than a machine has)", what, truncate(text, 40), bytesize.Format(MaxMemoryLimit))
 			case err != nil || !memoryRe.MatchString(text):
 				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
 			case size < MinMemoryLimit:
-				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, userfile.Size(size), userfile.Size(MinMemoryLimit))
+				d.errs.add(d.pos(v), "%s.memory: %s is below the smallest limit, %s (a plugin process holds about 150 MiB of data segment at rest)", what, bytesize.Format(size), bytesize.Format(MinMemoryLimit))
 			default:
 				s.Limits.Memory = size
 			}
@@ -737,7 +810,7 @@ func (d *decoder) outputs(s *Stage, n *yaml.Node, what string) {
 		setType := func(n *yaml.Node) {
 			if t, ok := d.str(n, what+"."+name+".type"); ok {
 				if !contains(outputTypes, t) {
-					d.errs.add(d.pos(n), "%s.%s: unknown type %q (one of %s)%s", what, name, t, strings.Join(outputTypes, ", "), suggest(t, outputTypes))
+					d.errs.add(d.pos(n), "%s.%s: unknown type %q (one of %s)%s", what, name, t, strings.Join(outputTypes, ", "), diag.Suggest(t, outputTypes))
 					return
 				}
 				o.Type = Type(t)

@@ -192,3 +192,44 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(dir) error = %v", err)
 	}
 }
+
+// TestMergeKeys: `<<: *anchor` and `<<: [*a, *b]` merge mappings, the
+// mapping's own keys and earlier sources winning; a merge of something
+// else is an error at its place.
+func TestMergeKeys(t *testing.T) {
+	src := `version: 1
+name: merge
+stages:
+  a: &base {uses: use, needs: [z], with: &w {count: 1, label: base}}
+  b:
+    <<: *base
+    with: {<<: [{label: first}, *w], count: 2}
+  z: {uses: gen}
+`
+	p, errs := Parse("p.yaml", []byte(src))
+	errs = append(errs, Validate(p, catalog, Options{})...)
+	if len(errs) != 0 {
+		t.Fatalf("problems:\n%s", lines(errs))
+	}
+	b := p.StageByID("b")
+	if b == nil || b.Uses != "use" || len(b.Needs) != 1 || b.Needs[0] != "z" {
+		t.Fatalf("stage b = %+v, want uses and needs from a", b)
+	}
+	r, err := NewResolver(p, catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := r.With(b, &Scope{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if with["count"] != 2 || with["label"] != "first" || len(with) != 2 {
+		t.Errorf("b's with = %v, want count 2 (its own), label first (the first source)", with)
+	}
+
+	bad := strings.Replace(src, "<<: *base", "<<: [1]", 1)
+	p, errs = Parse("p.yaml", []byte(bad))
+	if len(errs) == 0 || errs[0].Where() != "p.yaml:6:10" || !strings.Contains(errs[0].Message, "a merge key takes a mapping") {
+		t.Errorf("merge of a number: %s", lines(errs))
+	}
+}

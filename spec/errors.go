@@ -71,43 +71,6 @@ func (l *problems) addCode(pos Pos, code, format string, args ...any) {
 	*l = append(*l, pos.diagnostic(diag.Error, code, fmt.Sprintf(format, args...)))
 }
 
-// suggest returns ` (did you mean "x"?)` for the candidate closest to name,
-// or "" when none is close enough to be a plausible typo.
-func suggest(name string, candidates []string) string {
-	best, bestDist := "", len(name)/2+2
-	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(c)); d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
-}
-
 // quoteList formats names for messages: "a", "b" and "c".
 func quoteList(names []string) string {
 	q := make([]string, len(names))

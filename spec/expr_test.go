@@ -46,7 +46,7 @@ func TestExpressionTyping(t *testing.T) {
 		{"path is a string", `{uses: use, needs: a, with: {label: "${{ params.p + '/data' }}"}}`, "", ""},
 		{"string plus int", `{uses: use, needs: a, with: {count: "${{ params.s + 1 }}"}}`, "+ 1", "invalid operation: + (mismatched types string and int)"},
 		{"bool and int", `{uses: use, needs: a, with: {label: "${{ params.b && params.i }}"}}`, "&& params.i", "mismatched types bool and int"},
-		{"float into integer input", `{uses: use, needs: a, with: {count: "${{ params.f }}"}}`, `"${{ params.f`, "stages.u.with.count: the expression's type does not fit: got number, want integer"},
+		{"float into integer input", `{uses: use, needs: a, with: {count: "${{ params.f }}"}}`, `"${{ params.f`, "stages.u.with.count: the value of ${{ params.f }} (0.5) does not fit: got number, want integer"},
 		{"string into integer input", `{uses: use, needs: a, with: {count: "${{ params.s }}"}}`, `"${{ params.s`, "got string, want integer"},
 		{"bool into integer input", `{uses: use, needs: a, with: {count: "${{ params.b }}"}}`, `"${{ params.b`, "got boolean, want integer"},
 		{"unknown param", `{uses: use, needs: a, with: {count: "${{ params.epochs }}"}}`, "epochs", `unknown param "epochs"`},
@@ -128,4 +128,21 @@ func lines(l diag.List) string {
 		fmt.Fprintf(&b, "  %s\n", d)
 	}
 	return b.String()
+}
+
+// TestEnvNamesSetSomewhere: env.NAME reads the stage's env, the
+// pipeline's, then Options.Env; a name set in none is a warning at the
+// name, and no warning when Options.Env is not given.
+func TestEnvNamesSetSomewhere(t *testing.T) {
+	line := `  u: {uses: use, needs: a, env: {OWN: o}, with: {label: "${{ env.OWN }}${{ env.HOME }}${{ env.PATHX }}${{ env.NOPE }}"}}`
+	p, errs := Parse("p.yaml", []byte(exprHead+line+"\n"))
+	errs = append(errs, Validate(p, catalog, Options{Env: map[string]string{"PATHX": "/bin"}})...)
+	want := fmt.Sprintf("p.yaml:15:%d", strings.Index(line, "NOPE")+1)
+	if len(errs) != 1 || errs[0].Where() != want || errs[0].Severity != diag.Warning ||
+		!strings.Contains(errs[0].Message, "env.NOPE is not set in the spec's env or the environment") {
+		t.Fatalf("got:\n%s\nwant one warning at %s about env.NOPE", lines(errs), want)
+	}
+	if errs := check(exprHead + line + "\n"); len(errs) != 0 {
+		t.Fatalf("without Options.Env: %s", lines(errs))
+	}
 }

@@ -186,7 +186,10 @@ func (r *Resolver) shellWith(s *Stage, sc *Scope, with map[string]any) (map[stri
 			}
 			values = append(values, v)
 		}
-		text, refs := shellRefs(t, values, &next)
+		text, refs, rerr := shellRefs(t, values, &next)
+		if rerr != nil {
+			return nil, fmt.Errorf("%s: stages.%s.with.command: %w", rerr.Pos, s.ID, rerr)
+		}
 		for k, v := range refs {
 			vars[k] = v
 		}

@@ -50,7 +50,7 @@ stages:
 		t.Fatal(err)
 	}
 	want := map[string]any{
-		"text":    "f=0.5 l=[1 2] m=v nil= dir=/d",
+		"text":    "f=0.5 l=[1,2] m=v nil= dir=/d",
 		"run":     "r1/scope//runs/r1",
 		"cluster": "8x1 t.json",
 		"nested":  []any{map[string]any{"deep": []any{1, 2}}, 3, true},

@@ -16,6 +16,26 @@ type Scope struct {
 	Stages  map[string]StageValue
 	Env     map[string]string
 	Run     RunValue
+	// Failed is whether a stage this one needs (directly or through
+	// others) failed: failure() in a condition. Cancelled is the same for
+	// a cancelled stage: cancelled(). success() is neither.
+	Failed, Cancelled bool
+}
+
+// StatusFuncs are the functions a stage's `if` may call, with GitHub
+// Actions' names and meanings: success() (every stage it needs, directly or
+// not, succeeded or was cached; what a condition without them adds),
+// failure() (one of them failed), cancelled() (one was cancelled) and
+// always().
+var StatusFuncs = []string{"success", "failure", "always", "cancelled"}
+
+func isStatusFunc(name string) bool {
+	for _, f := range StatusFuncs {
+		if f == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ClusterValue is `cluster` in expressions: the effective cluster of the
@@ -144,7 +164,9 @@ func buildEnvType(p *Pipeline, outputs map[string][]OutputDecl, open map[string]
 		st = append(st, sv.typ)
 	}
 	et.stages = makeStruct(sn, st)
-	root := makeStruct(rootNames, []reflect.Type{et.params.typ, clusterFields.typ, et.stages.typ, reflect.TypeOf(map[string]string{}), runFields.typ})
+	statusFunc := reflect.TypeOf(func() bool { return false })
+	root := makeStruct(append(append([]string(nil), rootNames...), StatusFuncs...), []reflect.Type{et.params.typ, clusterFields.typ, et.stages.typ,
+		reflect.TypeOf(map[string]string{}), runFields.typ, statusFunc, statusFunc, statusFunc, statusFunc})
 	et.typ = root.typ
 	return et
 }
@@ -216,6 +238,15 @@ func (et *envType) value(sc *Scope) (any, error) {
 	run.Field(0).SetString(sc.Run.ID)
 	run.Field(1).SetString(sc.Run.Name)
 	run.Field(2).SetString(sc.Run.Dir)
+	failed, cancelled := sc.Failed, sc.Cancelled
+	for i, f := range []func() bool{
+		func() bool { return !failed && !cancelled },
+		func() bool { return failed },
+		func() bool { return true },
+		func() bool { return cancelled },
+	} {
+		root.Field(len(rootNames) + i).Set(reflect.ValueOf(f))
+	}
 	return root.Interface(), nil
 }
 

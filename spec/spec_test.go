@@ -198,7 +198,7 @@ stages:
   s: {uses: wait, with: {timeout: "${{ params.b }}"}}
 `))
 	errs = append(errs, Validate(p, catalog, Options{})...)
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "stages.s.with.timeout: the expression's type does not fit: got boolean, want string") {
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "stages.s.with.timeout: the value of ${{ params.b }} (true) does not fit: got boolean, want string") {
 		t.Fatalf("problems %v, want one type problem for stages.s.with.timeout", errs)
 	}
 }

@@ -194,7 +194,7 @@ func treeKnown(tree *parser.Tree, sc *staticScopeValue) bool {
 		allowed[chainRoot(m)] = true
 	}
 	for _, id := range idents {
-		if isRootName(id.Value) && !allowed[id] {
+		if isStatusFunc(id.Value) || isRootName(id.Value) && !allowed[id] {
 			return false
 		}
 	}
@@ -309,5 +309,7 @@ func (v *validator) staticWith(s *Stage, sc *staticScopeValue) (map[string]any, 
 		}
 	}
 	sort.Strings(unknown)
+	// As the run will give them: relative path inputs against the spec's directory.
+	absPaths(with, PathInputs(v.infos[s.ID]), v.p.BaseDir)
 	return with, unknown
 }

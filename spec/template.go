@@ -1,7 +1,10 @@
 package spec
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/expr-lang/expr/vm"
@@ -105,7 +108,9 @@ func (tp *TemplatePart) at(off int) Pos {
 
 func (t *Template) String() string { return t.Raw }
 
-// formatValue renders an expression result inside a string template.
+// formatValue renders an expression result inside a string template:
+// lists and maps as JSON (`[1,2,3]`, `{"a":1}`), the form a program or a
+// YAML reader takes, not Go's `[1 2 3]` or `map[a:1]`.
 func formatValue(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -114,6 +119,14 @@ func formatValue(v any) string {
 		return x
 	case float64:
 		return fmt.Sprint(x)
+	}
+	if k := reflect.ValueOf(v).Kind(); k == reflect.Slice || k == reflect.Map || k == reflect.Array {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(v) == nil {
+			return strings.TrimSuffix(b.String(), "\n")
+		}
 	}
 	return fmt.Sprint(v)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/parser"
 	"github.com/mspipe/mspipe/internal/diag"
+	"gopkg.in/yaml.v3"
 )
 
 // Catalog tells the validator which stages exist and what they declare.
@@ -53,6 +54,10 @@ type Options struct {
 	// place of defaults when a stage's own check (StageInfo.Check) gets
 	// the `${{ params.* }}` values of its `with` block.
 	Params map[string]any
+	// Env is the environment `${{ env.NAME }}` falls back to after the
+	// spec's own env (usually the process environment). Reading a name
+	// set in neither is a warning; nil skips that check.
+	Env map[string]string
 }
 
 // Validate runs the semantic checks on a decoded pipeline: stage names,
@@ -70,6 +75,7 @@ func Validate(p *Pipeline, cat Catalog, opts Options) diag.List {
 	v.graph()
 	v.expressions()
 	v.withSchemas()
+	v.shellCommands()
 	v.clusters()
 	v.stageChecks()
 	errs := diag.List(v.errs)
@@ -112,7 +118,7 @@ func (v *validator) stages() {
 		if err != nil {
 			msg := err.Error()
 			if !strings.Contains(s.Uses, "/") || !strings.HasPrefix(s.Uses, ".") {
-				msg += suggest(s.Uses, v.cat.Names())
+				msg += diag.Suggest(s.Uses, v.cat.Names())
 			}
 			v.errs.add(s.UsesPos, "stages.%s.uses: %s", s.ID, msg)
 			v.open[s.ID] = true
@@ -138,7 +144,7 @@ func (v *validator) graph() {
 			case n == s.ID:
 				v.errs.add(s.NeedsPos[n], "stages.%s.needs: a stage cannot need itself", s.ID)
 			case v.byID[n] == nil:
-				v.errs.add(s.NeedsPos[n], "stages.%s.needs: unknown stage %q%s", s.ID, n, suggest(n, ids))
+				v.errs.add(s.NeedsPos[n], "stages.%s.needs: unknown stage %q%s", s.ID, n, diag.Suggest(n, ids))
 			}
 		}
 	}
@@ -278,6 +284,10 @@ func (v *validator) compile(t *Template, s *Stage, want string) {
 		if !v.checkNames(t, part, tree, s) {
 			continue
 		}
+		if name, at := statusCall(tree); name != "" && (s == nil || t != s.If) {
+			v.errs.add(part.at(at), "%s: %s() is a condition on the outcome of the stages this one needs: use it in the stage's if", t.what, name)
+			continue
+		}
 		opts := []expr.Option{v.env.compileEnv()}
 		switch {
 		case want == "bool" && t.Whole():
@@ -318,7 +328,7 @@ func (v *validator) exprError(t *Template, part *TemplatePart, err error) {
 		msg = "expected an integer expression, but it is " + exprTypeRe.Replace(strings.TrimPrefix(msg, "expected int, but got "))
 	case strings.HasPrefix(msg, "unknown name "):
 		name := strings.TrimPrefix(msg, "unknown name ")
-		msg = fmt.Sprintf("unknown name %q: expressions see %s%s", name, quoteList(rootNames), suggest(name, rootNames))
+		msg = fmt.Sprintf("unknown name %q: expressions see %s%s", name, quoteList(rootNames), diag.Suggest(name, rootNames))
 	}
 	v.errs.add(pos, "%s: %s", t.what, msg)
 }
@@ -350,20 +360,22 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 		switch root {
 		case "params":
 			if _, found := v.env.params.index[props[0]]; !found {
-				fail(0, "unknown param %q%s", props[0], suggest(props[0], sortedKeys(v.env.params.index)))
+				fail(0, "unknown param %q%s", props[0], diag.Suggest(props[0], sortedKeys(v.env.params.index)))
 			}
 		case "cluster":
 			if _, found := clusterFields.index[props[0]]; !found {
-				fail(0, "cluster has no %q (it has devices, hosts and rank_table)%s", props[0], suggest(props[0], sortedKeys(clusterFields.index)))
+				fail(0, "cluster has no %q (it has devices, hosts and rank_table)%s", props[0], diag.Suggest(props[0], sortedKeys(clusterFields.index)))
 			}
+		case "env":
+			v.checkEnvName(t, part.at(locs[0]), s, props[0])
 		case "run":
 			if _, found := runFields.index[props[0]]; !found {
-				fail(0, "run has no %q (it has id, name and dir)%s", props[0], suggest(props[0], sortedKeys(runFields.index)))
+				fail(0, "run has no %q (it has id, name and dir)%s", props[0], diag.Suggest(props[0], sortedKeys(runFields.index)))
 			}
 		case "stages":
 			id := props[0]
 			if v.byID[id] == nil {
-				fail(0, "unknown stage %q%s", id, suggest(id, sortedKeys(v.env.stages.index)))
+				fail(0, "unknown stage %q%s", id, diag.Suggest(id, sortedKeys(v.env.stages.index)))
 				continue
 			}
 			switch {
@@ -390,7 +402,7 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 						if len(names) > 0 {
 							declared = "it declares " + quoteList(names)
 						}
-						fail(2, "stage %q has no output %q (%s)%s", id, props[2], declared, suggest(props[2], names))
+						fail(2, "stage %q has no output %q (%s)%s", id, props[2], declared, diag.Suggest(props[2], names))
 					}
 				}
 			case "status":
@@ -400,6 +412,59 @@ func (v *validator) checkNames(t *Template, part *TemplatePart, tree *parser.Tre
 		}
 	}
 	return ok
+}
+
+// statusCall returns the first status function (StatusFuncs) an
+// expression calls, with its offset; "" when it calls none.
+func statusCall(tree *parser.Tree) (string, int) {
+	name, at := "", 0
+	ast.Walk(&tree.Node, visitFunc(func(n *ast.Node) {
+		if id, ok := (*n).(*ast.IdentifierNode); ok && name == "" && isStatusFunc(id.Value) {
+			name, at = id.Value, id.Location().From
+		}
+	}))
+	return name, at
+}
+
+// UsesStatusFuncs reports whether a stage's `if` calls success(),
+// failure(), always() or cancelled(). Such a stage waits for every stage
+// it needs to end, however it ended, and its condition decides; any other
+// stage runs only when what it needs succeeded (an implicit success()).
+func UsesStatusFuncs(s *Stage) bool {
+	if s == nil || s.If == nil {
+		return false
+	}
+	for _, part := range s.If.Parts {
+		if part.Expr == "" {
+			continue
+		}
+		if tree, err := parser.Parse(part.Expr); err == nil {
+			if name, _ := statusCall(tree); name != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkEnvName warns about `env.NAME` when NAME is set nowhere the run
+// will look: the stage's env, the pipeline's, or Options.Env.
+func (v *validator) checkEnvName(t *Template, pos Pos, s *Stage, name string) {
+	if v.opts.Env == nil {
+		return
+	}
+	if s != nil {
+		if _, ok := s.Env[name]; ok {
+			return
+		}
+	}
+	if _, ok := v.p.Env[name]; ok {
+		return
+	}
+	if _, ok := v.opts.Env[name]; ok {
+		return
+	}
+	v.errs.warn(pos, "%s: env.%s is not set in the spec's env or the environment: it reads as an empty string", t.what, name)
 }
 
 // memberChain flattens a.b.c into root "a" and props ["b","c"], with each
@@ -471,5 +536,75 @@ func (v *validator) clusters() {
 	check(v.p.Cluster, "cluster")
 	for _, s := range v.p.Stages {
 		check(s.Cluster, "stages."+s.ID+".cluster")
+	}
+	v.staticDeviceCounts(v.p.Cluster, "cluster")
+	for _, s := range v.p.Stages {
+		v.staticDeviceCounts(s.Cluster, "stages."+s.ID+".cluster")
+	}
+}
+
+// staticDeviceCounts checks a devices expression that reads only params
+// (their defaults, or -p values in Options.Params) with the rules run
+// applies, so `-p n=3` for `devices: ${{ params.n }}` is refused before
+// any stage runs.
+func (v *validator) staticDeviceCounts(c *Cluster, what string) {
+	if c == nil || c.DevicesExpr == nil || v.env == nil {
+		return
+	}
+	sc := &staticScopeValue{Scope: Scope{Params: v.paramValues()}, hostsUnknown: true}
+	val, ok := v.staticEval(c.DevicesExpr, sc)
+	if !ok {
+		return
+	}
+	n, err := ConvertValue(val, TypeInt)
+	if err != nil {
+		v.errs.add(c.DevicesPos, "%s.devices: %s is %v, not an integer", what, strings.TrimSpace(c.DevicesExpr.Raw), val)
+		return
+	}
+	if err := CheckDeviceCount(n.(int)); err != nil {
+		v.errs.add(c.DevicesPos, "%s.devices: %s is %d: %v", what, strings.TrimSpace(c.DevicesExpr.Raw), n, err)
+	}
+}
+
+// paramValues are the params' values before the run: -p values
+// (Options.Params), else defaults.
+func (v *validator) paramValues() map[string]any {
+	out := map[string]any{}
+	for _, prm := range v.p.Params {
+		if val, ok := v.opts.Params[prm.Name]; ok {
+			out[prm.Name] = val
+		} else if prm.Default != nil {
+			out[prm.Name] = prm.Default
+		}
+	}
+	return out
+}
+
+// shellCommands refuses what the run could not pass to a shell command as
+// data whatever the values: an expression in the body of a here-document
+// with a quoted delimiter (see shellRefs).
+func (v *validator) shellCommands() {
+	for _, s := range v.p.Stages {
+		info := v.infos[s.ID]
+		cmd := mappingValue(s.With, "command")
+		if info == nil || !info.ShellCommand || cmd == nil || cmd.Kind != yaml.ScalarNode {
+			continue
+		}
+		if sh := mappingValue(s.With, "shell"); sh != nil && sh.Kind == yaml.ScalarNode && sh.Value == "false" {
+			continue
+		}
+		for _, t := range s.Templates {
+			if t.Node() != cmd {
+				continue
+			}
+			values := make([]any, len(t.Parts))
+			for i := range values {
+				values[i] = 0 // a stand-in any context takes
+			}
+			next := 0
+			if _, _, err := shellRefs(t, values, &next); err != nil && errors.Is(err, ErrQuotedHeredoc) {
+				v.errs.add(err.Pos, "stages.%s.with.command: %s: %v", s.ID, err.Msg, err.Err)
+			}
+		}
 	}
 }

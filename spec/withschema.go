@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mspipe/mspipe/internal/diag"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -42,7 +45,7 @@ func (v *validator) withSchemas() {
 			v.schemaFailed[s.ID] = true
 			continue
 		}
-		inst, templated := v.withInstance(s)
+		inst, templated, static := v.withInstance(s)
 		err := ws.schema.Validate(inst)
 		var ve *jsonschema.ValidationError
 		if !errors.As(err, &ve) {
@@ -53,7 +56,18 @@ func (v *validator) withSchemas() {
 		for _, leaf := range schemaLeaves(ve) {
 			note := ""
 			ptr := "/" + strings.Join(leaf.InstanceLocation, "/")
-			if known, ok := templated[ptr]; ok {
+			if sv, ok := static[ptr]; ok {
+				// One problem per value: alternatives would each add one.
+				if reported[ptr] {
+					continue
+				}
+				reported[ptr] = true
+				shown := truncate(formatValue(sv.val), 40)
+				if _, isString := sv.val.(string); isString {
+					shown = strconv.Quote(shown)
+				}
+				note = fmt.Sprintf("the value of %s (%s) does not fit: ", strings.TrimSpace(sv.t.Raw), shown)
+			} else if known, ok := templated[ptr]; ok {
 				// Only the static type of a templated value is known now:
 				// report it once, and only if no alternative takes the type.
 				if !known || kindOf(leaf) != "type" || reported[ptr] || !typeRefused(ve, ptr) {
@@ -173,7 +187,7 @@ func (ws *WithSchema) leafProblems(file string, s *Stage, leaf *jsonschema.Valid
 		if k := lookupKey(s.With, leaf.InstanceLocation, prop); k != nil {
 			kpos = Pos{File: file, Line: k.Line, Col: k.Column}
 		}
-		out = append(out, withProblem{pos: kpos, place: place, msg: fmt.Sprintf("unknown input %q for %s%s", prop, ws.stage, suggest(prop, known))})
+		out = append(out, withProblem{pos: kpos, place: place, msg: fmt.Sprintf("unknown input %q for %s%s", prop, ws.stage, diag.Suggest(prop, known))})
 	}
 	return out
 }
@@ -224,12 +238,14 @@ func CompileSchema(name string, doc []byte) (*jsonschema.Schema, error) {
 // withInstance converts a stage's with to JSON data. Templates become a
 // sample of their static type; templated maps the JSON pointer of each to
 // whether that type is known.
-func (v *validator) withInstance(s *Stage) (any, map[string]bool) {
+func (v *validator) withInstance(s *Stage) (any, map[string]bool, map[string]staticValue) {
 	templated := map[string]bool{}
+	static := map[string]staticValue{}
 	byNode := map[*yaml.Node]*Template{}
 	for _, t := range s.Templates {
 		byNode[t.Node()] = t
 	}
+	sc := v.staticScope(s)
 	var conv func(n *yaml.Node, ptr string, depth int) any
 	conv = func(n *yaml.Node, ptr string, depth int) any {
 		for n != nil && n.Kind == yaml.AliasNode {
@@ -254,6 +270,14 @@ func (v *validator) withInstance(s *Stage) (any, map[string]bool) {
 			return l
 		}
 		if t, ok := byNode[n]; ok {
+			// A value of params (defaults or -p) and the cluster is known
+			// now: check it whole, as the run will, before anything runs.
+			if val, ok := v.staticEval(t, sc); ok {
+				if inst, ok := jsonInstance(val); ok {
+					static[ptr] = staticValue{t: t, val: val}
+					return inst
+				}
+			}
 			sample, known := sampleOf(t)
 			templated[ptr] = known
 			return sample
@@ -269,9 +293,26 @@ func (v *validator) withInstance(s *Stage) (any, map[string]bool) {
 		return val
 	}
 	if s.With == nil {
-		return map[string]any{}, templated
+		return map[string]any{}, templated, static
 	}
-	return conv(s.With, "", 0), templated
+	return conv(s.With, "", 0), templated, static
+}
+
+// staticValue is a template's value known before the run.
+type staticValue struct {
+	t   *Template
+	val any
+}
+
+// jsonInstance converts an expression's value to what the schema
+// validator takes, through JSON as the plugin will receive it.
+func jsonInstance(val any) (any, bool) {
+	data, err := json.Marshal(val)
+	if err != nil {
+		return nil, false
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	return inst, err == nil
 }
 
 // sampleOf is a stand-in value of a template's static type, and whether
@@ -403,6 +444,37 @@ func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError 
 			out = append(out, e)
 			return
 		}
+		switch e.ErrorKind.(type) {
+		case *kind.AnyOf, *kind.OneOf:
+			// Report the alternatives that take the value's type (a list
+			// command with a bad item: the item, not "want string"); when
+			// none does, one "got X, want A or B".
+			here := strings.Join(e.InstanceLocation, "/")
+			var fitting []*jsonschema.ValidationError
+			merged := &kind.Type{}
+			for _, c := range e.Causes {
+				if t := onlyTypeAt(c, here); t != nil {
+					merged.Got = t.Got
+					for _, w := range t.Want {
+						if !slices.Contains(merged.Want, w) {
+							merged.Want = append(merged.Want, w)
+						}
+					}
+				} else {
+					fitting = append(fitting, c)
+				}
+			}
+			if len(fitting) > 0 {
+				for _, c := range fitting {
+					walk(c)
+				}
+				return
+			}
+			if merged.Got != "" {
+				out = append(out, &jsonschema.ValidationError{SchemaURL: e.SchemaURL, InstanceLocation: e.InstanceLocation, ErrorKind: merged})
+				return
+			}
+		}
 		for _, c := range e.Causes {
 			walk(c)
 		}
@@ -412,6 +484,20 @@ func schemaLeaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError 
 		return strings.Join(out[i].InstanceLocation, "/") < strings.Join(out[j].InstanceLocation, "/")
 	})
 	return out
+}
+
+// onlyTypeAt returns the type error of an alternative that failed only
+// because the value at the JSON pointer here (tokens joined by "/") has
+// another type, else nil.
+func onlyTypeAt(e *jsonschema.ValidationError, here string) *kind.Type {
+	for len(e.Causes) == 1 {
+		e = e.Causes[0]
+	}
+	t, ok := e.ErrorKind.(*kind.Type)
+	if len(e.Causes) != 0 || !ok || strings.Join(e.InstanceLocation, "/") != here {
+		return nil
+	}
+	return t
 }
 
 // typeRefused reports whether the error tree e says that the value at the

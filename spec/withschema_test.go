@@ -48,7 +48,7 @@ stages:
 	}{
 		{"fits", map[string]any{"s": "ls", "m": map[string]any{"k": 1}, "x": 3}, ""},
 		{"empty string", map[string]any{"s": "", "m": map[string]any{}, "x": 3},
-			"p.yaml:9:12: stages.b.with.cmd: minLength: got 0, want 1; got string, want array"},
+			"p.yaml:9:12: stages.b.with.cmd: minLength: got 0, want 1"},
 		{"map with an unknown key", map[string]any{"s": "ls", "m": map[string]any{"k": 1, "j": 2}, "x": 3},
 			`p.yaml:10:13: stages.b.with.opts: unknown input "j" for pick`},
 		{"any output, two places", map[string]any{"s": "ls", "m": map[string]any{"k": "1"}, "x": 10},

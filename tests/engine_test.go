@@ -343,7 +343,7 @@ stages:
 		t.Fatalf("validate: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
 	r := w.run("run", "late.yaml")
-	want := "late.yaml:11:21: stages.use.with.command: minLength: got 0, want 1; got string, want array"
+	want := "late.yaml:11:21: stages.use.with.command: minLength: got 0, want 1"
 	if r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("exit %d, want 1 and %q in stderr:\n%s", r.code, want, r.stderr)
 	}

@@ -2,20 +2,18 @@ package tests
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mspipe/mspipe/internal/testutil/browser"
 
 	"gopkg.in/yaml.v3"
 
@@ -61,6 +59,9 @@ func shortenedTwoStage(t *testing.T) string {
 		yamlSet(t, with(stage), "batch_size", batch)
 		yamlSet(t, with(stage), "learning_rate", 0.05)
 	}
+	// The reshard targets the retrain's layout: the same model and batch.
+	yamlSet(t, with("reshard"), "model", "cnn")
+	yamlSet(t, with("reshard"), "batch_size", 32)
 
 	var scratch yaml.Node
 	if err := scratch.Encode(yamlCopy(t, yamlChild(t, stages, "retrain"))); err != nil {
@@ -324,6 +325,18 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 		}
 	}
 
+	// The reshard wrote the retrain's own layout: no rank of the retrain
+	// re-cuts a whole tensor at init (each says so in its log).
+	for r := range 4 {
+		log, err := os.ReadFile(filepath.Join(runDir, "stages", "retrain", fmt.Sprintf("device%d", r), fmt.Sprintf("train.log%d", r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(log), "is in this rank's layout: no tensor re-cut") {
+			t.Errorf("retrain rank %d re-cut tensors of the resharded checkpoint, or did not say:\n%s", r, log)
+		}
+	}
+
 	// The first evaluation on the new cluster equals the last on the old:
 	// rank 0's resharded checkpoint scores what the integrated one scores,
 	// and that is the accuracy the training reported from its own ranks
@@ -367,18 +380,24 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 
 	// The optimizer state carried over. As in MindSpore, the optimizer's
 	// global_step parameter is loaded with the weights and keeps counting,
-	// while the step numbers of the log and the checkpoint file names start
-	// again at epoch 1 step 1 (a new Model.train); retrain_scratch counts
-	// from 0. The retrains save integrated checkpoints (MindSpore's default,
+	// while the epoch and step numbers of the log and the checkpoint file
+	// names start again at epoch 1 step 1 (a new Model.train);
+	// retrain_scratch counts from 0. The retrains save integrated checkpoints (MindSpore's default,
 	// integrated_save: true): rank 0 holds the whole state.
 	trainSteps := int(out("train", "global_step"))
 	if trainSteps != shortEpochs*shortStepsPerEpoch {
 		t.Errorf("train: global_step %d, want %d", trainSteps, shortEpochs*shortStepsPerEpoch)
 	}
-	if retrain[0].Epoch != 1 || retrain[0].Step != 1 || retrain[0].GlobalStep != 1 {
-		t.Errorf("retrain's first step event: epoch %d step %d global step %d, want 1 1 1", retrain[0].Epoch, retrain[0].Step, retrain[0].GlobalStep)
-	}
+	// The step events and the stage's global_step carry the optimizer's
+	// count, so one loss curve runs through both stages.
 	want := trainSteps + shortRetrainEpochs*shortStepsPerEpoch
+	if retrain[0].Epoch != 1 || retrain[0].Step != 1 || retrain[0].GlobalStep != trainSteps+1 || retrain[len(retrain)-1].GlobalStep != want {
+		t.Errorf("retrain's step events: first epoch %d step %d global step %d, last global step %d; want 1 1 %d, %d",
+			retrain[0].Epoch, retrain[0].Step, retrain[0].GlobalStep, retrain[len(retrain)-1].GlobalStep, trainSteps+1, want)
+	}
+	if g := int(out("retrain", "global_step")); g != want {
+		t.Errorf("retrain: global_step output %d, want %d", g, want)
+	}
 	for rank, g := range savedGlobalSteps(t, filepath.Join(runDir, "stages", "retrain"), 1) {
 		if g != want {
 			t.Errorf("retrain rank %d: saved global_step %d, want %d (the train's %d + %d)", rank, g, want, trainSteps, want-trainSteps)
@@ -404,12 +423,12 @@ func TestTwoStageContinuesAcrossTheReshard(t *testing.T) {
 	ranks := map[string]int{"train": 8, "retrain": 4}
 	stepCounts := map[string]int{"train": shortEpochs * shortStepsPerEpoch, "retrain": shortRetrainEpochs * shortStepsPerEpoch}
 	checkLossCurves(t, "report.html", string(html), ranks, stepCounts)
-	chromium := findChromium()
+	chromium := browser.Find()
 	if chromium == "" {
 		t.Log("SKIP of the browser check: no chromium found (.ci/run installs Debian's chromium; or set MSPIPE_CHROMIUM)")
 		return
 	}
-	checkLossCurves(t, "chromium's DOM", dumpDOM(t, chromium, page), ranks, stepCounts)
+	checkLossCurves(t, "chromium's DOM", browser.Run(t, chromium, "--dump-dom", "file://"+page), ranks, stepCounts)
 }
 
 var (
@@ -439,35 +458,4 @@ func checkLossCurves(t *testing.T, what, html string, ranks, steps map[string]in
 			}
 		}
 	}
-}
-
-// findChromium returns $MSPIPE_CHROMIUM, Debian's /usr/bin/chromium, or a
-// chromium on PATH; "" when there is none.
-func findChromium() string {
-	if p := os.Getenv("MSPIPE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// dumpDOM renders page in headless Chromium (its own profile, no network
-// services) and returns the DOM it built.
-func dumpDOM(t *testing.T, chromium, page string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+page)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s --dump-dom: %v\n%s", chromium, err, stderr.String())
-	}
-	return stdout.String()
 }

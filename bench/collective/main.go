@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -35,6 +36,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mspipe/mspipe/internal/bytesize"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/collective"
@@ -139,22 +142,14 @@ func parseAlg(s string) (collective.Transport, collective.Algorithm, error) {
 	return collective.TransportTCP, alg, err
 }
 
+// parseSize reads a buffer or frame size: a byte count (bytesize.Parse)
+// that holds whole float32s.
 func parseSize(text string) (int, error) {
-	s, mult := text, 1
-	for _, u := range []struct {
-		suffix string
-		mult   int
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n*mult%4 != 0 {
+	n, err := bytesize.Parse(text)
+	if err != nil || n%4 != 0 || n > math.MaxInt {
 		return 0, fmt.Errorf("%q is not a positive size in bytes, a multiple of 4 (like 1KiB, 64MiB)", text)
 	}
-	return n * mult, nil
+	return int(n), nil
 }
 
 func parent() error {

@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/nn"
@@ -127,7 +129,7 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 		if r.predictionErr != nil {
 			predicted = "- | -"
 		}
-		fmt.Printf("| %s | %s | %s%s | %s | %s |\n", m.name, strategy, measured, predicted, nn.Bytes(r.peak), nn.Bytes(r.predMemory))
+		fmt.Printf("| %s | %s | %s%s | %s | %s |\n", m.name, strategy, measured, predicted, bytesize.Format(r.peak), bytesize.Format(r.predMemory))
 	}
 	return nil
 }

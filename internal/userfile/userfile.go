@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mspipe/mspipe/internal/bytesize"
 )
 
 var (
@@ -98,7 +100,7 @@ func ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
 }
 
 func tooLarge(size, limit int64) error {
-	return fmt.Errorf("%w: %s, the limit is %s", ErrTooLarge, Size(size), Size(limit))
+	return fmt.Errorf("%w: %s, the limit is %s", ErrTooLarge, bytesize.Format(size), bytesize.Format(limit))
 }
 
 // Copy copies r to w in chunks, giving up with ctx's error when ctx is
@@ -240,18 +242,4 @@ func evalExistingDepth(path string, links int) (string, error) {
 		rest = filepath.Join(filepath.Base(p), rest)
 		p = parent
 	}
-}
-
-// Size formats a byte count for messages: "512 B", "3.0 MiB".
-func Size(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/unit, 0
-	for v >= unit && i < 4 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
 }

@@ -106,14 +106,6 @@ func TestWithin(t *testing.T) {
 	}
 }
 
-func TestSize(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 20: "3.0 MiB", 5 << 30: "5.0 GiB"} {
-		if got := Size(n); got != want {
-			t.Errorf("Size(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // Within and WritableWithin refuse every way out of the root: "..", an
 // absolute path, a link in a parent, a link at the path itself (dangling
 // too: creating its file would write where it points), and, for a
@@ -179,18 +171,5 @@ func TestWithinRefusesEveryWayOut(t *testing.T) {
 	entries, _ := os.ReadDir(outside)
 	if len(entries) != 0 {
 		t.Errorf("checking created %v outside", entries)
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"1": 1, "512MiB": 512 << 20, "2 GiB": 2 << 30, "3KB": 3000, "1TiB": 1 << 40} {
-		if got, err := ParseSize(in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "0", "-1MiB", "1.5GiB", "12 parsecs", "99999999999TiB"} {
-		if got, err := ParseSize(bad); err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", bad, got)
-		}
 	}
 }

@@ -3,16 +3,15 @@ package ckpt
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/bad inputs and golden error files")
+	"github.com/mspipe/mspipe/internal/testutil/golden"
+)
 
 const badDir = "testdata/bad"
 
@@ -52,7 +51,7 @@ func badCorpus(t *testing.T) map[string][]byte {
 }
 
 func TestBadCorpus(t *testing.T) {
-	if *update {
+	if golden.Update() {
 		if err := os.MkdirAll(badDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -78,20 +77,7 @@ func TestBadCorpus(t *testing.T) {
 			if !errors.As(err, &ce) || ce.File != path {
 				t.Fatalf("err = %v, want an *Error naming %s", err, path)
 			}
-			got := err.Error() + "\n"
-			golden := filepath.Join(badDir, name+".err")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("golden: %v (run go test -update)", err)
-			}
-			if got != string(want) {
-				t.Fatalf("error changed:\n got: %s want: %s", got, want)
-			}
+			golden.Check(t, filepath.Join(badDir, name+".err"), []byte(err.Error()+"\n"))
 		})
 	}
 }

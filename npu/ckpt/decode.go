@@ -27,6 +27,7 @@ type File struct {
 	Tensors []Tensor // in file order, slices merged
 	Values  int      // protobuf Value entries; more than len(Tensors) when tensors were sliced
 	CRC     bool     // a crc_num trailer was present (and matched)
+	Digest  bool     // ReadFile found a sidecar digest (DigestExt) and it matched
 }
 
 // Read loads the tensors of the checkpoint at path, in file order.
@@ -38,9 +39,10 @@ func Read(path string) ([]Tensor, error) {
 	return f.Tensors, nil
 }
 
-// ReadFile loads the checkpoint at path with its layout facts. I/O errors
-// are returned wrapped as they come from the os package; problems with the
-// content are an *Error.
+// ReadFile loads the checkpoint at path with its layout facts. When a
+// sidecar digest (DigestExt) lies beside the file, the file must match it.
+// I/O errors are returned wrapped as they come from the os package; problems
+// with the content are an *Error.
 func ReadFile(path string) (*File, error) {
 	// A regular file only: /dev/zero or a FIFO would be read without end.
 	// Decoding then never allocates more than the file's length.
@@ -48,7 +50,16 @@ func ReadFile(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint %s: %w", path, err)
 	}
-	return DecodeFile(path, data)
+	hasDigest, err := checkDigest(path, data)
+	if err != nil {
+		return nil, err
+	}
+	f, err := DecodeFile(path, data)
+	if err != nil {
+		return nil, err
+	}
+	f.Digest = hasDigest
+	return f, nil
 }
 
 // Decode parses checkpoint bytes; name is the file name used in errors. The

@@ -29,8 +29,19 @@
 //
 // Newer MindSpore versions can append a CRC trailer: the 7 ASCII bytes
 // "crc_num" then the CRC-32 (IEEE) of all preceding bytes as a 10-byte
-// big-endian integer. Read verifies it whenever it is present; Write adds it
-// when WriteOptions.CRC is set.
+// big-endian integer (save_checkpoint(crc_check=True)). Read verifies it
+// whenever it is present; Write adds it only when WriteOptions.CRC is set,
+// since MindSpore's default is no trailer and the versions without
+// crc_check parse the whole file as protobuf and fail on one.
+//
+// # Integrity without a trailer
+//
+// WriteOptions.Digest puts a sidecar digest file beside the checkpoint
+// ({name}.sha256, sha256sum's format) and leaves the checkpoint itself
+// untouched. ReadFile checks the sidecar whenever it is there; ReadVerified,
+// which resuming uses, also demands that a trailer or a sidecar is there, so
+// a flipped byte in a checkpoint of a training series is caught on load.
+// ModelCheckpoint removes a sidecar together with its checkpoint.
 //
 // # Invariants
 //

@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -32,21 +33,41 @@ type WriteOptions struct {
 	// SliceBytes is the slice limit in bytes; 0 means DefaultSliceBytes.
 	// Tests lower it to exercise slicing on small tensors.
 	SliceBytes int64
-	// CRC appends MindSpore's crc_num trailer (crc_check=True).
+	// CRC appends MindSpore's crc_num trailer (crc_check=True). Without
+	// it the file is one plain protobuf Checkpoint, what MindSpore's
+	// save_checkpoint writes by default and what every version reads.
 	CRC bool
+	// Digest makes Write put a sidecar digest beside the file (see
+	// DigestExt), which ReadFile checks; the file itself is unchanged.
+	// Without it Write removes a sidecar an earlier write left there.
+	Digest bool
 }
 
 // Write atomically writes tensors to path as a MindSpore checkpoint: a reader
 // sees the old file or the complete new one, and a failed write leaves no
-// partial file behind.
+// partial file behind. With opts.Digest the sidecar digest is written
+// (atomically too) right after the file; a crash between the two leaves a
+// complete checkpoint without one, which ReadVerified refuses. A sidecar of
+// an earlier write is removed first, so no reader pairs the new file with
+// the old digest.
 func Write(path string, tensors []Tensor, opts WriteOptions) error {
+	if err := removeDigest(path); err != nil {
+		return err
+	}
+	sum := sha256.New()
 	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		if opts.Digest {
+			w = io.MultiWriter(w, sum)
+		}
 		return Encode(w, tensors, opts)
 	})
 	if err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", path, err)
 	}
-	return nil
+	if !opts.Digest {
+		return nil
+	}
+	return writeDigest(path, sum.Sum(nil))
 }
 
 // Encode writes tensors to w in checkpoint format, one protobuf Checkpoint

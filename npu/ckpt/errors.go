@@ -13,6 +13,12 @@ var (
 	ErrFormat = errors.New("malformed checkpoint")
 	// ErrCRC: the crc_num trailer does not match the content.
 	ErrCRC = errors.New("crc32 mismatch")
+	// ErrDigest: the sidecar digest file (DigestExt) does not match the
+	// checkpoint, or is not a digest.
+	ErrDigest = errors.New("sha256 digest mismatch")
+	// ErrUnverified: ReadVerified found neither a crc_num trailer nor a
+	// sidecar digest to prove the file whole.
+	ErrUnverified = errors.New("checkpoint cannot be verified")
 	// ErrDType: a tensor_type that is not one of MindSpore's numeric dtypes.
 	ErrDType = errors.New("unknown dtype")
 	// ErrShape: dims that are negative, overflow, or disagree with the data length.

@@ -109,31 +109,44 @@ func hasTrailer(r io.ReaderAt, size int64) (bool, error) {
 // trailer; a file without a trailer passes. The error is an *Error wrapping
 // ErrCRC when the content does not match.
 func CheckCRC(name string, r io.ReaderAt, size int64) error {
+	_, _, err := ContentCRC(name, r, size)
+	return err
+}
+
+// ContentCRC reads the whole checkpoint in r and returns the CRC-32 (IEEE)
+// of its content, every byte but a crc_num trailer, and whether a trailer
+// is there; a trailer that disagrees is an *Error wrapping ErrCRC. It lets
+// a manifest prove a file written with or without the trailer alike.
+func ContentCRC(name string, r io.ReaderAt, size int64) (sum uint32, trailer bool, err error) {
 	has, err := hasTrailer(r, size)
 	if err != nil {
-		return &Error{File: name, Value: -1, Offset: -1, Err: fmt.Errorf("read trailer: %w", err)}
+		return 0, false, &Error{File: name, Value: -1, Offset: -1, Err: fmt.Errorf("read trailer: %w", err)}
 	}
+	payload := size
+	if has {
+		payload -= int64(crcTrailerLen)
+	}
+	h := crc32.NewIEEE()
+	if _, err := io.Copy(h, io.NewSectionReader(r, 0, payload)); err != nil {
+		return 0, has, &Error{File: name, Value: -1, Offset: -1, Err: fmt.Errorf("read for crc: %w", err)}
+	}
+	got := h.Sum32()
 	if !has {
-		return nil
-	}
-	payload := size - int64(crcTrailerLen)
-	sum := crc32.NewIEEE()
-	if _, err := io.Copy(sum, io.NewSectionReader(r, 0, payload)); err != nil {
-		return &Error{File: name, Value: -1, Offset: -1, Err: fmt.Errorf("read for crc: %w", err)}
+		return got, false, nil
 	}
 	var stored [crcValueLen]byte
 	if _, err := r.ReadAt(stored[:], size-int64(crcValueLen)); err != nil {
-		return &Error{File: name, Value: -1, Offset: -1, Err: fmt.Errorf("read trailer: %w", err)}
+		return 0, true, &Error{File: name, Value: -1, Offset: -1, Err: fmt.Errorf("read trailer: %w", err)}
 	}
 	for _, b := range stored[:crcValueLen-4] {
 		if b != 0 {
-			return &Error{File: name, Value: -1, Offset: payload, Err: fmt.Errorf("crc_num trailer %x does not fit 32 bits: %w", stored, ErrCRC)}
+			return 0, true, &Error{File: name, Value: -1, Offset: payload, Err: fmt.Errorf("crc_num trailer %x does not fit 32 bits: %w", stored, ErrCRC)}
 		}
 	}
-	if want, got := binary.BigEndian.Uint32(stored[crcValueLen-4:]), sum.Sum32(); want != got {
-		return &Error{File: name, Value: -1, Offset: payload, Err: fmt.Errorf("%w: trailer says %08x, content has %08x (file damaged)", ErrCRC, want, got)}
+	if want := binary.BigEndian.Uint32(stored[crcValueLen-4:]); want != got {
+		return 0, true, &Error{File: name, Value: -1, Offset: payload, Err: fmt.Errorf("%w: trailer says %08x, content has %08x (file damaged)", ErrCRC, want, got)}
 	}
-	return nil
+	return got, true, nil
 }
 
 // ReadAt reads the tensor's data bytes [off, off+len(p)) from r, the file

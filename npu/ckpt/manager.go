@@ -107,6 +107,7 @@ func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpo
 // the space of one; a new ModelCheckpoint is the series' only writer now.
 func removeKilledSaves(dir, prefix string) error {
 	stale, err := atomicfile.Leftovers(dir, func(target string) bool {
+		target = strings.TrimSuffix(target, DigestExt)
 		p, _, _, ok := ParseFileName(target)
 		if !ok || p == prefix {
 			return ok
@@ -195,8 +196,12 @@ func (m *ModelCheckpoint) prune() error {
 		return err
 	}
 	for i := 0; len(files)-i > m.keepMax; i++ {
-		if err := os.Remove(files[i].Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("remove old checkpoint: %w", err)
+		// The sidecar first: a digest without its checkpoint is harmless,
+		// the other way round would leave a file resume cannot verify.
+		for _, p := range []string{DigestPath(files[i].Path), files[i].Path} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove old checkpoint: %w", err)
+			}
 		}
 	}
 	return nil
@@ -385,8 +390,8 @@ type Skipped struct {
 }
 
 // LatestValid is Latest for resuming: it returns the newest checkpoint that
-// reads and verifies (its CRC trailer, when present, and its whole
-// structure), with the tensors it holds, and lists the newer ones it
+// reads and verifies (ReadVerified: its crc_num trailer or its sidecar
+// digest, and its whole structure), with the tensors it holds, and lists the newer ones it
 // skipped. A torn or damaged newest file then costs one interval of work,
 // not the run.
 func LatestValid(dir, prefix string) (path string, tensors []Tensor, skipped []Skipped, err error) {
@@ -395,9 +400,9 @@ func LatestValid(dir, prefix string) (path string, tensors []Tensor, skipped []S
 		return "", nil, nil, err
 	}
 	for _, p := range all {
-		t, rerr := Read(p)
+		f, rerr := ReadVerified(p)
 		if rerr == nil {
-			return p, t, skipped, nil
+			return p, f.Tensors, skipped, nil
 		}
 		skipped = append(skipped, Skipped{Path: p, Err: rerr})
 	}

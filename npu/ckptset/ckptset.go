@@ -83,14 +83,14 @@ func FileName(prefix, source string) string {
 }
 
 // WriteRank writes rank's checkpoint named name into the set at root
-// (creating its directories), with MindSpore's crc_num trailer, and returns
-// its path.
+// (creating its directories), as MindSpore's save_checkpoint does by
+// default (no crc_num trailer), and returns its path.
 func WriteRank(root string, rank int, name string, tensors []ckpt.Tensor) (string, error) {
 	path := FilePath(root, rank, name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("rank %d: %w", rank, err)
 	}
-	if err := ckpt.Write(path, tensors, ckpt.WriteOptions{CRC: true}); err != nil {
+	if err := ckpt.Write(path, tensors, ckpt.WriteOptions{}); err != nil {
 		return "", fmt.Errorf("rank %d: %w", rank, err)
 	}
 	return path, nil

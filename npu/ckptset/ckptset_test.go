@@ -74,16 +74,3 @@ func TestFileName(t *testing.T) {
 		}
 	}
 }
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "100": 100, "8B": 8, "1 KB": 1000, "3TB": 3e12} {
-		if got, err := ParseSize(in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "0", "-1MiB", "lots", "5XB", "1.5GiB", "99999999999999TiB"} {
-		if got, err := ParseSize(bad); err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", bad, got)
-		}
-	}
-}

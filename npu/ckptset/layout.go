@@ -10,6 +10,8 @@ import (
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/npu/shard"
+	"github.com/mspipe/mspipe/npu/trainer"
 )
 
 // Set is a checkpoint set ready for the reshard engine: its rank files, the
@@ -208,4 +210,88 @@ func toInts(v []int64) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// Job is the next training a set is resharded for: what npu/train's
+// model, mode, strategy, batch_size and full_batch say, on Devices devices.
+type Job struct {
+	Model          string
+	Mode           parallel.Mode
+	Strategy       parallel.Strategy
+	Devices        int
+	BatchPerDevice int // 0: npu/train's default
+	FullBatch      bool
+}
+
+// TargetFor returns the target set and strategy file of job, its layout
+// derived by npu/shard as the job's ranks derive theirs (shard.LayoutOf),
+// so that the job starts from its own slices. auto_parallel is refused: its
+// strategy is searched when the job starts.
+func (s *Set) TargetFor(job Job) (reshard.Target, *parallel.StrategyFile, error) {
+	if job.Mode == parallel.AutoParallel {
+		return reshard.Target{}, nil, fmt.Errorf("auto_parallel searches its strategy when the job starts: run mspipe plan on it, then give the strategy it prints with mode semi_auto_parallel, there and here")
+	}
+	batch := job.BatchPerDevice
+	if batch == 0 {
+		batch = trainer.Defaults().BatchSize
+	}
+	cfg := shard.Config{Model: job.Model, Mode: job.Mode, Strategy: job.Strategy, Devices: job.Devices, BatchPerDevice: batch, FullBatch: job.FullBatch}
+	if job.Mode.OneDevice() {
+		cfg.Devices = 1
+	}
+	jl, err := shard.LayoutOf(cfg)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("the layout of %s in %s on %d devices: %w", job.Model, job.Mode, cfg.Devices, err)
+	}
+	t, sf, err := s.JobTarget(jl, cfg.Devices)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("%s in %s on %d devices: %w", job.Model, job.Mode, cfg.Devices, err)
+	}
+	return t, sf, nil
+}
+
+// JobTarget returns the target set of the job whose layout jl is (see
+// shard.LayoutOf): every parameter split as the job's ranks hold it, its
+// optimizer state following it, everything else replicated on devices
+// ranks; and the strategy file such a job writes. The set must hold every
+// parameter of the job with the shape the job's model gives it, so that a
+// wrong model is found here and not when the job starts.
+func (s *Set) JobTarget(jl *shard.JobLayout, devices int) (reshard.Target, *parallel.StrategyFile, error) {
+	var missing, differ []string
+	for _, name := range sortedKeys(jl.Params) {
+		want := jl.Params[name].Shape
+		got, ok := s.Shapes[name]
+		switch {
+		case !ok:
+			missing = append(missing, name)
+		case !slices.Equal(got, want):
+			differ = append(differ, fmt.Sprintf("%s is %v, the model's is %v", name, got, want))
+		}
+	}
+	if len(missing) > 0 || len(differ) > 0 {
+		var why []string
+		if len(missing) > 0 {
+			why = append(why, fmt.Sprintf("%d of the model's parameters are not in it (%s)", len(missing), strings.Join(clipNames(missing), ", ")))
+		}
+		if len(differ) > 0 {
+			why = append(why, strings.Join(clipNames(differ), "; "))
+		}
+		return reshard.Target{}, nil, fmt.Errorf("the checkpoint is not one of this model: %s", strings.Join(why, "; "))
+	}
+	sf := jl.StrategyFile()
+	t, err := s.Target(sf)
+	if err != nil {
+		return reshard.Target{}, nil, err
+	}
+	if t.Ranks != devices {
+		return reshard.Target{}, nil, fmt.Errorf("the job's layout is for %d devices, not %d", t.Ranks, devices)
+	}
+	return t, sf, nil
+}
+
+func clipNames(names []string) []string {
+	if len(names) > 5 {
+		return append(names[:5:5], fmt.Sprintf("%d more", len(names)-5))
+	}
+	return names
 }

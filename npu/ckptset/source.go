@@ -135,13 +135,20 @@ func TargetFiles(ranks int, prefix, source string) []string {
 // (layout, as strategy.ckpt) first, then the engine's rank files and
 // manifest. The manifest is written last, so a set is complete only when
 // all of it is there; on error the strategy file written here is removed
-// again.
+// again. A nil layout (uneven slices, which no strategy file describes)
+// writes none and removes one an earlier run left.
 func Reshard(ctx context.Context, s *Set, target reshard.Target, layout *parallel.StrategyFile, outDir string, opt reshard.Options) (*reshard.Manifest, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
 	strategy := filepath.Join(outDir, StrategyNames[0])
-	if err := parallel.WriteStrategyFile(strategy, layout, parallel.FormatProto); err != nil {
+	if layout == nil {
+		for _, name := range StrategyNames {
+			if err := os.Remove(filepath.Join(outDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("remove the earlier strategy file: %w", err)
+			}
+		}
+	} else if err := parallel.WriteStrategyFile(strategy, layout, parallel.FormatProto); err != nil {
 		return nil, err
 	}
 	m, err := reshard.Run(ctx, s.Source, target, outDir, opt)

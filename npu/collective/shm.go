@@ -14,15 +14,8 @@ package collective
 // everyone has mapped them, so nothing is left behind however the
 // processes end.
 //
-// An AllReduce then takes two barriers. After the first, every rank of the
-// server has published its input; the rank at index c reduces chunk c
-// straight from every buffer, in rank order (the order Mesh uses, so on
-// one server results are the same bits as over TCP), and stores the result
-// into every buffer. After the second, every rank holds the whole result.
-// Each element is read once and written once per rank, the least any
-// AllReduce can move. With several servers, the reduced chunk is first
-// combined over TCP with the same chunk of the other servers (see
-// combineColumn).
+// The collectives on that memory, and their reduction kernels, are in
+// shm_reduce.go.
 //
 // Barriers wait on the doorbell with a futex, in slices, checking between
 // slices what the TCP control connections say: a rank that died or
@@ -45,58 +38,18 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"github.com/mspipe/mspipe/npu/tensor"
 )
-
-// Transport selects how ranks exchange the data of collectives.
-type Transport uint8
-
-const (
-	// TransportAuto uses shared memory when every rank runs on this host
-	// (Init checks that they all map the same segment) and TCP otherwise.
-	TransportAuto Transport = iota
-	// TransportTCP sends all data over the TCP connections.
-	TransportTCP
-	// TransportShm requires shared memory: Init fails unless every rank
-	// can use it. Comm.Transport reports it when shared memory is in use.
-	TransportShm
-)
-
-func (t Transport) String() string {
-	switch t {
-	case TransportAuto:
-		return "auto"
-	case TransportTCP:
-		return "tcp"
-	case TransportShm:
-		return "shm"
-	}
-	return fmt.Sprintf("Transport(%d)", uint8(t))
-}
-
-// ParseTransport parses "auto", "tcp" or "shm".
-func ParseTransport(s string) (Transport, error) {
-	for _, t := range []Transport{TransportAuto, TransportTCP, TransportShm} {
-		if s == t.String() {
-			return t, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: unknown transport %q (want auto, tcp or shm)", ErrConfig, s)
-}
 
 // DefaultShmDir is where shared-memory segments are created.
 const DefaultShmDir = "/dev/shm"
 
 const (
-	shmSlot        = 128 // bytes per rank in the control segment: arrive word, then the descriptor on its own cache line
-	shmDescOff     = 64
-	shmNonceOff    = 64 // in the segment's first slot, after the doorbell's cache line
-	shmNonceLen    = 16
-	shmWaitStep    = 20 * time.Millisecond // futex sleeps between checks of the control connections
-	shmSpins       = 64                    // yields before the first futex sleep
-	shmFallback    = 1024                  // elements per block of the portable reduction
-	shmKernelPiece = 1 << 16               // elements per call of tensor.SumBroadcast (a multiple of its block)
+	shmSlot     = 128 // bytes per rank in the control segment: arrive word, then the descriptor on its own cache line
+	shmDescOff  = 64
+	shmNonceOff = 64 // in the segment's first slot, after the doorbell's cache line
+	shmNonceLen = 16
+	shmWaitStep = 20 * time.Millisecond // futex sleeps between checks of the control connections
+	shmSpins    = 64                    // yields before the first futex sleep
 )
 
 // shmDesc describes the collective a rank is in; every rank must publish
@@ -197,14 +150,6 @@ func (c *Comm) Servers() int {
 		seen[h] = true
 	}
 	return len(seen)
-}
-
-// Transport returns the transport in use: TransportShm or TransportTCP.
-func (c *Comm) Transport() Transport {
-	if c.shm != nil {
-		return TransportShm
-	}
-	return TransportTCP
 }
 
 func pageRound(n int) int {
@@ -721,222 +666,11 @@ func (g *shmGroup) flatRegion(rank int, buf []float32) (*shmRegion, int, bool) {
 	return g.region(rank, buf)
 }
 
-// shmAllReduce is AllReduce of buf, which lies at offset off of reg.
-//
-// On one server, the rank at index l of the server reduces block range l
-// of the buffer (blocks of tensor.SumBroadcastBlock elements, so the
-// vector kernel gets whole blocks) from every rank's buffer, in rank
-// order, and stores the result into every rank's buffer. With several
-// servers, it reduces its range of its own server's buffers into its own
-// buffer, combines that partial result with those of the ranks at index l
-// of the other servers over TCP, in server order, and stores the total
-// into every buffer of its server: a sum over servers of sums over each
-// server's ranks.
-func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error {
-	g := c.shm
-	if err := c.shmPublish(reg.id, off); err != nil {
-		return err
-	}
-	n := len(g.members)
-	const block = tensor.SumBroadcastBlock
-	blocks := (len(buf) + block - 1) / block
-	lo := min(len(buf), g.local*blocks/n*block)
-	hi := min(len(buf), (g.local+1)*blocks/n*block)
-	if g.flat() {
-		g.reduce(reg, off+lo, off+hi, op, g.members, g.members, c.size)
-		return c.shmBarrier()
-	}
-	partial := op
-	if op == Mean {
-		partial = Sum // divided once, at the end
-	}
-	g.reduce(reg, off+lo, off+hi, partial, g.members, []int{c.rank}, 0)
-	if err := c.combineColumn(reg.views, off, lo, hi, partial, op); err != nil {
-		return err
-	}
-	return c.shmBarrier()
-}
-
-// combineColumn combines elements [off+lo, off+hi) of this rank's buffer,
-// its server's partial result, with those of the other ranks of its column
-// over TCP, in server order, finishes op for the job's size and stores the
-// result into the same elements of every buffer of the server.
-func (c *Comm) combineColumn(views [][]float32, off, lo, hi int, partial, op Op) error {
-	g := c.shm
-	if hi <= lo {
-		return nil
-	}
-	seg := max(c.segElems, (hi-lo+maxSegments-1)/maxSegments)
-	if len(c.work) < hi-lo {
-		c.work = make([]float32, hi-lo)
-	}
-	// Send a copy: the result overwrites this rank's buffer before the
-	// peers may have read what was sent from it.
-	mine := c.work[:hi-lo]
-	copy(mine, views[c.rank][off+lo:off+hi])
-	for so := 0; so < hi-lo; so += seg {
-		sl := min(seg, hi-lo-so)
-		for _, p := range g.column {
-			if p != c.rank {
-				if err := c.post(c.peers[p], phaseReduce, lo+so, mine[so:so+sl]); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	c.ensureScratch(seg)
-	for so := 0; so < hi-lo; so += seg {
-		sl := min(seg, hi-lo-so)
-		acc, got := c.acc[:sl], c.tmp[:sl]
-		for j, p := range g.column {
-			in := mine[so : so+sl]
-			if p != c.rank {
-				if err := c.recv(c.peers[p], phaseReduce, lo+so, got); err != nil {
-					return err
-				}
-				in = got
-			}
-			if j == 0 {
-				copy(acc, in)
-			} else {
-				reduceInto(partial, acc, in)
-			}
-		}
-		finish(op, acc, c.size)
-		for _, q := range g.members {
-			copy(views[q][off+lo+so:off+lo+so+sl], acc)
-		}
-	}
-	return nil
-}
-
 // announceTCP tells ranks waiting in a shared-memory barrier that this
 // rank runs the current call over TCP.
 func (c *Comm) announceTCP() {
 	if c.shm != nil {
 		c.shm.announce(c.rank, c.current(noRegion, 0))
-	}
-}
-
-// shmReduceScatter is ReduceScatter of send, which lies at offset off of
-// reg: rank r reduces block r of every rank's send, in rank order, into
-// its recv.
-func (c *Comm) shmReduceScatter(send, recv []float32, op Op, reg *shmRegion, off int) error {
-	if err := c.shmPublish(reg.id, off); err != nil {
-		return err
-	}
-	base := off + c.rank*len(recv)
-	c.shm.reduceOut(reg, base, recv, op, c.size)
-	return c.shmBarrier() // no rank changes its send before every rank has read it
-}
-
-// shmAllGather is AllGather into recv, which lies at offset off of reg and
-// already holds this rank's block b elements long: every rank copies block
-// q from rank q's recv.
-func (c *Comm) shmAllGather(recv []float32, b int, reg *shmRegion, off int) error {
-	if err := c.shmPublish(reg.id, off); err != nil {
-		return err
-	}
-	for q := 0; q < c.size; q++ {
-		if q != c.rank {
-			copy(recv[q*b:(q+1)*b], reg.views[q][off+q*b:off+(q+1)*b])
-		}
-	}
-	return c.shmBarrier() // no rank changes its recv before every rank has read its block
-}
-
-// shmBroadcast is Broadcast of buf, which lies at offset off of reg: every
-// rank copies root's.
-func (c *Comm) shmBroadcast(buf []float32, root int, reg *shmRegion, off int) error {
-	if err := c.shmPublish(reg.id, off); err != nil {
-		return err
-	}
-	if c.rank != root {
-		copy(buf, reg.views[root][off:off+len(buf)])
-	}
-	return c.shmBarrier() // root keeps buf unchanged until every rank has it
-}
-
-// reduce reduces elements [lo, hi) of the buffers of the ranks from, in
-// that order, finishes op for n ranks (n 0: not at all) and stores the
-// result into the buffers of the ranks to.
-func (g *shmGroup) reduce(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
-	if op != Sum && op != Mean {
-		g.reducePortable(reg, lo, hi, op, from, to, n)
-		return
-	}
-	var divisor float32
-	if op == Mean && n > 0 {
-		divisor = float32(n)
-	}
-	srcs, dsts := g.srcs[:len(from)], g.dsts[:len(to)]
-	// In pieces: the Go scheduler cannot preempt the vector kernel, and a
-	// stop-the-world pause should not wait for a whole chunk. Pieces end
-	// at multiples of shmKernelPiece of the region, so all but the first
-	// start where the buffers are aligned and need no Go loop.
-	for p := lo; p < hi; {
-		e := min(hi, (p/shmKernelPiece+1)*shmKernelPiece)
-		for i, q := range from {
-			srcs[i] = reg.views[q][p:e]
-		}
-		for i, q := range to {
-			dsts[i] = reg.views[q][p:e]
-		}
-		tensor.SumBroadcast(dsts, srcs, divisor)
-		p = e
-	}
-}
-
-// reduceOut reduces elements [lo, lo+len(dst)) of every member's buffer,
-// in rank order, finishes op for n ranks and stores the result into dst,
-// which may be any memory.
-func (g *shmGroup) reduceOut(reg *shmRegion, lo int, dst []float32, op Op, n int) {
-	if op != Sum && op != Mean {
-		g.reduceOutPortable(reg, lo, dst, op, g.members, n)
-		return
-	}
-	var divisor float32
-	if op == Mean {
-		divisor = float32(n)
-	}
-	srcs, dsts := g.srcs[:len(g.members)], g.dsts[:1]
-	for p := 0; p < len(dst); p += shmKernelPiece {
-		e := min(p+shmKernelPiece, len(dst))
-		for i, q := range g.members {
-			srcs[i] = reg.views[q][lo+p : lo+e]
-		}
-		dsts[0] = dst[p:e]
-		tensor.SumBroadcast(dsts, srcs, divisor)
-	}
-}
-
-// reduceOutPortable reduces elements [lo, lo+len(dst)) of the buffers of
-// the ranks from, in that order, into dst in Go, finishing op for n ranks
-// (n 0: not at all), a cache-sized block at a time.
-func (g *shmGroup) reduceOutPortable(reg *shmRegion, lo int, dst []float32, op Op, from []int, n int) {
-	for b := 0; b < len(dst); b += shmFallback {
-		e := min(b+shmFallback, len(dst))
-		acc := dst[b:e]
-		copy(acc, reg.views[from[0]][lo+b:lo+e])
-		for _, q := range from[1:] {
-			reduceInto(op, acc, reg.views[q][lo+b:lo+e])
-		}
-		if n > 0 {
-			finish(op, acc, n)
-		}
-	}
-}
-
-// reducePortable is reduce in Go, a cache-sized block at a time, so the
-// result can be stored into buffers that are also inputs.
-func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, from, to []int, n int) {
-	for b := lo; b < hi; b += shmFallback {
-		e := min(b+shmFallback, hi)
-		acc := g.acc[:e-b]
-		g.reduceOutPortable(reg, b, acc, op, from, n)
-		for _, q := range to {
-			copy(reg.views[q][b:e], acc)
-		}
 	}
 }
 

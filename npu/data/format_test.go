@@ -2,35 +2,15 @@ package data
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/testutil/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
-
-// checkGolden compares got with testdata/name, or rewrites it with -update.
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (run go test -update after checking):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 // record builds one record whose R, G and B planes are filled with r, g, b.
 func record(label, r, g, b byte) []byte {
@@ -166,7 +146,7 @@ func TestReaderErrors(t *testing.T) {
 			return writeStandardDir(t, 1), nil
 		}, Split("validation"), false, ErrConfig},
 	}
-	var golden strings.Builder
+	var errs strings.Builder
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -186,10 +166,10 @@ func TestReaderErrors(t *testing.T) {
 			msg := err.Error()
 			msg = strings.ReplaceAll(msg, dir, "$DIR")
 			msg = strings.ReplaceAll(msg, target, "$DIR")
-			fmt.Fprintf(&golden, "%s: %s\n", tc.name, msg)
+			fmt.Fprintf(&errs, "%s: %s\n", tc.name, msg)
 		})
 	}
-	checkGolden(t, "reader_errors.golden", golden.String())
+	golden.Check(t, filepath.Join("testdata", "reader_errors.golden"), []byte(errs.String()))
 }
 
 func TestReadDirSplitsAndOrder(t *testing.T) {

@@ -63,7 +63,17 @@ const (
 type SynthConfig struct {
 	Seed          uint64 `json:"seed"`
 	TrainPerBatch int    `json:"train_per_batch"` // records in each data_batch_i.bin
-	TestRecords   int    `json:"test_records"`    // records in test_batch.bin
+	// TrainExtra data_batch files, the first ones, hold one record more
+	// than TrainPerBatch, so that any total can be written exactly.
+	TrainExtra  int `json:"train_extra,omitempty"`
+	TestRecords int `json:"test_records"` // records in test_batch.bin
+}
+
+// SynthTrain returns the config's split of n training images over the
+// data_batch files: n/5 each, the first n%5 files one more.
+func (c SynthConfig) SynthTrain(n int) SynthConfig {
+	c.TrainPerBatch, c.TrainExtra = n/NumTrainFiles, n%NumTrainFiles
+	return c
 }
 
 // DefaultSynthConfig is 5×2,000 train and 2,000 test images: large enough to
@@ -79,6 +89,9 @@ func (c SynthConfig) validate() error {
 	if c.TrainPerBatch < 1 || c.TrainPerBatch > MaxSynthRecords {
 		return fmt.Errorf("%w: synthetic train_per_batch %d must be in [1, %d]", ErrConfig, c.TrainPerBatch, MaxSynthRecords)
 	}
+	if c.TrainExtra < 0 || c.TrainExtra >= NumTrainFiles || (c.TrainExtra > 0 && c.TrainPerBatch+1 > MaxSynthRecords) {
+		return fmt.Errorf("%w: synthetic train_extra %d must be in [0, %d) and keep every file within %d records", ErrConfig, c.TrainExtra, NumTrainFiles, MaxSynthRecords)
+	}
 	if c.TestRecords < 1 || c.TestRecords > MaxSynthRecords {
 		return fmt.Errorf("%w: synthetic test_records %d must be in [1, %d]", ErrConfig, c.TestRecords, MaxSynthRecords)
 	}
@@ -91,6 +104,9 @@ func SynthFileNames() []string { return append(TrainFileNames(), TestFile) }
 
 func (c SynthConfig) records(file int) int {
 	if file < NumTrainFiles {
+		if file < c.TrainExtra {
+			return c.TrainPerBatch + 1
+		}
 		return c.TrainPerBatch
 	}
 	return c.TestRecords

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/testutil/golden"
 )
 
 func smallSynth() SynthConfig { return SynthConfig{Seed: 1, TrainPerBatch: 50, TestRecords: 30} }
@@ -31,7 +33,7 @@ func TestSynthGolden(t *testing.T) {
 		sum := sha256.Sum256(b)
 		fmt.Fprintf(&sums, "%s  %s\n", hex.EncodeToString(sum[:]), name)
 	}
-	checkGolden(t, "synth_sha256.golden", sums.String())
+	golden.Check(t, filepath.Join("testdata", "synth_sha256.golden"), []byte(sums.String()))
 }
 
 func TestSynthDeterminism(t *testing.T) {

@@ -71,6 +71,8 @@ type Config struct {
 	Prefix              string `json:"prefix,omitempty"`
 	SaveCheckpointSteps int    `json:"save_checkpoint_steps,omitempty"`
 	KeepCheckpointMax   int    `json:"keep_checkpoint_max,omitempty"`
+	// CRCCheck appends MindSpore's crc_num trailer to every checkpoint.
+	CRCCheck bool `json:"crc_check,omitempty"`
 	// IntegratedSave has rank 0 of a split network save whole tensors.
 	IntegratedSave bool `json:"integrated_save,omitempty"`
 	// InitFile is a checkpoint every rank starts from; InitDir a directory

@@ -45,7 +45,7 @@ func TestConfigRoundTrip(t *testing.T) {
 		Strategy: parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, FullBatch: true, DeviceMemory: 3 << 29,
 		DataDir: "/d", Epochs: 2, BatchSize: 4, GradAccumulation: 2, LearningRate: 0.01, Momentum: 0.9,
 		WeightDecay: 1e-4, Schedule: "cosine", WarmupEpochs: 1, Seed: 3, ShuffleBuffer: -1, Threads: 1,
-		Eval: true, LogSteps: 5, Prefix: "net", SaveCheckpointSteps: 3, KeepCheckpointMax: 2,
+		Eval: true, LogSteps: 5, Prefix: "net", SaveCheckpointSteps: 3, KeepCheckpointMax: 2, CRCCheck: true,
 		IntegratedSave: true, InitDir: "/init", StrategyFile: "/job/strategy.ckpt",
 		GradientsMean: true, ParameterBroadcast: true, CollectiveTimeout: 90 * time.Second,
 		Transport: Transport(collective.TransportTCP), BasePort: 29500, SecretFile: "/job/job.secret",

@@ -12,11 +12,12 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/launch"
-	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/trainer"
 )
 
@@ -134,7 +135,7 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
 		PeakMemory: res.PeakDeviceMemory,
 	}
-	fmt.Fprintf(say, "device memory: peak %s of %s\n", nn.Bytes(res.PeakDeviceMemory), nn.Bytes(res.DeviceMemory))
+	fmt.Fprintf(say, "device memory: peak %s of %s\n", bytesize.Format(res.PeakDeviceMemory), bytesize.Format(res.DeviceMemory))
 	if res.Checkpoint != "" {
 		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
 	}
@@ -175,7 +176,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		Seed: cfg.Seed, Threads: threads,
 		NumShards: 1, ShardID: 0,
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
-		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax,
+		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,
 		DeviceMemory: cfg.DeviceMemory,

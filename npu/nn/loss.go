@@ -36,19 +36,10 @@ func NewSoftmaxCrossEntropyExpand() *SoftmaxCrossEntropyExpand {
 // Forward returns the mean loss of logits [N Classes] against labels
 // (len N, each in [0, Classes)).
 func (l *SoftmaxCrossEntropyExpand) Forward(logits *tensor.Tensor, labels []int32) (float32, error) {
-	if logits.Rank() != 2 || logits.Dim(0) < 1 || logits.Dim(1) < 1 {
-		return 0, fmt.Errorf("softmax cross entropy: logits %v, want [N classes]: %w", logits.Shape(), tensor.ErrShape)
+	n, c, err := CheckLogits(logits, labels)
+	if err != nil {
+		return 0, err
 	}
-	n, c := logits.Dim(0), logits.Dim(1)
-	if len(labels) != n {
-		return 0, fmt.Errorf("softmax cross entropy: %d labels for %d logit rows: %w", len(labels), n, tensor.ErrShape)
-	}
-	for i, y := range labels {
-		if y < 0 || int(y) >= c {
-			return 0, fmt.Errorf("softmax cross entropy: label %d is %d, want [0, %d): %w", i, y, c, ErrLabel)
-		}
-	}
-	var err error
 	if l.dx, err = ensure(l.dx, n, c); err != nil {
 		return 0, fmt.Errorf("softmax cross entropy gradient: %w", err)
 	}
@@ -57,10 +48,53 @@ func (l *SoftmaxCrossEntropyExpand) Forward(logits *tensor.Tensor, labels []int3
 	}
 	l.labels = append(l.labels[:0], labels...)
 	l.n, l.classes = n, c
-	x := logits.Data()
+	total := SoftmaxCrossEntropyRows(l.probs, logits.Data(), labels, c)
+	return float32(total / float64(n)), nil
+}
+
+// Backward returns dL/dlogits of the last Forward's mean loss:
+// (softmax − onehot)/N, scaled by p/(p+1e-24) for the label's probability p.
+func (l *SoftmaxCrossEntropyExpand) Backward() (*tensor.Tensor, error) {
+	if l.dx == nil || l.n == 0 {
+		return nil, fmt.Errorf("softmax cross entropy: %w", ErrNoForward)
+	}
+	SoftmaxCrossEntropyGrad(l.dx.Data(), l.probs, l.labels, l.classes, 1/float64(l.n))
+	return l.dx, nil
+}
+
+// Probabilities returns the softmax of the last Forward, [N Classes] row-major.
+func (l *SoftmaxCrossEntropyExpand) Probabilities() []float32 { return l.probs }
+
+// CheckLogits checks what a softmax cross entropy takes: logits
+// [N classes] with N, classes ≥ 1, and N labels, each in [0, classes). It
+// returns N and classes.
+func CheckLogits(logits *tensor.Tensor, labels []int32) (n, classes int, err error) {
+	if logits.Rank() != 2 || logits.Dim(0) < 1 || logits.Dim(1) < 1 {
+		return 0, 0, fmt.Errorf("softmax cross entropy: logits %v, want [N classes]: %w", logits.Shape(), tensor.ErrShape)
+	}
+	n, classes = logits.Dim(0), logits.Dim(1)
+	if len(labels) != n {
+		return 0, 0, fmt.Errorf("softmax cross entropy: %d labels for %d logit rows: %w", len(labels), n, tensor.ErrShape)
+	}
+	for i, y := range labels {
+		if y < 0 || int(y) >= classes {
+			return 0, 0, fmt.Errorf("softmax cross entropy: label %d is %d, want [0, %d): %w", i, y, classes, ErrLabel)
+		}
+	}
+	return n, classes, nil
+}
+
+// SoftmaxCrossEntropyRows is the forward kernel of the loss, shared by
+// SoftmaxCrossEntropyExpand and the split network of npu/shard: for each
+// row i of x (len(labels) rows of classes values, row-major) it writes the
+// row's softmax into the same row of probs and adds −log(softmax[label] +
+// 1e-24) to the sum it returns. Element-wise steps are float32, the sum
+// float64. Inputs are checked by the caller (CheckLogits).
+func SoftmaxCrossEntropyRows(probs, x []float32, labels []int32, classes int) float64 {
+	c := classes
 	var total float64
-	for i := 0; i < n; i++ {
-		row, p := x[i*c:(i+1)*c], l.probs[i*c:(i+1)*c]
+	for i := range labels {
+		row, p := x[i*c:(i+1)*c], probs[i*c:(i+1)*c]
 		m := row[0]
 		for _, v := range row[1:] {
 			m = max(m, v)
@@ -76,21 +110,17 @@ func (l *SoftmaxCrossEntropyExpand) Forward(logits *tensor.Tensor, labels []int3
 		}
 		total -= math.Log(float64(p[labels[i]] + crossEntropyEps))
 	}
-	return float32(total / float64(n)), nil
+	return total
 }
 
-// Backward returns dL/dlogits of the last Forward's mean loss:
-// (softmax − onehot)/N, scaled by p/(p+1e-24) for the label's probability p.
-func (l *SoftmaxCrossEntropyExpand) Backward() (*tensor.Tensor, error) {
-	if l.dx == nil || l.n == 0 {
-		return nil, fmt.Errorf("softmax cross entropy: %w", ErrNoForward)
-	}
-	n, c := l.n, l.classes
-	dx := l.dx.Data()
-	inv := 1 / float64(n)
-	for i := 0; i < n; i++ {
-		p := l.probs[i*c : (i+1)*c]
-		y := l.labels[i]
+// SoftmaxCrossEntropyGrad is the backward kernel: the gradient, into dx,
+// of inv times the sum SoftmaxCrossEntropyRows returned for probs and
+// labels, that is inv·(softmax − onehot) with the label's term scaled by
+// p/(p+1e-24).
+func SoftmaxCrossEntropyGrad(dx, probs []float32, labels []int32, classes int, inv float64) {
+	c := classes
+	for i, y := range labels {
+		p := probs[i*c : (i+1)*c]
 		py := float64(p[y])
 		scale := inv * py / (py + crossEntropyEps)
 		for j, v := range p {
@@ -101,8 +131,4 @@ func (l *SoftmaxCrossEntropyExpand) Backward() (*tensor.Tensor, error) {
 			dx[i*c+j] = float32(scale * g)
 		}
 	}
-	return l.dx, nil
 }
-
-// Probabilities returns the softmax of the last Forward, [N Classes] row-major.
-func (l *SoftmaxCrossEntropyExpand) Probabilities() []float32 { return l.probs }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/npu/tensor"
 )
 
@@ -42,7 +44,7 @@ func (d *Device) SetMemory(capacity int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if capacity > 0 && m.used > capacity {
-		return fmt.Errorf("%w: %s already in use, more than the %s asked for", ErrOutOfMemory, Bytes(m.used), Bytes(capacity))
+		return fmt.Errorf("%w: %s already in use, more than the %s asked for", ErrOutOfMemory, bytesize.Format(m.used), bytesize.Format(capacity))
 	}
 	m.capacity = capacity
 	return nil
@@ -72,7 +74,7 @@ func (m *memory) hold(what string, n int64) error {
 	used := m.used - m.held[what] + n
 	if m.capacity > 0 && used > m.capacity {
 		return fmt.Errorf("%w: %s needs %s, %s of %s in use%s",
-			ErrOutOfMemory, what, Bytes(n), Bytes(m.used-m.held[what]), Bytes(m.capacity), m.largestLocked(what))
+			ErrOutOfMemory, what, bytesize.Format(n), bytesize.Format(m.used-m.held[what]), bytesize.Format(m.capacity), m.largestLocked(what))
 	}
 	m.used = used
 	m.peak = max(m.peak, used)
@@ -103,7 +105,7 @@ func (m *memory) largestLocked(skip string) string {
 	sort.Slice(hs, func(i, j int) bool { return hs[i].n > hs[j].n || hs[i].n == hs[j].n && hs[i].what < hs[j].what })
 	parts := make([]string, 0, 3)
 	for _, h := range hs[:min(3, len(hs))] {
-		parts = append(parts, fmt.Sprintf("%s %s", h.what, Bytes(h.n)))
+		parts = append(parts, fmt.Sprintf("%s %s", h.what, bytesize.Format(h.n)))
 	}
 	return " (largest: " + strings.Join(parts, ", ") + ")"
 }
@@ -167,20 +169,4 @@ func (m *memory) release(owner, role string) {
 	if ok {
 		_ = m.hold(what, 0)
 	}
-}
-
-// Bytes formats a byte count the way the error messages and logs show it:
-// 512 B, 2.0 MiB, 32 GiB.
-func Bytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/bytesize"
 )
 
 // trainStep runs forward, loss and backward on a random batch of n 16×16
@@ -76,8 +78,8 @@ func TestOutOfMemoryNamesTheBuffer(t *testing.T) {
 	probe.Close()
 
 	_, err = NewResNet20(ResNetConfig{Seed: 1, Threads: 1, Memory: p + g/2})
-	want := "out of device memory: resnet20 gradients needs " + Bytes(g) + ", " + Bytes(p) + " of " + Bytes(p+g/2) +
-		" in use (largest: resnet20 parameters " + Bytes(p) + ")"
+	want := "out of device memory: resnet20 gradients needs " + bytesize.Format(g) + ", " + bytesize.Format(p) + " of " + bytesize.Format(p+g/2) +
+		" in use (largest: resnet20 parameters " + bytesize.Format(p) + ")"
 	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("building on a small device: %v, want ...%s", err, want)
 	}
@@ -88,7 +90,7 @@ func TestOutOfMemoryNamesTheBuffer(t *testing.T) {
 	}
 	defer m.Close()
 	err = trainStep(t, m, 8)
-	want = "out of device memory: conv1 output float32[8 16 16 16] needs 128.0 KiB, " + Bytes(p+g) + " of " + Bytes(p+g+64<<10) + " in use"
+	want = "out of device memory: conv1 output float32[8 16 16 16] needs 128.0 KiB, " + bytesize.Format(p+g) + " of " + bytesize.Format(p+g+64<<10) + " in use"
 	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a step: %v, want ...%s", err, want)
 	}

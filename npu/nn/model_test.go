@@ -3,18 +3,16 @@ package nn
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/mspipe/mspipe/internal/testutil/golden"
+
 	"github.com/mspipe/mspipe/npu/tensor"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // refResNet is the float64 reference of NewResNet20 / NewResNet50.
 func refResNet(x ref4, p map[string][]float64, name string, classes int, train bool) []float64 {
@@ -68,26 +66,6 @@ func paramListing(m *Model) []byte {
 	return b.Bytes()
 }
 
-func checkGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run with -update to create it): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs from %s (run with -update to accept)", name, path)
-	}
-}
-
 func countParams(m *Model) (entries, trainableEntries, trainableElems, otherElems int) {
 	for _, p := range m.Params() {
 		entries++
@@ -127,7 +105,7 @@ func TestResNet20Structure(t *testing.T) {
 	if fmt.Sprint(names) != fmt.Sprint(want) {
 		t.Fatalf("first parameters %v, want %v", names, want)
 	}
-	checkGolden(t, "resnet20_params.golden", paramListing(m))
+	golden.Check(t, filepath.Join("testdata", "resnet20_params.golden"), paramListing(m))
 }
 
 func TestResNet50Structure(t *testing.T) {
@@ -143,7 +121,7 @@ func TestResNet50Structure(t *testing.T) {
 	if entries != 267 || te != 161 || telems != 23528522 {
 		t.Fatalf("resnet50: %d entries, %d trainable (%d values)", entries, te, telems)
 	}
-	checkGolden(t, "resnet50_params.golden", paramListing(m))
+	golden.Check(t, filepath.Join("testdata", "resnet50_params.golden"), paramListing(m))
 
 	// One forward pass on a small image against the float64 reference checks
 	// the wiring: pads, strides, max pool, shortcuts, head.

@@ -1,17 +1,15 @@
 package ranktable
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/testutil/golden"
+
 	"github.com/mspipe/mspipe/internal/diag"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/invalid/*.golden from the current output")
 
 // formatProblems renders problems one per line, as the CLI's text format does.
 func formatProblems(ps diag.List) string {
@@ -48,20 +46,7 @@ func TestInvalidCorpus(t *testing.T) {
 				}
 			}
 			got := formatProblems(problems)
-			golden := strings.TrimSuffix(file, ".json") + ".golden"
-			if *update {
-				if err := atomicfile.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("problems differ from %s\n got:\n%s\nwant:\n%s", golden, got, want)
-			}
+			golden.Check(t, strings.TrimSuffix(file, ".json")+".golden", []byte(got))
 		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/mspipe/mspipe/internal/diag"
@@ -458,8 +457,8 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// suggest proposes the known key closest to a misspelled one, or names the
-// object a key from another level belongs in.
+// suggest names the object a key from another level belongs in, or
+// proposes the known key closest to a misspelled one (diag.Suggest).
 func suggest(key string, known []string) string {
 	for _, level := range []struct {
 		what string
@@ -469,38 +468,5 @@ func suggest(key string, known []string) string {
 			return fmt.Sprintf(" (%q belongs in %s)", key, level.what)
 		}
 	}
-	best, bestDist := "", 3 // suggest only within two edits
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(key), k); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return max(len(a), len(b)) // not worth comparing; no suggestion
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return diag.Suggest(key, known)
 }

@@ -49,6 +49,12 @@
 // that dimension is divisible by M (the layout dev_matrix [M] with that
 // dimension mapped to it); otherwise, and for every replicated tensor, each
 // target rank holds it whole. Optimizer state follows its parameter as above.
+// DevicesTarget applies the same rule but does not copy an indivisible
+// split tensor to every rank without being told: it refuses (naming the
+// device counts that divide), splits it unevenly as numpy.array_split does
+// (IndivisibleSplit; ranks past the rows get empty boxes) or replicates it
+// (IndivisibleReplicate). SizeSummary puts the bytes written beside the
+// bytes of the source files.
 //
 // # Streaming and memory
 //
@@ -58,8 +64,9 @@
 // intersect it (one ReadAt per source box and band, in parallel), then
 // hashed and each target rank's part of it appended to that rank's file
 // while the next band is read. Output files are written in the source's
-// tensor order, framed byte for byte as ckpt.Write with
-// WriteOptions{CRC: true} frames them.
+// tensor order, framed byte for byte as ckpt.Write frames them: by default
+// plain protobuf as MindSpore's save_checkpoint writes, with
+// Options.CRC the crc_num trailer of WriteOptions{CRC: true}.
 //
 // Options.MaxMemory caps the tensor data the engine holds: the output
 // files' write buffers plus one arena, allocated once per run, for two
@@ -76,7 +83,8 @@
 // of its dtype, dims and row-major bytes, whatever the layout. Run computes
 // it from the source while streaming and writes the files from those same
 // bands, so each byte is hashed once. Each file gets a CRC-32 computed
-// while writing (its crc_num trailer, also in the manifest); after the
+// while writing (in the manifest, and its crc_num trailer with
+// Options.CRC); after the
 // files are written (temp file, fsync, rename) Run re-reads them and checks
 // sizes, framing and CRCs, which proves the files hold the hashed bytes,
 // and writes the manifest only when everything matched. With

@@ -257,17 +257,20 @@ func (o *outFile) end() error {
 	return nil
 }
 
-// finish appends the CRC trailer, flushes, fsyncs and closes the temp file;
-// it returns the file's CRC-32.
-func (o *outFile) finish() (uint32, error) {
+// finish appends the crc_num trailer when trailer is set, flushes, fsyncs
+// and closes the temp file; it returns the CRC-32 of the file's content
+// (all of it but a trailer).
+func (o *outFile) finish(trailer bool) (uint32, error) {
 	sum := o.crc.Sum32()
-	var trailer [crcTrailerLen]byte
-	copy(trailer[:], crcMagic)
-	binary.BigEndian.PutUint32(trailer[crcTrailerLen-4:], sum)
-	if _, err := o.w.Write(trailer[:]); err != nil {
-		return 0, fmt.Errorf("write %s: %w", o.path, err)
+	if trailer {
+		var t [crcTrailerLen]byte
+		copy(t[:], crcMagic)
+		binary.BigEndian.PutUint32(t[crcTrailerLen-4:], sum)
+		if _, err := o.w.Write(t[:]); err != nil {
+			return 0, fmt.Errorf("write %s: %w", o.path, err)
+		}
+		o.written.Add(int64(len(t)))
 	}
-	o.written.Add(int64(len(trailer)))
 	if err := o.w.Flush(); err != nil {
 		return 0, fmt.Errorf("write %s: %w", o.path, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -20,8 +22,13 @@ import (
 // ManifestName is the manifest's file name in an output directory.
 const ManifestName = "manifest.json"
 
-// ManifestFormat identifies the manifest's schema.
-const ManifestFormat = "mspipe-reshard/1"
+// ManifestFormat identifies the manifest's schema. Format 2 added
+// crc_trailer; a format 1 manifest is read as one with crc_trailer true,
+// as every file had the trailer then.
+const (
+	ManifestFormat   = "mspipe-reshard/2"
+	manifestFormatV1 = "mspipe-reshard/1"
+)
 
 // maxManifestBytes bounds the manifest read by Verify.
 const maxManifestBytes = 64 << 20
@@ -33,6 +40,7 @@ type Manifest struct {
 	Format         string           `json:"format"`
 	Ranks          int              `json:"ranks"`
 	ReplicatedRule string           `json:"replicated_rule"`
+	CRCTrailer     bool             `json:"crc_trailer"` // the files end in MindSpore's crc_num trailer
 	Files          []ManifestFile   `json:"files"`
 	Tensors        []ManifestTensor `json:"tensors"` // in file order
 	Stats          *RunStats        `json:"stats,omitempty"`
@@ -43,7 +51,7 @@ type ManifestFile struct {
 	Rank  int    `json:"rank"`
 	Path  string `json:"path"` // relative to the manifest's directory, slash-separated
 	Bytes int64  `json:"bytes"`
-	CRC32 string `json:"crc32"` // the crc_num trailer's value, 8 hex digits
+	CRC32 string `json:"crc32"` // CRC-32 of the content (all but a crc_num trailer, which holds the same value), 8 hex digits
 }
 
 // ManifestTensor is one logical tensor of the set.
@@ -69,9 +77,10 @@ type manifestBox struct {
 
 // RunStats are what a run measured.
 type RunStats struct {
-	ReadBytes  int64 `json:"read_bytes"`
-	WriteBytes int64 `json:"write_bytes"`
-	PeakMemory int64 `json:"peak_memory"` // most tensor data held at once
+	SourceBytes int64 `json:"source_bytes,omitempty"` // the source files' sizes, together
+	ReadBytes   int64 `json:"read_bytes"`
+	WriteBytes  int64 `json:"write_bytes"`
+	PeakMemory  int64 `json:"peak_memory"` // most tensor data held at once
 }
 
 // Placement returns the tensor's placement in the set.
@@ -119,7 +128,11 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if m.Format != ManifestFormat {
+	switch m.Format {
+	case ManifestFormat:
+	case manifestFormatV1:
+		m.CRCTrailer = true
+	default:
 		return nil, fmt.Errorf("%s: format %q, want %q", path, m.Format, ManifestFormat)
 	}
 	if m.Ranks < 1 || len(m.Files) != m.Ranks {
@@ -134,7 +147,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 }
 
 // Verify re-reads the output set in dir and checks it against its
-// manifest: file sizes and CRC trailers, every rank's tensors in order
+// manifest: file sizes and CRC-32s, every rank's tensors in order
 // with the shapes of their boxes, identical copies wherever ranks share a
 // box, and the hash of every reassembled tensor.
 func Verify(ctx context.Context, dir string, opt Options) (*Manifest, error) {
@@ -168,8 +181,8 @@ func (s *openedSet) close() {
 }
 
 // verifyFiles re-reads every file of the set in dir, in parallel, and
-// checks it against m: its size, its CRC-32 (the trailer's, the manifest's
-// and the content's agree) and its framing (the manifest's tensors in
+// checks it against m: its size, its CRC-32 (the content's, the manifest's
+// and a trailer's, when the set has them, agree) and its framing (the manifest's tensors in
 // order). The caller closes the set.
 func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*openedSet, error) {
 	n := len(m.Files)
@@ -194,22 +207,19 @@ func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*op
 		if info.Size() != m.Files[r].Bytes {
 			return fmt.Errorf("%s: %d bytes, the manifest says %d: %w", paths[r], info.Size(), m.Files[r].Bytes, ErrVerify)
 		}
-		if err := ckpt.CheckCRC(paths[r], f, info.Size()); err != nil {
+		sum, trailer, err := ckpt.ContentCRC(paths[r], f, info.Size())
+		if err != nil {
 			return err
 		}
-		var tail [4]byte
-		if _, err := f.ReadAt(tail[:], info.Size()-4); err != nil {
-			return fmt.Errorf("%s: read trailer: %w", paths[r], err)
+		if got := fmt.Sprintf("%08x", sum); got != m.Files[r].CRC32 {
+			return fmt.Errorf("%s: %w: content has %s, the manifest says %s (file damaged): %w", paths[r], ckpt.ErrCRC, got, m.Files[r].CRC32, ErrVerify)
 		}
-		if got := hex.EncodeToString(tail[:]); got != m.Files[r].CRC32 {
-			return fmt.Errorf("%s: crc32 %s, the manifest says %s: %w", paths[r], got, m.Files[r].CRC32, ErrVerify)
+		if trailer != m.CRCTrailer {
+			return fmt.Errorf("%s: crc_num trailer present %v, the manifest says %v: %w", paths[r], trailer, m.CRCTrailer, ErrVerify)
 		}
 		x, err := ckpt.IndexReader(paths[r], f, info.Size())
 		if err != nil {
 			return err
-		}
-		if !x.CRC {
-			return fmt.Errorf("%s: no crc_num trailer: %w", paths[r], ErrVerify)
 		}
 		if len(x.Tensors) != len(m.Tensors) {
 			return fmt.Errorf("%s: %d tensors, the manifest lists %d: %w", paths[r], len(x.Tensors), len(m.Tensors), ErrVerify)
@@ -255,7 +265,7 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 		// Bands of maxBandBytes are enough: more memory only pages in more.
 		size := min(opt.MaxMemory, 2*biggest*workers, 2*max(maxBandBytes, widest)*workers)
 		if 2*widest > size {
-			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", userfile.Size(widest), userfile.Size(opt.MaxMemory), ErrMemory)
+			return fmt.Errorf("one row of the widest tensor needs %s twice, the cap is %s: %w", bytesize.Format(widest), bytesize.Format(opt.MaxMemory), ErrMemory)
 		}
 		arena = make([]byte, size)
 	}
@@ -309,7 +319,7 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	rowBytes := volume(g[1:]) * int64(elem)
 	if volume(g) > 0 {
 		if rowBytes > int64(len(band)) {
-			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, %s is given: %w", t.Name, userfile.Size(rowBytes), userfile.Size(2*int64(len(band))), ErrMemory)
+			return fmt.Errorf("tensor %q: one row along dim 0 needs %s twice, %s is given: %w", t.Name, bytesize.Format(rowBytes), bytesize.Format(2*int64(len(band))), ErrMemory)
 		}
 		rows := int(min(int64(g[0]), int64(len(band))/rowBytes))
 		for lo := 0; lo < g[0]; lo += rows {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -48,6 +50,10 @@ type Options struct {
 	// VerifyOutputSHA256 also reassembles every tensor and checks its
 	// content hash, as Verify does.
 	VerifyOutput string
+	// CRC appends MindSpore's crc_num trailer to every output file
+	// (save_checkpoint's crc_check). Off, as in MindSpore, the files are
+	// plain protobuf; the manifest's crc32 proves them either way.
+	CRC bool
 	// SliceBytes is the output's Value slice limit; 0 means
 	// ckpt.DefaultSliceBytes, as MindSpore writes.
 	SliceBytes int64
@@ -97,6 +103,7 @@ type PlanResult struct {
 	Files                    []string // output files relative to the output directory, rank order
 	FileBytes                []int64  // each output file's exact size
 	Tensors                  []TensorPlan
+	SourceBytes              int64 // the source files' sizes, together
 	ReadBytes                int64 // source tensor data read
 	WriteBytes               int64 // output file bytes written
 	PeakMemory               int64 // tensor data buffered at most
@@ -303,6 +310,9 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, x := range s.index {
+		plan.SourceBytes += x.Size
+	}
 	return jobs, plan, nil
 }
 
@@ -400,11 +410,11 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		left -= meanBufferBytes
 	}
 	if left <= 0 {
-		need := userfile.Size(wbuf) + " of write buffers"
+		need := bytesize.Format(wbuf) + " of write buffers"
 		if mean {
-			need += " and " + userfile.Size(meanBufferBytes) + " for the mean rule"
+			need += " and " + bytesize.Format(meanBufferBytes) + " for the mean rule"
 		}
-		return nil, fmt.Errorf("%d output files need %s, the cap is %s: %w", targetRanks, need, userfile.Size(opt.MaxMemory), ErrMemory)
+		return nil, fmt.Errorf("%d output files need %s, the cap is %s: %w", targetRanks, need, bytesize.Format(opt.MaxMemory), ErrMemory)
 	}
 	plan := &PlanResult{SourceRanks: sourceRanks, TargetRanks: targetRanks, Files: files, FileBytes: make([]int64, targetRanks), MaxMemory: opt.MaxMemory}
 	var band int64
@@ -415,7 +425,7 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		case volume(g) == 0:
 			j.bandRows = max(rows, 1)
 		case j.rowCost > left:
-			return nil, fmt.Errorf("tensor %q: one row along dim 0 needs %s, %s is left under the cap after write buffers: %w", j.name, userfile.Size(j.rowCost), userfile.Size(left), ErrMemory)
+			return nil, fmt.Errorf("tensor %q: one row along dim 0 needs %s, %s is left under the cap after write buffers: %w", j.name, bytesize.Format(j.rowCost), bytesize.Format(left), ErrMemory)
 		default:
 			j.bandRows = int(min(int64(rows), left/j.rowCost, max(1, maxBandBytes/j.rowBytes)))
 		}
@@ -446,7 +456,9 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		plan.Tensors = append(plan.Tensors, tp)
 	}
 	for r := range plan.FileBytes {
-		plan.FileBytes[r] += int64(crcTrailerLen)
+		if opt.CRC {
+			plan.FileBytes[r] += int64(crcTrailerLen)
+		}
 		plan.WriteBytes += plan.FileBytes[r]
 	}
 	plan.writeBuffer, plan.arena, plan.mean = writeBufferSize(opt.MaxMemory, targetRanks), band, mean
@@ -455,6 +467,26 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 		plan.PeakMemory += meanBufferBytes
 	}
 	return plan, nil
+}
+
+// SizeSummary says in one line what a plan reads and writes: bytes in
+// (the source files) against bytes out (the files written), so that a
+// layout that copies tensors to every rank shows as what it costs.
+func SizeSummary(p *PlanResult) string {
+	s := fmt.Sprintf("%s in (%s), %s out (%s)",
+		bytesize.Format(p.SourceBytes), files(p.SourceRanks), bytesize.Format(p.WriteBytes), files(p.TargetRanks))
+	if p.SourceBytes > 0 {
+		s += fmt.Sprintf(", out/in %.2f", float64(p.WriteBytes)/float64(p.SourceBytes))
+	}
+	return s + fmt.Sprintf("; %s of tensor data read, peak memory %s of %s",
+		bytesize.Format(p.ReadBytes), bytesize.Format(p.PeakMemory), bytesize.Format(p.MaxMemory))
+}
+
+func files(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", n)
 }
 
 // Plan checks a reshard without writing anything: it opens and indexes the

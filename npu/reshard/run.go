@@ -73,7 +73,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	}
 
 	files := s.files
-	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule}
+	manifest := &Manifest{Format: ManifestFormat, Ranks: target.Ranks, ReplicatedRule: opt.ReplicatedRule, CRCTrailer: opt.CRC}
 	// One arena for every tensor's bands, reused by the check after: no
 	// garbage per tensor, so the process stays near the planned memory.
 	if err := m.grow(plan.arena, "bands"); err != nil {
@@ -102,7 +102,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	crcs := make([]uint32, len(outs))
 	err = forEach(ctx, len(outs), opt.Workers, func(r int) error {
 		var err error
-		crcs[r], err = outs[r].finish()
+		crcs[r], err = outs[r].finish(opt.CRC)
 		return err
 	})
 	if err != nil {
@@ -130,7 +130,7 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 	if err := checkWritten(ctx, outDir, manifest, opt, bufs.arena); err != nil {
 		return nil, fmt.Errorf("check what was written: %w", err)
 	}
-	manifest.Stats = &RunStats{ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
+	manifest.Stats = &RunStats{SourceBytes: plan.SourceBytes, ReadBytes: plan.ReadBytes, WriteBytes: plan.WriteBytes, PeakMemory: m.peak}
 	if err := writeManifest(outDir, manifest); err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func TestSeedsScenario64To56(t *testing.T) {
 		placements[name] = Placement{Shape: l.Shape, Boxes: layoutBoxes(t, l)}
 	}
 	dir := t.TempDir()
-	src := writeSourceSet(t, dir, model, placements, 64, ckpt.WriteOptions{CRC: true})
+	src := writeSourceSet(t, dir, model, placements, 64, ckpt.WriteOptions{})
 	// Data-parallel BatchNorm: every device saw other data.
 	bn := make([][]float32, 64)
 	for r := range bn {
@@ -76,7 +76,7 @@ func TestSeedsScenario64To56(t *testing.T) {
 				tensors[i] = mustFloat32(t, "bn1.moving_mean", []int64{16}, bn[r])
 			}
 		}
-		if err := ckpt.Write(src.Files[r], tensors, ckpt.WriteOptions{CRC: true}); err != nil {
+		if err := ckpt.Write(src.Files[r], tensors, ckpt.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,7 +148,7 @@ func mustInt32(t *testing.T, name string, v int32) ckpt.Tensor {
 // values whose float64 sum is not exact in float32.
 func TestMeanRuleKeepsEqualCopies(t *testing.T) {
 	model := []ckpt.Tensor{mustFloat32(t, "bn.moving_var", []int64{3}, []float32{0.1, float32(math.Pi), 1e-30})}
-	src := writeSourceSet(t, t.TempDir(), model, nil, 7, ckpt.WriteOptions{CRC: true})
+	src := writeSourceSet(t, t.TempDir(), model, nil, 7, ckpt.WriteOptions{})
 	out := t.TempDir()
 	m, err := Run(context.Background(), src, Target{Ranks: 2}, out, Options{ReplicatedRule: RuleMean})
 	if err != nil {
@@ -178,7 +178,7 @@ func TestMemoryCapHolds(t *testing.T) {
 	src := writeSourceSet(t, t.TempDir(), model, map[string]Placement{
 		"big":  {Shape: shape, Boxes: srcBoxes},
 		"rows": {Shape: []int{4096, 256}, Boxes: rowBoxes([]int{4096, 256}, 4)},
-	}, 4, ckpt.WriteOptions{CRC: true})
+	}, 4, ckpt.WriteOptions{})
 	dstBoxes := []parallel.Box{ // uneven: 341, 341, 342 columns
 		{Offset: []int{0, 0}, Shape: []int{1024, 341}},
 		{Offset: []int{0, 341}, Shape: []int{1024, 341}},
@@ -252,7 +252,7 @@ func TestStrategyFileLayouts(t *testing.T) {
 		}
 		placements[x.Name] = Placement{Shape: intShape(x.Dims), Boxes: boxes}
 	}
-	src := writeSourceSet(t, t.TempDir(), model, placements, 4, ckpt.WriteOptions{CRC: true})
+	src := writeSourceSet(t, t.TempDir(), model, placements, 4, ckpt.WriteOptions{})
 	one := t.TempDir()
 	m, err := Merge(ctx, src, one, "merged.ckpt", Options{})
 	if err != nil {

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/tensor"
@@ -199,10 +198,6 @@ func (l *reduceSum) Backward(dy *tensor.Tensor) (*tensor.Tensor, error) {
 	return l.dx, nil
 }
 
-// crossEntropyEps is the seeds' 1e-24 added to the softmax before the log
-// (as in nn.SoftmaxCrossEntropyExpand).
-const crossEntropyEps = 1e-24
-
 // crossEntropy is the seeds' SoftmaxCrossEntropyExpand over whole rows
 // (classes are never split) of a slice of the batch. It returns the sum of
 // its rows' losses, not their mean: the engine divides by the batch the
@@ -218,19 +213,10 @@ type crossEntropy struct {
 // forward returns Σ −log(softmax(row)[label] + 1e-24) over the rows of
 // logits [n classes].
 func (l *crossEntropy) forward(logits *tensor.Tensor, labels []int32) (float64, error) {
-	if logits.Rank() != 2 || logits.Dim(0) < 1 || logits.Dim(1) < 1 {
-		return 0, fmt.Errorf("softmax cross entropy: logits %v, want [N classes]: %w", logits.Shape(), tensor.ErrShape)
+	n, c, err := nn.CheckLogits(logits, labels)
+	if err != nil {
+		return 0, err
 	}
-	n, c := logits.Dim(0), logits.Dim(1)
-	if len(labels) != n {
-		return 0, fmt.Errorf("softmax cross entropy: %d labels for %d logit rows: %w", len(labels), n, tensor.ErrShape)
-	}
-	for i, y := range labels {
-		if y < 0 || int(y) >= c {
-			return 0, fmt.Errorf("softmax cross entropy: label %d is %d, want [0, %d): %w", i, y, c, nn.ErrLabel)
-		}
-	}
-	var err error
 	if l.dx, err = alloc(l.dev, "loss", "input gradient", l.dx, n, c); err != nil {
 		return 0, fmt.Errorf("softmax cross entropy: %w", err)
 	}
@@ -238,46 +224,13 @@ func (l *crossEntropy) forward(logits *tensor.Tensor, labels []int32) (float64, 
 		l.probs = make([]float32, n*c)
 	}
 	l.labels = append(l.labels[:0], labels...)
-	x := logits.Data()
-	var total float64
-	for i := range n {
-		row, p := x[i*c:(i+1)*c], l.probs[i*c:(i+1)*c]
-		m := row[0]
-		for _, v := range row[1:] {
-			m = max(m, v)
-		}
-		var sum float32
-		for j, v := range row {
-			e := float32(math.Exp(float64(v - m)))
-			p[j] = e
-			sum += e
-		}
-		for j := range p {
-			p[j] /= sum
-		}
-		total -= math.Log(float64(p[labels[i]] + crossEntropyEps))
-	}
-	return total, nil
+	return nn.SoftmaxCrossEntropyRows(l.probs, logits.Data(), labels, c), nil
 }
 
 // backward returns the gradient of the last forward's rows for a loss that
 // is inv times their sum: inv·(softmax − onehot), the label's term scaled by
 // p/(p+1e-24).
 func (l *crossEntropy) backward(inv float64) *tensor.Tensor {
-	n, c := l.dx.Dim(0), l.dx.Dim(1)
-	dx := l.dx.Data()
-	for i := range n {
-		p := l.probs[i*c : (i+1)*c]
-		y := l.labels[i]
-		py := float64(p[y])
-		scale := inv * py / (py + crossEntropyEps)
-		for j, v := range p {
-			g := float64(v)
-			if int32(j) == y {
-				g--
-			}
-			dx[i*c+j] = float32(scale * g)
-		}
-	}
+	nn.SoftmaxCrossEntropyGrad(l.dx.Data(), l.probs, l.labels, l.dx.Dim(1), inv)
 	return l.dx
 }

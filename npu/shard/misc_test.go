@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/nn"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -105,10 +107,10 @@ func TestWideNetNeedsSplitting(t *testing.T) {
 	for r, net := range res.nets {
 		_, peak := net.Device().MemoryInUse()
 		if peak > capacity {
-			t.Errorf("rank %d peak %s over the capacity", r, nn.Bytes(peak))
+			t.Errorf("rank %d peak %s over the capacity", r, bytesize.Format(peak))
 		}
 		if r == 0 {
-			t.Logf("rank 0 peak %s of %s; fc.weight slice %v", nn.Bytes(peak), nn.Bytes(capacity), net.Params()[0].Shape())
+			t.Logf("rank 0 peak %s of %s; fc.weight slice %v", bytesize.Format(peak), bytesize.Format(capacity), net.Params()[0].Shape())
 		}
 	}
 	checkReplicas(t, res)

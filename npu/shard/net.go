@@ -80,18 +80,11 @@ func New(cfg Config) (*Net, error) {
 	if cfg.Classes == 0 {
 		cfg.Classes = DefaultClasses
 	}
-	global := cfg.BatchPerDevice
-	if !cfg.FullBatch {
-		global *= cfg.Devices
-	}
-	def, err := define(cfg.Model, global, cfg.Classes)
+	def, strategy, layouts, err := cfg.lay()
 	if err != nil {
 		return nil, err
 	}
-	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}}
-	if n.strategy, err = cfg.strategy(def); err != nil {
-		return nil, err
-	}
+	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}, strategy: strategy}
 	if cfg.Comm != nil {
 		n.comm = &timedComm{Comm: cfg.Comm}
 		n.cfg.Comm = n.comm
@@ -100,10 +93,6 @@ func New(cfg Config) (*Net, error) {
 	for r := range cfg.Devices {
 		n.all = append(n.all, r)
 	}
-	layouts, err := def.graph().Shard(n.strategy, cfg.Devices)
-	if err != nil {
-		return nil, fmt.Errorf("%s in %s: %w", cfg.Model, cfg.Mode, err)
-	}
 	n.dev = nn.NewDevice(cfg.Threads)
 	n.loss.dev = n.dev
 	if err := n.build(layouts); err != nil {
@@ -111,6 +100,29 @@ func New(cfg Config) (*Net, error) {
 		return nil, fmt.Errorf("%s rank %d: %w", cfg.Model, cfg.Rank, err)
 	}
 	return n, nil
+}
+
+// lay defines the model for the job's global batch, picks the strategy the
+// mode runs it with and lays every operator out over the devices: what New
+// builds and LayoutOf reports.
+func (c *Config) lay() (*modelDef, parallel.Strategy, []*parallel.OpLayout, error) {
+	global := c.BatchPerDevice
+	if !c.FullBatch {
+		global *= c.Devices
+	}
+	def, err := define(c.Model, global, c.Classes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	strategy, err := c.strategy(def)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	layouts, err := def.graph().Shard(strategy, c.Devices)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s in %s: %w", c.Model, c.Mode, err)
+	}
+	return def, strategy, layouts, nil
 }
 
 func (c *Config) check() error {

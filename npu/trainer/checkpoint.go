@@ -84,6 +84,10 @@ type RestoreOptions struct {
 	// is then cut to Rank's slice.
 	Layouts map[string]parallel.Layout
 	Rank    int
+	// Recut, when non-nil, is called with the name of every tensor that
+	// was cut from a whole tensor to Rank's slice (a checkpoint not laid
+	// out for this job), so that the caller can say so.
+	Recut func(name string)
 }
 
 // Restore loads tensors into the model (and optimizer). Every model
@@ -115,6 +119,9 @@ func Restore(m Parameterized, tensors []ckpt.Tensor, opts RestoreOptions) error 
 				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
 			default:
 				byName[name] = cut
+				if opts.Recut != nil {
+					opts.Recut(name)
+				}
 			}
 		}
 	}

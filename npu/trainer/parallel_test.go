@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/mspipe/mspipe/npu/collective/collectivetest"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/collective"
@@ -26,50 +26,6 @@ func wire(cfg *Config, comm *collective.Comm) {
 	if comm.Transport() == collective.TransportShm {
 		cfg.AllocGrads = comm.Alloc
 	}
-}
-
-// comms connects n in-process ranks with the given transport (TCP, or
-// shared memory required).
-func comms(t *testing.T, n int, transport collective.Transport) []*collective.Comm {
-	t.Helper()
-	lns := make([]net.Listener, n)
-	addrs := make([]string, n)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i], addrs[i] = ln, ln.Addr().String()
-	}
-	secret, _ := collective.NewSecret()
-	out := make([]*collective.Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			out[i], errs[i] = collective.Init(context.Background(), collective.Config{
-				Rank: i, Size: n, Addrs: addrs, Secret: secret, Timeout: 30 * time.Second, Listener: lns[i],
-				Transport: transport,
-			})
-		}(i)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", i, err)
-		}
-		if got := out[i].Transport(); got != transport {
-			t.Fatalf("rank %d uses transport %v, want %v", i, got, transport)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range out {
-			c.Close()
-		}
-	})
-	return out
 }
 
 func equivalenceConfig(dataDir, ckptDir string, batch int) Config {
@@ -118,7 +74,7 @@ func TestDataParallelEqualsStandAlone(t *testing.T) {
 	}{{2, collective.TransportTCP}, {4, collective.TransportTCP}, {8, collective.TransportTCP}, {8, collective.TransportShm}} {
 		n := tc.n
 		t.Run(fmt.Sprintf("%d ranks %v", n, tc.transport), func(t *testing.T) {
-			cs := comms(t, n, tc.transport)
+			cs := collectivetest.Group(t, n, tc.transport)
 			dirs := make([]string, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
@@ -199,7 +155,7 @@ func testRunsBitIdentical(t *testing.T, transport collective.Transport) {
 	dataDir := tinyData(t, 16) // 80 images: 5 steps of 4 per rank and epoch
 	const n = 4
 	run := func() []map[string][]byte {
-		cs := comms(t, n, transport)
+		cs := collectivetest.Group(t, n, transport)
 		dirs := make([]string, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -42,8 +44,13 @@ type training struct {
 	model *nn.Model // the whole model, when it is not sharded
 	opt   *optim.Momentum
 	mc    *ckpt.ModelCheckpoint // nil when no checkpoints are saved
-	start int                   // global steps already done
-	res   *Result
+	start int                   // this job's steps already done
+	// base is the optimizer's global step before this job's first step:
+	// an init checkpoint's count, which this job continues (as MindSpore's
+	// global_step parameter does), while its epochs, steps and file names
+	// count from 1 as a new Model.train does.
+	base int
+	res  *Result
 }
 
 // setUp prepares cfg's job: the data pipeline, the network on its device
@@ -196,21 +203,33 @@ func (j *training) restoreStart(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
-		if err := Restore(j.net, tensors, restoreOpts(RestoreOptions{Optimizer: j.opt})); err != nil {
+		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, Recut: func(name string) { j.res.Recut = append(j.res.Recut, name) }})
+		if err := Restore(j.net, tensors, opts); err != nil {
 			return fmt.Errorf("init from %s: %w", cfg.Init, err)
 		}
+		sort.Strings(j.res.Recut)
+		if cfg.Log != nil && opts.Layouts != nil {
+			if len(j.res.Recut) == 0 {
+				fmt.Fprintf(cfg.Log, "init: %s is in this rank's layout: no tensor re-cut\n", cfg.Init)
+			} else {
+				fmt.Fprintf(cfg.Log, "init: re-cut %d whole tensors of %s to this rank's slices (reshard to this job's layout to skip it): %s\n",
+					len(j.res.Recut), cfg.Init, strings.Join(j.res.Recut, ", "))
+			}
+		}
+		j.base = j.opt.GlobalStep()
 	}
 	if cfg.CkptDir != "" {
 		every := cfg.SaveCheckpointSteps
 		if every == 0 {
 			every = j.steps // once per epoch
 		}
-		// Every file carries MindSpore's crc_num trailer (crc_check=True), so
-		// a damaged checkpoint is found on load instead of training on.
+		// Every file gets a sidecar digest, so a damaged checkpoint is
+		// found on resume instead of training on, while the file stays what
+		// MindSpore writes (with a trailer only when asked for).
 		var err error
 		if j.mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
 			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
-			Write: ckpt.WriteOptions{CRC: true},
+			Write: ckpt.WriteOptions{CRC: cfg.CRCCheck, Digest: true},
 		}); err != nil {
 			return err
 		}
@@ -224,7 +243,11 @@ func (j *training) restoreStart(ctx context.Context) error {
 			if err := Restore(j.net, tensors, restoreOpts(RestoreOptions{Optimizer: j.opt, RequireOptimizer: true})); err != nil {
 				return fmt.Errorf("resume from %s: %w", latest, err)
 			}
-			j.start = j.opt.GlobalStep()
+			// The checkpoint's count includes the init's steps.
+			j.start = j.opt.GlobalStep() - j.base
+			if j.start < 0 || j.start > cfg.Epochs*j.steps {
+				return fmt.Errorf("resume from %s: its global_step %d does not continue the init's %d within this job's %d steps", latest, j.opt.GlobalStep(), j.base, cfg.Epochs*j.steps)
+			}
 			j.mc.ResumeAt(j.start)
 			j.res.ResumedFrom = latest
 		}
@@ -264,6 +287,7 @@ func (j *training) loop(ctx context.Context) error {
 	res := j.res
 	began := time.Now()
 	epochBegan, epochSteps := began, 0
+	last := 0 // this job's steps done, counted from 1 (file names, End)
 	for g := j.start; g < total; g++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -283,9 +307,10 @@ func (j *training) loop(ctx context.Context) error {
 		}
 		lr := j.opt.LR()
 		j.opt.Step()
-		res.Loss, res.GlobalStep, res.Steps = l, g+1, res.Steps+1
+		res.Loss, res.GlobalStep, res.Steps = l, j.base+g+1, res.Steps+1
+		last = g + 1
 		info := StepInfo{
-			Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: g + 1, TotalSteps: total,
+			Epoch: epoch + 1, StepInEpoch: step + 1, StepsPerEpoch: steps, GlobalStep: j.base + g + 1, TotalSteps: j.base + total,
 			Loss: l, LearningRate: lr,
 		}
 		if (cfg.LogSteps > 0 && (g+1)%cfg.LogSteps == 0) || (cfg.LogSteps == 0 && step+1 == steps) {
@@ -311,9 +336,9 @@ func (j *training) loop(ctx context.Context) error {
 	if res.Seconds > 0 {
 		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize*accum) / res.Seconds
 	}
-	if j.mc != nil && res.GlobalStep > 0 {
-		epoch := (res.GlobalStep - 1) / steps
-		if _, err := j.mc.End(epoch+1, res.GlobalStep, steps, snapshot); err != nil {
+	if j.mc != nil && last > 0 {
+		epoch := (last - 1) / steps
+		if _, err := j.mc.End(epoch+1, last, steps, snapshot); err != nil {
 			return err
 		}
 		res.Checkpoint = j.mc.Latest()

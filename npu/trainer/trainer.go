@@ -55,6 +55,10 @@ type Config struct {
 	Prefix              string
 	SaveCheckpointSteps int
 	KeepCheckpointMax   int
+	// CRCCheck appends MindSpore's crc_num trailer to every checkpoint
+	// (save_checkpoint's crc_check). Off, as in MindSpore, the files are
+	// plain protobuf; either way a sidecar digest proves them on resume.
+	CRCCheck bool
 
 	// Init is a checkpoint file to start from: its weights, and its
 	// optimizer state when it has one.
@@ -123,11 +127,14 @@ type Config struct {
 // StepInfo describes one finished step. The step with StepInEpoch ==
 // StepsPerEpoch ends its epoch.
 type StepInfo struct {
-	Epoch, StepInEpoch, StepsPerEpoch int // 1-based epoch and step
-	GlobalStep                        int
-	TotalSteps                        int // the global step at which this job ends
-	Loss                              float32
-	LearningRate                      float32 // the rate this step applied
+	Epoch, StepInEpoch, StepsPerEpoch int // 1-based epoch and step of this job
+	// GlobalStep is the optimizer's global step after this step: it
+	// continues an Init checkpoint's count, so one loss curve runs through
+	// a training and the one that starts from its checkpoint.
+	GlobalStep   int
+	TotalSteps   int // the global step at which this job ends
+	Loss         float32
+	LearningRate float32 // the rate this step applied
 	// ImagesPerSec is this device's throughput over the steps of the
 	// current epoch run so far (a resumed epoch counts from the resume).
 	ImagesPerSec float64
@@ -138,7 +145,9 @@ type StepInfo struct {
 
 // Result is what a training job produced.
 type Result struct {
-	Loss         float32 // of the last step
+	Loss float32 // of the last step
+	// GlobalStep is the optimizer's global step after the last step run:
+	// it continues an Init checkpoint's count (MindSpore's global_step).
 	GlobalStep   int
 	Steps        int // steps run by this call (less than GlobalStep after a resume)
 	Seconds      float64
@@ -147,6 +156,9 @@ type Result struct {
 	Accuracy     float64 // held-out accuracy when Config.Eval, else NaN
 	EvalLoss     float64 // held-out mean loss when Config.Eval, else NaN
 	ResumedFrom  string  // checkpoint a Resume started from, or ""
+	// Recut lists the tensors of Init this rank cut from whole tensors to
+	// its slices, sorted: none when Init was laid out for this job.
+	Recut []string
 	// PeakDeviceMemory is the most device memory in use at once (bytes),
 	// and DeviceMemory the capacity it was counted against.
 	PeakDeviceMemory, DeviceMemory int64
@@ -340,7 +352,7 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 			if !ok || step > limit || bad[f] {
 				continue
 			}
-			tensors, err := ckpt.Read(f)
+			file, err := ckpt.ReadVerified(f)
 			if err != nil {
 				bad[f] = true
 				if cfg.Log != nil {
@@ -348,7 +360,7 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 				}
 				continue
 			}
-			return loaded{f, tensors, step}, nil
+			return loaded{f, file.Tensors, step}, nil
 		}
 		return loaded{}, nil
 	}

@@ -3,6 +3,7 @@ package trainer
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/data"
 )
 
@@ -33,6 +35,7 @@ func tinyConfig(dataDir, ckptDir string) Config {
 	}
 }
 
+// readAll returns the checkpoints in dir by name (not their sidecars).
 func readAll(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
@@ -41,6 +44,9 @@ func readAll(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".ckpt" {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -208,9 +214,10 @@ func TestCancelStopsBetweenSteps(t *testing.T) {
 }
 
 // TestResumeSkipsDamagedCheckpoint flips one bit in the newest checkpoint
-// of an interrupted run: resume must notice (every file carries a CRC),
-// say which file it skipped, fall back to the previous one, and still end
-// with the bytes of an uninterrupted run.
+// of an interrupted run: resume must notice (every file has a sidecar
+// digest, the file itself is plain protobuf as MindSpore writes by
+// default), say which file it skipped, fall back to the previous one, and
+// still end with the bytes of an uninterrupted run.
 func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	dataDir := tinyData(t, 8)
 	full, parted := t.TempDir(), t.TempDir()
@@ -227,11 +234,12 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ckpt.DecodeFile(newest, raw)
-	if err != nil || !f.CRC {
-		t.Fatalf("trainer checkpoints must carry a CRC trailer: crc %v, err %v", f != nil && f.CRC, err)
+	f, err := ckpt.ReadVerified(newest)
+	if err != nil || f.CRC || !f.Digest {
+		t.Fatalf("trainer checkpoints must be plain protobuf with a sidecar digest: %+v, %v", f, err)
 	}
-	raw[len(raw)/2] ^= 0x10 // inside a tensor's float data
+	ckpttest.DecodeFile(t, newest) // what MindSpore and protoc read
+	raw[len(raw)/2] ^= 0x10        // inside a tensor's float data
 	if err := os.WriteFile(newest, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +254,90 @@ func TestResumeSkipsDamagedCheckpoint(t *testing.T) {
 	if !strings.HasSuffix(res.ResumedFrom, "CKP-1_3.ckpt") || res.Steps != 7 {
 		t.Errorf("resumed from %q after %d steps, want CKP-1_3.ckpt and 7 more steps", res.ResumedFrom, res.Steps)
 	}
-	if !strings.Contains(log.String(), "resume: skipped "+newest+": ") || !strings.Contains(log.String(), "crc") {
-		t.Errorf("log should name the skipped file and its CRC failure:\n%s", log.String())
+	if !strings.Contains(log.String(), "resume: skipped "+newest+": ") || !strings.Contains(log.String(), "sha256 digest mismatch") {
+		t.Errorf("log should name the skipped file and its digest failure:\n%s", log.String())
 	}
 	a, b := readAll(t, full), readAll(t, parted)
 	if !bytes.Equal(a["CKP-2_5.ckpt"], b["CKP-2_5.ckpt"]) {
 		t.Error("final checkpoint after skipping a damaged one differs from the uninterrupted run's")
 	}
+}
+
+// TestCRCCheckWritesTrailer: crc_check on appends MindSpore's crc_num
+// trailer (and still writes the sidecar); every file reads back verified.
+func TestCRCCheckWritesTrailer(t *testing.T) {
+	dataDir := tinyData(t, 8)
+	dir := t.TempDir()
+	cfg := tinyConfig(dataDir, dir)
+	cfg.MaxSteps = 3
+	cfg.CRCCheck = true
+	if _, err := Train(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ckpt.ReadVerified(filepath.Join(dir, "CKP-1_3.ckpt"))
+	if err != nil || !f.CRC || !f.Digest {
+		t.Fatalf("crc_check: %+v, %v; want a trailer and a sidecar", f, err)
+	}
+}
+
+// TestInitContinuesTheGlobalStep: a training started from another's
+// checkpoint continues its optimizer's global step in its step events and
+// result (train 1..7, retrain 8..17), while its epochs, steps and file
+// names count from 1 as a new Model.train does; an interrupted retrain
+// resumes at its own step and ends with the uninterrupted one's bytes.
+func TestInitContinuesTheGlobalStep(t *testing.T) {
+	dataDir := tinyData(t, 8) // 5 steps per epoch
+	first := tinyConfig(dataDir, t.TempDir())
+	first.MaxSteps = 7
+	a, err := Train(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GlobalStep != 7 || filepath.Base(a.Checkpoint) != "CKP-2_2.ckpt" {
+		t.Fatalf("first training: global step %d, checkpoint %s", a.GlobalStep, a.Checkpoint)
+	}
+	retrain := func(dir string, maxSteps int, resume bool) (*Result, []StepInfo) {
+		cfg := tinyConfig(dataDir, dir)
+		cfg.Init, cfg.MaxSteps, cfg.Resume = a.Checkpoint, maxSteps, resume
+		var steps []StepInfo
+		cfg.OnStep = func(s StepInfo) { steps = append(steps, s) }
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, steps
+	}
+	full := t.TempDir()
+	b, steps := retrain(full, 0, false)
+	if len(steps) != 10 || steps[0].GlobalStep != 8 || steps[0].Epoch != 1 || steps[0].StepInEpoch != 1 ||
+		steps[9].GlobalStep != 17 || steps[9].TotalSteps != 17 || b.GlobalStep != 17 {
+		t.Fatalf("retrain: %d steps, first %+v, last %+v, result global step %d; want 10 steps, global 8..17", len(steps), steps[0], steps[len(steps)-1], b.GlobalStep)
+	}
+	if filepath.Base(b.Checkpoint) != "CKP-2_5.ckpt" || savedStep(t, b.Checkpoint) != 17 {
+		t.Fatalf("retrain's last checkpoint %s holds global_step %d, want CKP-2_5.ckpt with 17", b.Checkpoint, savedStep(t, b.Checkpoint))
+	}
+	parted := t.TempDir()
+	retrain(parted, 4, false) // interrupted after its step 4 (global 11)
+	c, steps := retrain(parted, 0, true)
+	if !strings.HasSuffix(c.ResumedFrom, "CKP-1_4.ckpt") || len(steps) != 6 || steps[0].GlobalStep != 12 || c.GlobalStep != 17 {
+		t.Fatalf("resumed retrain from %q: %d steps from global %d to %d; want CKP-1_4.ckpt, 6 steps, 12..17", c.ResumedFrom, len(steps), steps[0].GlobalStep, c.GlobalStep)
+	}
+	if !bytes.Equal(readAll(t, full)["CKP-2_5.ckpt"], readAll(t, parted)["CKP-2_5.ckpt"]) {
+		t.Error("the resumed retrain's last checkpoint differs from the uninterrupted one's")
+	}
+}
+
+func savedStep(t *testing.T, path string) int {
+	t.Helper()
+	tensors, err := ckpt.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range tensors {
+		if x.Name == "global_step" && len(x.Data) == 4 {
+			return int(int32(binary.LittleEndian.Uint32(x.Data)))
+		}
+	}
+	t.Fatalf("%s: no global_step", path)
+	return 0
 }

@@ -92,7 +92,7 @@ func (r Resolved) LaunchConfig() LaunchConfig {
 // stage name: a built-in stage if one has that name, else the first
 // executable mspipe-stage-<name> (see [plugins.BinaryName]) along SearchPath.
 func (r *Resolver) Resolve(uses string) (Resolved, error) {
-	if isPathRef(uses) {
+	if IsPathRef(uses) {
 		return r.resolvePath(uses)
 	}
 	if err := plugins.ValidateName(uses); err != nil {
@@ -146,7 +146,9 @@ type notFoundError struct{ msg string }
 func (e notFoundError) Error() string { return e.msg }
 func (e notFoundError) Unwrap() error { return ErrStageNotFound }
 
-func isPathRef(uses string) bool {
+// IsPathRef reports whether uses names a plugin binary by path (./x,
+// ../x or absolute, relative to the spec) rather than a stage by name.
+func IsPathRef(uses string) bool {
 	return strings.HasPrefix(uses, "./") || strings.HasPrefix(uses, "../") || filepath.IsAbs(uses)
 }
 

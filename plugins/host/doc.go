@@ -1,8 +1,10 @@
 // Package host is the mspipe side of stage plugins: it finds the executable
 // a spec's `uses:` names, starts it as a plugin process, talks to it over
-// the protocol of package plugins, and stops it. Only mspipe itself (the
-// CLI and its tests) imports it; plugin authors and built-in stages import
-// plugins and plugins/sdk, never this package.
+// the protocol of package plugins, and stops it. It is process hosting
+// only: it knows neither specs nor the engine (package plugins/catalog
+// puts it together for them). Only mspipe itself imports it; plugin
+// authors and built-in stages import plugins and plugins/sdk, never this
+// package.
 //
 // # Overview
 //
@@ -17,9 +19,6 @@
 //   - [PluginSource] finds the Go source of a plugin that is not built yet
 //     (plugins/NAME or examples/plugins/NAME next to the spec), so that
 //     validation can say which `go build` to run ([BuildCommand]).
-//   - [Catalog] puts these together for the engine: it is the spec.Catalog
-//     that validation asks what a stage declares, and the
-//     pipeline.Launcher that starts a stage's plugin during a run.
 //
 // The simplest use:
 //
@@ -44,15 +43,8 @@
 //   - The host's client certificate is made once per process, each
 //     plugin's server certificate at its launch; a plugin trusts only the
 //     host's, the host only that plugin's.
-//   - [Catalog.Stage] starts a plugin binary to read its declaration only
-//     as the catalog's [ExecPolicy] allows (validation of a spec that may
-//     bring its own binaries); otherwise it answers spec.ErrUnchecked.
-//     A sha256 pin is checked before the binary starts.
-//   - The stage's own check (spec.StageInfo.Check, the plugin's Validate)
-//     runs in mspipe for a built-in, as its Describe does, and for a
-//     binary in the process Catalog.Stage started, which the catalog keeps
-//     until [Catalog.Close] or until it has been idle for a few seconds;
-//     each call has a timeout.
+//   - A sha256 pin ([LaunchConfig].SHA256) is checked before the binary
+//     starts.
 //   - A plugin that crashes, hangs or answers badly is an error naming the
 //     plugin (and, for a crash, its exit status and panic message), never a
 //     panic of the host.

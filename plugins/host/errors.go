@@ -2,7 +2,7 @@ package host
 
 import "errors"
 
-// Sentinel errors of discovery, launch and the catalog; test with
+// Sentinel errors of discovery and launch; test with
 // errors.Is. Errors of the protocol itself (a plugin that exited, a
 // malformed reply, an incompatible plugin) are the plugins package's.
 var (
@@ -19,7 +19,4 @@ var (
 	// ErrStageNotFound means `uses:` names no built-in stage and no plugin
 	// binary.
 	ErrStageNotFound = errors.New("stage not found")
-	// ErrNotImplemented means a built-in stage ships only as a declaration
-	// in this build: specs using it validate, running it fails.
-	ErrNotImplemented = errors.New("declared but not implemented in this build")
 )

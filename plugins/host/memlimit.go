@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/plugins"
 )
 
@@ -37,7 +38,7 @@ func (c *Client) memoryError(err error) error {
 	if c.cfg.MemoryLimit <= 0 || err == nil {
 		return err
 	}
-	limit := userfile.Size(c.cfg.MemoryLimit)
+	limit := bytesize.Format(c.cfg.MemoryLimit)
 	if errors.Is(err, plugins.ErrPluginExited) && outOfMemoryRe.MatchString(c.tail.summary()) {
 		return fmt.Errorf("%s ran out of memory: limit %s per process (%w): %w", c.label, limit, ErrMemoryLimit, err)
 	}

@@ -30,7 +30,7 @@ func TestMemoryErrorNamesTheProcess(t *testing.T) {
 		{"rank over the limit", 384 << 20, "", errors.New("rank failed: rank 3 (device 3) exit status 2: fatal error: runtime: out of memory"),
 			"rank 3 ran out of memory: limit 384.0 MiB per process (limits.memory): rank failed: rank 3 (device 3)"},
 		{"python child", 1 << 30, "", errors.New("command exited with code 1: MemoryError"),
-			"a process of the stage ran out of memory: limit 1.0 GiB per process (limits.memory)"},
+			"a process of the stage ran out of memory: limit 1 GiB per process (limits.memory)"},
 		{"no limit", 0, goOOM, fmt.Errorf("plugin memhog (pid 7): %w", plugins.ErrPluginExited), ""},
 		{"simulated device memory", 1 << 30, "", errors.New("rank 0 (device 0) exit status 1: out of device memory: optimizer moments needs 1.0 MiB"), ""},
 		{"plugin crash of another kind", 1 << 30, "panic: boom\n", fmt.Errorf("plugin x (pid 7): %w", plugins.ErrPluginExited), ""},

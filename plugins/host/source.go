@@ -103,15 +103,63 @@ func packageClause(path string) string {
 // directory of [DefaultSearchPath], under the name mspipe looks for. The
 // source is named relative to the current directory when it is below it,
 // else by its absolute path.
+//
+// A source in a Go module that the current directory is not in (a clone
+// of mspipe used from elsewhere) cannot be built by path from here: go
+// would look for a module in the current directory. The command then
+// builds inside the module (go -C ROOT) and writes the binary to this
+// directory's plugins/ by absolute path.
 func BuildCommand(name, srcDir string) string {
-	src := srcDir
-	if abs, err := filepath.Abs(srcDir); err == nil {
-		src = abs
-		if wd, err := os.Getwd(); err == nil {
-			if rel, err := filepath.Rel(wd, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-				src = "." + string(filepath.Separator) + rel // go build reads a bare path as an import path
-			}
+	out := filepath.Join("plugins", plugins.BinaryName(name))
+	abs, err := filepath.Abs(srcDir)
+	if err != nil {
+		return fmt.Sprintf("go build -o %s %s", filepath.ToSlash(out), shellWord(filepath.ToSlash(srcDir)))
+	}
+	wd, _ := os.Getwd()
+	if root, ok := moduleRoot(abs); ok && wd != "" && !below(wd, root) {
+		rel, _ := filepath.Rel(root, abs)
+		return fmt.Sprintf("go -C %s build -o %s %s", shellWord(filepath.ToSlash(root)),
+			shellWord(filepath.ToSlash(filepath.Join(wd, out))), shellWord("./"+filepath.ToSlash(rel)))
+	}
+	src := abs
+	if wd != "" && below(abs, wd) {
+		rel, _ := filepath.Rel(wd, abs)
+		src = "." + string(filepath.Separator) + rel // go build reads a bare path as an import path
+	}
+	return fmt.Sprintf("go build -o %s %s", filepath.ToSlash(out), shellWord(filepath.ToSlash(src)))
+}
+
+// below reports whether path is dir or lies inside it.
+func below(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// moduleRoot returns the nearest directory at or above dir holding a
+// go.mod file.
+func moduleRoot(dir string) (string, bool) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(filepath.Join(d, "go.mod")); err == nil && st.Mode().IsRegular() {
+			return d, true
+		}
+		if filepath.Dir(d) == d {
+			return "", false
 		}
 	}
-	return fmt.Sprintf("go build -o %s %s", filepath.ToSlash(filepath.Join("plugins", plugins.BinaryName(name))), filepath.ToSlash(src))
+}
+
+// shellWord quotes s for a POSIX shell when it holds anything but plain
+// path characters, so the printed command can be pasted as it is.
+func shellWord(s string) string {
+	plain := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-+=:,@", c)) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -1,13 +1,10 @@
 package host
 
 import (
-	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-
-	"github.com/mspipe/mspipe/spec"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -72,36 +69,31 @@ func TestBuildCommand(t *testing.T) {
 	}
 }
 
-// TestCatalogUnbuiltPlugin checks that a plugin whose source is next to the
-// spec but is not built is an error that says how to build it, unchecked
-// (a warning) after AllowUnbuilt, and that a name without a source stays
-// an unknown stage either way.
-func TestCatalogUnbuiltPlugin(t *testing.T) {
-	c, _ := testCatalog(t)
-	writeFile(t, filepath.Join(c.resolver.SpecDir, "plugins", "augment", "main.go"), "package main\n")
-	wantMsg := "plugin \"augment\" is not built: its source is " + filepath.Join(c.resolver.SpecDir, "plugins", "augment") +
-		" but there is no executable mspipe-stage-augment"
-	wantCmd := "`go build -o plugins/mspipe-stage-augment "
-
-	_, err := c.Stage("augment")
-	if err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), wantMsg) || !strings.Contains(err.Error(), wantCmd) {
-		t.Fatalf("unbuilt plugin, strict: err = %v; want an error containing %q and %q", err, wantMsg, wantCmd)
+// TestBuildCommandOutsideTheModule: from a directory outside the module
+// that holds the source, the command builds inside the module (go -C) and
+// writes to this directory's plugins/, and it works when run.
+func TestBuildCommandOutsideTheModule(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	c2, _ := testCatalog(t)
-	writeFile(t, filepath.Join(c2.resolver.SpecDir, "plugins", "augment", "main.go"), "package main\n")
-	c2.AllowUnbuilt()
-	_, err = c2.Stage("augment")
-	if !errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), wantCmd) {
-		t.Errorf("unbuilt plugin, AllowUnbuilt: err = %v; want spec.ErrUnchecked with %q", err, wantCmd)
+	src := filepath.Join(filepath.Dir(filepath.Dir(wd)), "examples", "plugins", "cifar-augment")
+	root := filepath.Dir(filepath.Dir(wd))
+	elsewhere := t.TempDir()
+	t.Chdir(elsewhere)
+	got := BuildCommand("cifar-augment", src)
+	want := "go -C " + root + " build -o " + filepath.Join(elsewhere, "plugins", "mspipe-stage-cifar-augment") + " ./examples/plugins/cifar-augment"
+	if got != want {
+		t.Fatalf("BuildCommand = %q, want %q", got, want)
 	}
-	_, err = c2.Stage("augmnet")
-	if err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), `unknown stage "augmnet"`) {
-		t.Errorf("typo after AllowUnbuilt: err = %v; want an unknown stage error", err)
+	if testing.Short() {
+		return
 	}
-	// A path is never taken for a name with a source.
-	_, err = c2.Stage("./plugins/augment")
-	if err == nil || errors.Is(err, spec.ErrUnchecked) {
-		t.Errorf("uses: ./plugins/augment (a directory) after AllowUnbuilt: err = %v; want an error", err)
+	cmd := exec.Command("sh", "-c", got)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", got, err, out)
+	}
+	if st, err := os.Stat(filepath.Join(elsewhere, "plugins", "mspipe-stage-cifar-augment")); err != nil || st.Mode()&0o111 == 0 {
+		t.Fatalf("no executable plugin after %s: %v", got, err)
 	}
 }

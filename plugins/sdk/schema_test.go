@@ -4,17 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/testutil/golden"
+
 	"github.com/mspipe/mspipe/plugins"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 type inner struct {
 	Rate float64 `json:"rate" jsonschema:"exclusiveMinimum=0,maximum=1"`
@@ -53,19 +51,7 @@ func TestSchemaOfGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	pretty.WriteByte('\n')
-	golden := filepath.Join("testdata", "schema.golden.json")
-	if *update {
-		if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(pretty.Bytes(), want) {
-		t.Errorf("schema differs from %s (go test -update rewrites it):\n%s", golden, pretty.Bytes())
-	}
+	golden.Check(t, filepath.Join("testdata", "schema.golden.json"), pretty.Bytes())
 }
 
 func TestSchemaOfErrors(t *testing.T) {

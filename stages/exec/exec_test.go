@@ -7,50 +7,22 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
 
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/host"
 )
 
-// collector gathers the log events of a run; the exec stage emits from two
-// goroutines.
-type collector struct {
-	mu   sync.Mutex
-	logs []plugins.LogEvent
-}
-
-func (c *collector) emit(e plugins.Event) {
-	if e.Log == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.logs = append(c.logs, *e.Log)
-}
-
-func (c *collector) lines(stream string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, l := range c.logs {
-		if l.Fields["stream"] == stream {
-			out = append(out, l.Message)
-		}
-	}
-	return out
-}
-
-func runExec(t *testing.T, ctx context.Context, work string, with map[string]any) (map[string]any, *collector, error) {
+// runExec runs the exec stage in work; the stage logs from two goroutines.
+func runExec(t *testing.T, ctx context.Context, work string, with map[string]any) (map[string]any, *sdktest.Result, error) {
 	t.Helper()
-	c := &collector{}
-	req := plugins.RunRequest{RunID: "run-7", StageID: "build", WorkDir: work, Attempt: 1, With: with,
-		Env: map[string]string{"FROM_PIPELINE": "p"}, Cluster: plugins.Cluster{Devices: 4, RankTable: "/rt/rank_table_4pcs.json"}}
-	out, err := New().Run(ctx, req, c.emit)
-	return out, c, err
+	r := sdktest.Run(ctx, t, New(), plugins.RunRequest{RunID: "run-7", StageID: "build", WorkDir: work, With: with,
+		Env: map[string]string{"FROM_PIPELINE": "p"}, Cluster: plugins.Cluster{Devices: 4, RankTable: "/rt/rank_table_4pcs.json"}})
+	return r.Outputs, r, r.Err
 }
 
 func TestExecArgv(t *testing.T) {
@@ -62,7 +34,7 @@ func TestExecArgv(t *testing.T) {
 	if out["exit_code"] != int64(0) || out["stdout"] != "hello a b\n" || len(out) != 2 {
 		t.Errorf("outputs = %#v", out)
 	}
-	if got := logs.lines("stdout"); len(got) != 1 || got[0] != "hello a b" {
+	if got := logs.Logs("stream", "stdout"); len(got) != 1 || got[0] != "hello a b" {
 		t.Errorf("stdout log lines = %q", got)
 	}
 }
@@ -100,7 +72,7 @@ echo "to stderr" >&2
 	if len(out) != len(want) {
 		t.Errorf("outputs = %#v", out)
 	}
-	if got := logs.lines("stderr"); len(got) != 1 || got[0] != "to stderr" {
+	if got := logs.Logs("stream", "stderr"); len(got) != 1 || got[0] != "to stderr" {
 		t.Errorf("stderr log lines = %q", got)
 	}
 	entries, _ := os.ReadDir(work)
@@ -245,7 +217,7 @@ func TestExecStdoutTail(t *testing.T) {
 	if len(s) > stdoutTail || len(s) < stdoutTail-3 || !strings.HasSuffix(s, "aaa\né end\n") {
 		t.Errorf("stdout: %d bytes, ending %q", len(s), s[max(0, len(s)-12):])
 	}
-	lines := logs.lines("stdout")
+	lines := logs.Logs("stream", "stdout")
 	if len(lines) != 3 || len(lines[0]) != maxLine || len(lines[1]) != 100000-maxLine || lines[2] != "é end" {
 		t.Errorf("stdout log lines: %d", len(lines))
 	}

@@ -155,6 +155,9 @@ func typeName(s schema, t string) string {
 	if name == "" {
 		name = t
 	}
+	if t == "string" && s.str("format") == "path" {
+		name = "path" // see the Paths section
+	}
 	desc := "`" + name + "`"
 	if c := constraints(s, t); c != "" {
 		desc += " (" + c + ")"
@@ -274,6 +277,7 @@ func Render(pipelineSchema []byte, stages []plugins.Descriptor) ([]byte, error) 
 		b.WriteString(prose(d) + "\n\n")
 	}
 
+	b.WriteString(pathsSection)
 	b.WriteString("## Top-level keys\n\n")
 	if err := propertyTable(&b, root); err != nil {
 		return nil, err
@@ -343,3 +347,23 @@ func Render(pipelineSchema []byte, stages []plugins.Descriptor) ([]byte, error) 
 	}
 	return b.Bytes(), nil
 }
+
+// pathsSection states the one rule for relative paths (the engine's
+// spec.AbsPaths, spec.AbsParams and output handling implement it).
+const pathsSection = `## Paths
+
+One rule for a relative path, wherever it is written:
+
+- **A path written in the spec** (a ` + "`with`" + ` input of type ` + "`path`" + ` below, a param of type ` + "`path`" + `
+  with its default, ` + "`cluster.rank_table`" + `) resolves against the directory of the spec file, whatever
+  directory mspipe runs in. A ` + "`-p name=value`" + ` of a ` + "`path`" + ` param is a command-line argument: it resolves
+  against the directory mspipe runs in.
+- **A path a stage reports** (an output of type ` + "`path`" + `, such as an ` + "`exec`" + ` stage's ` + "`out=result.txt`" + `)
+  resolves against that stage's work directory (` + "`runs/<run>/stages/<id>/`" + `; for ` + "`exec`" + `, not its ` + "`dir`" + `).
+
+Both are made absolute before a plugin, a rank or the cache sees them; ` + "`run.json`" + ` records the absolute
+paths. The content of every ` + "`path`" + ` input and param is part of the stage's cache key, so a changed file
+under an unchanged name runs the stage again. An input that takes either a keyword or a path (` + "`cifar/prepare`" + `'s
+` + "`source`" + `) requires an absolute path; ` + "`mspipe validate`" + ` refuses a relative one.
+
+`

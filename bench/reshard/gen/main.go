@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -45,7 +47,7 @@ func run(out string, ranks int, sizeText string, params int) error {
 	if out == "" || ranks < 1 || params < 1 {
 		return fmt.Errorf("give -out, and -ranks and -params of at least 1")
 	}
-	size, err := ckptset.ParseSize(sizeText)
+	size, err := bytesize.Parse(sizeText)
 	if err != nil {
 		return fmt.Errorf("-size: %w", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/internal/bytesize"
 )
 
 // FormatStrategy writes an operator strategy as a spec writes it:
@@ -39,7 +39,7 @@ func (p *Plan) Format(w io.Writer) error {
 	fmt.Fprintln(tw, "operator\tkind\tstrategy\tdevices used\tcompute\tcomm\tmemory")
 	for _, c := range p.Ops {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.Op, c.Kind, FormatStrategy(c.Strategy), c.Used,
-			seconds(c.ComputeSeconds), seconds(c.CommSeconds), nn.Bytes(c.Memory))
+			seconds(c.ComputeSeconds), seconds(c.CommSeconds), bytesize.Format(c.Memory))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write plan: %w", err)
@@ -49,7 +49,7 @@ func (p *Plan) Format(w io.Writer) error {
 		fits = "does NOT fit"
 	}
 	_, err := fmt.Fprintf(w, "%s on %d devices: predicted step %s (compute %s, communication %s); peak memory %s per rank, %s the device's %s\n",
-		p.Model, p.Devices, seconds(p.StepSeconds), seconds(p.ComputeSeconds), seconds(p.CommSeconds), nn.Bytes(p.PeakMemory), fits, nn.Bytes(p.Machine.Memory))
+		p.Model, p.Devices, seconds(p.StepSeconds), seconds(p.ComputeSeconds), seconds(p.CommSeconds), bytesize.Format(p.PeakMemory), fits, bytesize.Format(p.Machine.Memory))
 	if err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}

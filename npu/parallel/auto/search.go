@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/npu/parallel"
 )
 
@@ -192,7 +193,7 @@ func noFit(g parallel.Graph, cands [][]candidate, devices int, m Machine) error 
 		}
 	}
 	return fmt.Errorf("%w: %s on %d devices needs at least %s per rank, the device has %s; the largest consumer is operator %s (%s, %s split as %s), most of it %s (%s)",
-		ErrNoFit, g.Model, devices, nn.Bytes(least), nn.Bytes(m.Memory), big.Op, big.Kind, nn.Bytes(big.Memory), FormatStrategy(big.Strategy), big.Largest, nn.Bytes(big.LargestBytes))
+		ErrNoFit, g.Model, devices, bytesize.Format(least), bytesize.Format(m.Memory), big.Op, big.Kind, bytesize.Format(big.Memory), FormatStrategy(big.Strategy), big.Largest, bytesize.Format(big.LargestBytes))
 }
 
 // sharedParams returns the parameters used by more than one operator.

@@ -22,14 +22,14 @@ import (
 const Name = "cifar/prepare"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
 	Source      string `json:"source,omitempty" jsonschema:"default=synthetic,minLength=1" description:"\"synthetic\" for the built-in generator, or the absolute path of a cifar-10-batches-bin directory"`
 	Shards      int    `json:"shards,omitempty" jsonschema:"default=1,minimum=1,maximum=4096" description:"number of shards (num_shards), usually the number of devices"`
 	Seed        int    `json:"seed,omitempty" jsonschema:"default=1,minimum=0" description:"seed of the synthetic generator"`
-	TrainImages int    `json:"train_images,omitempty" jsonschema:"minimum=10,maximum=250000" description:"synthetic training images, in 5 data_batch files (default 10000)"`
+	TrainImages int    `json:"train_images,omitempty" jsonschema:"minimum=10,maximum=250000" description:"synthetic training images, exactly this many, in 5 data_batch files (the first ones one image larger when the count does not divide by 5; default 10000)"`
 	TestImages  int    `json:"test_images,omitempty" jsonschema:"minimum=10,maximum=50000" description:"synthetic test images (default 2000)"`
 }
 
@@ -56,6 +56,10 @@ func New() plugins.Stage {
 }
 
 func check(w With) []plugins.Problem {
+	if w.Source != "" && w.Source != data.SourceSynthetic && !filepath.IsAbs(w.Source) {
+		// "synthetic" is a keyword here, not a path: a relative path would be ambiguous.
+		return []plugins.Problem{{Path: "/source", Message: fmt.Sprintf("%q is a relative path: give the absolute path of a cifar-10-batches-bin directory (or \"synthetic\")", w.Source)}}
+	}
 	if w.Source != data.SourceSynthetic && (w.TrainImages != 0 || w.TestImages != 0) {
 		return []plugins.Problem{{Path: "/train_images", Message: "train_images and test_images apply to source: synthetic only"}}
 	}
@@ -71,14 +75,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	opts := data.PrepareOptions{Source: w.Source, NumShards: w.Shards, Synth: data.DefaultSynthConfig()}
 	opts.Synth.Seed = uint64(w.Seed)
 	if w.TrainImages > 0 {
-		// Five data_batch files as in the real set; the remainder goes nowhere, so round down.
-		opts.Synth.TrainPerBatch = max(w.TrainImages/5, 2)
+		// Exactly the count asked for: the five data_batch files as in the
+		// real set, the first ones one image larger when it does not divide.
+		opts.Synth = opts.Synth.SynthTrain(w.TrainImages)
 	}
 	if w.TestImages > 0 {
 		opts.Synth.TestRecords = w.TestImages
-	}
-	if w.Source != data.SourceSynthetic && !filepath.IsAbs(w.Source) {
-		return nil, fmt.Errorf("source %q: give an absolute path (relative paths would depend on the stage's work dir)", w.Source)
 	}
 	sc.Info("preparing CIFAR-10", "source", w.Source, "shards", w.Shards)
 	m, err := data.Prepare(ctx, root, opts)

@@ -6,11 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
 
 	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/plugins"
@@ -19,12 +22,8 @@ import (
 
 func run(t *testing.T, with map[string]any) (string, map[string]any, []plugins.Event, error) {
 	t.Helper()
-	work := t.TempDir()
-	var events []plugins.Event
-	out, err := prepare.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "prepare", With: with, WorkDir: work, Cluster: plugins.Cluster{Devices: 3}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return work, out, events, err
+	r := sdktest.Run(context.Background(), t, prepare.New(), plugins.RunRequest{StageID: "prepare", With: with, Cluster: plugins.Cluster{Devices: 3}})
+	return r.Request.WorkDir, r.Outputs, r.Events(), r.Err
 }
 
 func TestDescribe(t *testing.T) {
@@ -80,7 +79,7 @@ func TestValidate(t *testing.T) {
 // images (rounded down to 5 files of 10) and 20 test images, and checks every
 // file it wrote against the outputs, the manifest and the sharding rule.
 func TestPrepareSynthetic(t *testing.T) {
-	work, out, events, err := run(t, map[string]any{"shards": 3, "seed": 4, "train_images": 52, "test_images": 20})
+	work, out, events, err := run(t, map[string]any{"shards": 3, "seed": 4, "train_images": 50, "test_images": 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +169,38 @@ func TestPrepareSynthetic(t *testing.T) {
 // TestPrepareSeedAndDefaults: the same seed gives the same bytes, another
 // seed other bytes; without shards and seed the stage writes one shard from
 // seed 1.
+// TestPrepareWritesTheCountAskedFor: 1024 images (not a multiple of the
+// five data_batch files) are 1024 images, the first four files one larger,
+// so 8 shards of 128 need no padding.
+func TestPrepareWritesTheCountAskedFor(t *testing.T) {
+	work, out, _, err := run(t, map[string]any{"shards": 8, "train_images": 1024, "test_images": 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["train_count"] != 1024 {
+		t.Fatalf("train_count %v, want 1024", out["train_count"])
+	}
+	dir := out["dir"].(string)
+	for i, records := range []int{205, 205, 205, 205, 204} {
+		name := fmt.Sprintf("data_batch_%d.bin", i+1)
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() != int64(records*data.RecordBytes) {
+			t.Errorf("%s: %v, want %d records", name, err, records)
+		}
+	}
+	m, err := data.Verify(filepath.Join(work, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Train.Records != 1024 {
+		t.Errorf("manifest: %d training records", m.Train.Records)
+	}
+	for _, e := range m.Shards.Shards {
+		if e.TrainRecords != 128 || e.TrainPadded != 0 {
+			t.Errorf("shard %d: %d records, %d padded; want 128 and none", e.ShardID, e.TrainRecords, e.TrainPadded)
+		}
+	}
+}
+
 func TestPrepareSeedAndDefaults(t *testing.T) {
 	hashes := func(with map[string]any) map[string]string {
 		work, _, _, err := run(t, with)
@@ -248,7 +279,7 @@ func TestPrepareErrors(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"source": "cifar-10-batches-bin"},
-			`source "cifar-10-batches-bin": give an absolute path (relative paths would depend on the stage's work dir)`},
+			`invalid with: /source: "cifar-10-batches-bin" is a relative path: give the absolute path of a cifar-10-batches-bin directory (or "synthetic")`},
 		{map[string]any{"source": "/x", "train_images": 100},
 			"invalid with: /train_images: train_images and test_images apply to source: synthetic only"},
 		{map[string]any{"shards": 1.5}, "invalid with: /shards: want int, got number 1.5"},

@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
@@ -34,17 +36,18 @@ import (
 const Name = "ckpt/integrate"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.0.0"
+const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
-	From      string `json:"from" jsonschema:"minLength=1" description:"directory with device{i}/ckpt_{i}/ per rank (stages.train.outputs.checkpoints)"`
-	Strategy  string `json:"strategy,omitempty" description:"strategy file of the training (default: strategy.ckpt or strategy.json in from; none: every tensor replicated)"`
+	From      string `json:"from" jsonschema:"minLength=1,format=path" description:"directory with device{i}/ckpt_{i}/ per rank (stages.train.outputs.checkpoints)"`
+	Strategy  string `json:"strategy,omitempty" jsonschema:"format=path" description:"strategy file of the training (default: strategy.ckpt or strategy.json in from; none: every tensor replicated)"`
 	Format    string `json:"format,omitempty" jsonschema:"enum=ckpt|safetensors" description:"ckpt, or safetensors: the verified .ckpt is converted (in memory) and kept beside it"`
 	Prefix    string `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the training"`
 	BNStats   string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every rank holds whole with different values (data-parallel BatchNorm statistics): rank 0's, or the mean"`
 	MaxMemory string `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
 	Workers   int    `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	CRCCheck  bool   `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer (save_checkpoint's crc_check); off, as in MindSpore, the file is plain protobuf every MindSpore version reads, and the manifest's crc32 proves it"`
 }
 
 func defaults() With {
@@ -73,14 +76,14 @@ func New() plugins.Stage {
 }
 
 func check(w With) []plugins.Problem {
-	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		return []plugins.Problem{{Path: "/max_memory", Message: err.Error()}}
 	}
 	return nil
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	mem, err := ckptset.ParseSize(w.MaxMemory)
+	mem, err := bytesize.Parse(w.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("max_memory: %w", err)
 	}
@@ -102,7 +105,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	case in.Strategy != "":
 		layout = "layout from " + in.Strategy
 	}
-	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
+	opt := reshard.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true, CRC: w.CRCCheck}
 	// A link planted in the work dir would take the checkpoint out.
 	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoint")
 	if err != nil {
@@ -113,8 +116,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
-	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %d bytes to read, %d to write, peak memory %d of %d",
-		len(in.Files), w.From, layout, plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	sc.Info(fmt.Sprintf("integrating %d ranks of %s (%s): %s",
+		len(in.Files), w.From, layout, reshard.SizeSummary(plan)))
 	opt.Progress = func(written, total int64) {
 		sc.Progress(written, total, "bytes", "writing "+name)
 	}

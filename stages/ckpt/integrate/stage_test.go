@@ -3,17 +3,21 @@ package integrate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
 	"github.com/mspipe/mspipe/stages/ckpt/integrate"
 )
 
@@ -48,11 +52,8 @@ func writeSet(t *testing.T, withStrategy bool) string {
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := integrate.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "integrate", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, integrate.New(), plugins.RunRequest{StageID: "integrate", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 func values(t *testing.T, tensors []ckpt.Tensor, name string) []float32 {
@@ -129,8 +130,18 @@ func TestIntegrateSeedsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !f.CRC || f.Tensors[0].Name != "weight" || !reflect.DeepEqual(f.Tensors[0].Dims, []int64{8, 8}) {
-		t.Fatalf("merged file: crc %v, first tensor %s %v", f.CRC, f.Tensors[0].Name, f.Tensors[0].Dims)
+	if f.CRC || f.Tensors[0].Name != "weight" || !reflect.DeepEqual(f.Tensors[0].Dims, []int64{8, 8}) {
+		t.Fatalf("merged file: crc %v (want none by default), first tensor %s %v", f.CRC, f.Tensors[0].Name, f.Tensors[0].Dims)
+	}
+	if vals := ckpttest.DecodeFile(t, path); len(vals) != f.Values {
+		t.Fatalf("protoc decoded %d values, ckpt %d", len(vals), f.Values)
+	}
+	withCRC, _, err := run(t, map[string]any{"from": root, "crc_check": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := ckpt.ReadFile(withCRC["checkpoint"].(string)); err != nil || !g.CRC {
+		t.Fatalf("crc_check: true wrote no trailer (%v)", err)
 	}
 	w, m := values(t, f.Tensors, "weight"), values(t, f.Tensors, "moments.weight")
 	for i := range 64 {
@@ -156,10 +167,13 @@ func TestIntegrateSeedsExample(t *testing.T) {
 		}
 		artifact = artifact || (e.Artifact != nil && e.Artifact.Name == "checkpoint")
 	}
-	if len(logs) == 0 || !strings.Contains(logs[0], "integrating 4 ranks of "+root+" (layout from "+filepath.Join(root, "strategy.ckpt")+"): 524 bytes to read, ") {
-		t.Fatalf("logs %q", logs)
-	}
 	st, _ := os.Stat(path)
+	// Bytes in and out: the merged file is smaller than the four slices
+	// together (one copy of the replicated tensors instead of four).
+	summary := fmt.Sprintf(" in (4 files), %s out (1 file), out/in 0.6", bytesize.Format(st.Size()))
+	if len(logs) == 0 || !strings.Contains(logs[0], "integrating 4 ranks of "+root+" (layout from "+filepath.Join(root, "strategy.ckpt")+"): 1.0 KiB"+summary) {
+		t.Fatalf("logs %q, want %q", logs, summary)
+	}
 	if last == nil || last.Done != last.Total || last.Total != st.Size() || last.Unit != "bytes" || !artifact {
 		t.Fatalf("last progress %+v (file %d bytes), artifact %v", last, st.Size(), artifact)
 	}

@@ -4,10 +4,15 @@
 // by box intersection under a memory cap (npu/reshard), optimizer state
 // included.
 //
-// The target is the layout of target_strategy when given, else npu/reshard's
+// The target is the layout of the next training when its model is given
+// (with mode, strategy and batch_size as that training's): npu/shard derives
+// where each of its ranks holds which slice, as the training itself does,
+// so the training starts from its own slices with nothing to re-cut. Else
+// it is the layout of target_strategy when given, else npu/reshard's
 // rule for `devices`: a tensor the source splits is split into equal slices
-// along its first split dimension when that dimension divides, else held
-// whole by every rank; replicated tensors stay replicated.
+// along its first split dimension; when that dimension does not divide,
+// `indivisible` refuses (the default), splits unevenly or replicates;
+// replicated tensors stay replicated.
 //
 // The stage writes checkpoints/device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt
 // per target rank in its work directory — the layout npu/train's init:
@@ -23,6 +28,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/mspipe/mspipe/internal/bytesize"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -37,23 +46,29 @@ import (
 const Name = "ckpt/reshard"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.0.0"
+const version = "1.2.0"
 
 // With is the stage's `with` block.
 type With struct {
-	From           string             `json:"from" jsonschema:"minLength=1" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
+	From           string             `json:"from" jsonschema:"minLength=1,format=path" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
 	Devices        int                `json:"devices" jsonschema:"minimum=1" description:"devices of the target cluster"`
-	TargetStrategy string             `json:"target_strategy,omitempty" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
-	SourceStrategy string             `json:"source_strategy,omitempty" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
-	Strategy       map[string][][]int `json:"strategy,omitempty" description:"target shard strategy per operator (not implemented in this build: give target_strategy)"`
+	TargetStrategy string             `json:"target_strategy,omitempty" jsonschema:"format=path" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
+	SourceStrategy string             `json:"source_strategy,omitempty" jsonschema:"format=path" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
+	Model          string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"the next training's model: with mode (and strategy), the target is exactly the layout that training's ranks hold, derived as npu/train derives it, and its strategy file is written"`
+	Mode           parallel.Mode      `json:"mode,omitempty" description:"the next training's parallel mode (with model); auto_parallel is refused: its strategy is searched when the job starts (mspipe plan prints it; give it as strategy with semi_auto_parallel)"`
+	Strategy       map[string][][]int `json:"strategy,omitempty" description:"the next training's shard strategy per operator (semi_auto_parallel, with model), as npu/train's strategy"`
+	BatchSize      int                `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"the next training's batch size per device (with model; default npu/train's)"`
+	FullBatch      bool               `json:"full_batch,omitempty" description:"the next training's full_batch (with model)"`
 	Prefix         string             `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
 	BNStats        string             `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
 	MaxMemory      string             `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
 	Workers        int                `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	Indivisible    string             `json:"indivisible,omitempty" jsonschema:"enum=refuse|split|replicate" description:"without target_strategy, a split dimension that does not divide by devices: refuse (say which device counts divide), split (uneven slices as numpy.array_split; the manifest records them, no strategy file is written) or replicate (whole on every rank)"`
+	CRCCheck       bool               `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
 }
 
 func defaults() With {
-	return With{Prefix: ckpt.DefaultPrefix, BNStats: engine.RuleRank0, MaxMemory: "512MiB"}
+	return With{Prefix: ckpt.DefaultPrefix, BNStats: engine.RuleRank0, MaxMemory: "512MiB", Indivisible: engine.IndivisibleRefuse}
 }
 
 // Info registers the stage as a built-in.
@@ -68,7 +83,7 @@ func New() plugins.Stage {
 		Defaults:    defaults(),
 		Outputs: []plugins.OutputSpec{
 			{Name: "checkpoints", Type: plugins.TypePath, Description: "directory holding device{i}/ckpt_{i}/ for every target rank"},
-			{Name: "strategy", Type: plugins.TypePath, Description: "the target strategy file (strategy.ckpt)"},
+			{Name: "strategy", Type: plugins.TypePath, Description: "the target strategy file (strategy.ckpt); \"\" when tensors were split unevenly, which no strategy file describes"},
 			{Name: "manifest", Type: plugins.TypePath, Description: "manifest.json: content hash and boxes of every tensor"},
 			{Name: "devices", Type: plugins.TypeInt},
 		},
@@ -79,17 +94,28 @@ func New() plugins.Stage {
 
 func check(w With) []plugins.Problem {
 	var p []plugins.Problem
-	if len(w.Strategy) > 0 {
-		p = append(p, plugins.Problem{Path: "/strategy", Message: "a target strategy per operator is not implemented in this build (it needs the model's operator-to-parameter map); give target_strategy, a strategy file"})
+	if w.Model == "" {
+		for field, set := range map[string]bool{"mode": w.Mode != parallel.StandAlone, "strategy": len(w.Strategy) > 0, "batch_size": w.BatchSize != 0, "full_batch": w.FullBatch} {
+			if set {
+				p = append(p, plugins.Problem{Path: "/" + field, Message: field + " describes the next training's layout: give its model too"})
+			}
+		}
 	}
-	if _, err := ckptset.ParseSize(w.MaxMemory); err != nil {
+	if w.Model != "" && w.TargetStrategy != "" {
+		p = append(p, plugins.Problem{Path: "/target_strategy", Message: "give the target as model (with mode and strategy) or as target_strategy, not both"})
+	}
+	if w.Model != "" && w.Mode == parallel.AutoParallel {
+		p = append(p, plugins.Problem{Path: "/mode", Message: "auto_parallel searches its strategy when the job starts; run mspipe plan on the next training, then give the strategy it prints here and there with mode semi_auto_parallel"})
+	}
+	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		p = append(p, plugins.Problem{Path: "/max_memory", Message: err.Error()})
 	}
+	sort.Slice(p, func(i, j int) bool { return p[i].Path < p[j].Path })
 	return p
 }
 
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
-	mem, err := ckptset.ParseSize(w.MaxMemory)
+	mem, err := bytesize.Parse(w.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("max_memory: %w", err)
 	}
@@ -100,9 +126,26 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
-	target := engine.TargetForDevices(set.Source, w.Devices)
-	layout := set.StrategyForDevices(w.Devices)
-	if w.TargetStrategy != "" {
+	var target engine.Target
+	var layout *parallel.StrategyFile
+	switch {
+	case w.Model != "":
+		job := ckptset.Job{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: w.BatchSize, FullBatch: w.FullBatch}
+		if target, layout, err = set.TargetFor(job); err != nil {
+			return nil, err
+		}
+		sc.Info(fmt.Sprintf("target: the layout of %s in %s on %d devices, as that training lays it out", w.Model, w.Mode, target.Ranks))
+	case w.TargetStrategy == "":
+		var uneven []string
+		if target, uneven, err = engine.DevicesTarget(set.Source, w.Devices, w.Indivisible); err != nil {
+			return nil, err
+		}
+		layout = set.StrategyForDevices(w.Devices)
+		if len(uneven) > 0 {
+			layout = nil
+			sc.Info(fmt.Sprintf("%d tensors split unevenly (%s): the manifest records their slices; no strategy file, which cannot describe them", len(uneven), strings.Join(uneven, ", ")))
+		}
+	default:
 		if layout, err = parallel.ReadStrategyFile(w.TargetStrategy); err != nil {
 			return nil, fmt.Errorf("target_strategy: %w", err)
 		}
@@ -114,7 +157,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		}
 	}
 	target.Files = ckptset.TargetFiles(target.Ranks, w.Prefix, in.Files[0])
-	opt := engine.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true}
+	opt := engine.Options{MaxMemory: mem, Workers: w.Workers, ReplicatedRule: w.BNStats, VerifyCRC: true, CRC: w.CRCCheck}
 	plan, err := engine.Plan(ctx, set.Source, target, opt)
 	if err != nil {
 		return nil, err
@@ -125,8 +168,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			split++
 		}
 	}
-	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split, %d bytes to read, %d to write, peak memory %d of %d",
-		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), plan.ReadBytes, plan.WriteBytes, plan.PeakMemory, plan.MaxMemory))
+	sc.Info(fmt.Sprintf("resharding %d ranks of %s to %d devices: %d of %d tensors split; %s",
+		len(in.Files), w.From, target.Ranks, split, len(plan.Tensors), engine.SizeSummary(plan)))
 	// A link planted in the work dir would take the rank files out.
 	outDir, err := userfile.WritableWithin(sc.WorkDir(), "checkpoints")
 	if err != nil {
@@ -144,9 +187,13 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		sc.Metric("read_bytes", float64(s.ReadBytes), 0)
 		sc.Metric("peak_memory", float64(s.PeakMemory), 0)
 	}
+	strategy := ""
+	if layout != nil {
+		strategy = filepath.Join(outDir, ckptset.StrategyNames[0])
+	}
 	return map[string]any{
 		"checkpoints": outDir,
-		"strategy":    filepath.Join(outDir, ckptset.StrategyNames[0]),
+		"strategy":    strategy,
 		"manifest":    filepath.Join(outDir, engine.ManifestName),
 		"devices":     target.Ranks,
 	}, nil

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/plugins"
@@ -16,11 +19,8 @@ import (
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := reshard.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "reshard", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, reshard.New(), plugins.RunRequest{StageID: "reshard", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 // integrated writes a whole checkpoint as ckpt/integrate leaves it: the
@@ -59,7 +59,10 @@ func TestDescribeAndValidate(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"from": "/x", "devices": 4, "bn_stats": "mean", "max_memory": "1GiB"}, ""},
-		{map[string]any{"from": "/x", "devices": 4, "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, "/strategy: a target strategy per operator is not implemented in this build"},
+		{map[string]any{"from": "/x", "devices": 4, "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, "/strategy: strategy describes the next training's layout: give its model too"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "semi_auto_parallel", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}}, ""},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "auto_parallel"}, "/mode: auto_parallel searches its strategy when the job starts"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "cnn", "target_strategy": "s.ckpt"}, "/target_strategy: give the target as model"},
 		{map[string]any{"from": "/x", "devices": 4, "format": "ckpt"}, `unknown field "format"`},
 	} {
 		problems, err := reshard.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
@@ -90,13 +93,29 @@ func TestReshardIntegratedForTwoDevices(t *testing.T) {
 		t.Fatalf("set %v: %v", files, err)
 	}
 	for _, f := range files {
-		got, err := ckpt.Read(f)
+		got, err := ckpt.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ckpt.Compare(tensors, got); err != nil {
+		if err := ckpt.Compare(tensors, got.Tensors); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		// By default plain protobuf, as MindSpore saves: stock protoc
+		// decodes it against checkpoint.proto.
+		if vals := ckpttest.DecodeFile(t, f); got.CRC || len(vals) != got.Values {
+			t.Fatalf("%s: crc_num trailer %v, protoc decoded %d values of %d", f, got.CRC, len(vals), got.Values)
+		}
+	}
+	withCRC, _, err := run(t, map[string]any{"from": path, "devices": 2, "crc_check": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crcFiles, err := ckptset.Find(withCRC["checkpoints"].(string), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := ckpt.ReadFile(crcFiles[0]); err != nil || !f.CRC {
+		t.Fatalf("crc_check: true wrote no trailer (%v)", err)
 	}
 	sf, err := parallel.ReadStrategyFile(out["strategy"].(string))
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package eval provides the npu/eval built-in stage: it loads a checkpoint
 // into a model and measures accuracy and loss on the CIFAR-10 test batch,
-// on one simulated device.
+// on one simulated device. A reshard output (a set of per-rank slices with
+// its manifest.json) is merged into whole tensors first.
 package eval
 
 import (
@@ -9,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -18,12 +21,12 @@ import (
 // Name is the stage's `uses` name.
 const Name = "npu/eval"
 
-const version = "1.0.0"
+const version = "1.1.0"
 
 // With is the stage's `with` block.
 type With struct {
-	Checkpoint string `json:"checkpoint" jsonschema:"minLength=1" description:"a .ckpt file, or a training stage's checkpoints directory (rank 0's newest checkpoint is used)"`
-	Data       string `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory"`
+	Checkpoint string `json:"checkpoint" jsonschema:"minLength=1,format=path" description:"a .ckpt file, a training stage's checkpoints directory (rank 0's newest checkpoint is used), or a ckpt/reshard output (its slices merged whole)"`
+	Data       string `json:"data" jsonschema:"minLength=1,format=path" description:"cifar-10-batches-bin directory"`
 	Model      string `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn,default=resnet20"`
 	BatchSize  int    `json:"batch_size,omitempty" jsonschema:"default=100,minimum=1"`
 	Prefix     string `json:"prefix,omitempty" jsonschema:"default=CKP" description:"checkpoint prefix when checkpoint is a directory"`
@@ -52,6 +55,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
+	if _, merr := os.Stat(filepath.Join(w.Checkpoint, reshard.ManifestName)); merr == nil {
+		// Rank 0 of a resharded set may hold slices: evaluate the whole.
+		if file, err = mergeSet(ctx, sc, w.Checkpoint, file); err != nil {
+			return nil, err
+		}
+	}
 	tensors, err := ckpt.Read(file)
 	if err != nil {
 		return nil, err
@@ -71,6 +80,25 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	sc.Info(fmt.Sprintf("accuracy: %.4f, loss: %.4f", acc, loss))
 	return map[string]any{"accuracy": acc, "loss": loss, "checkpoint": file}, nil
+}
+
+// mergeSet merges the reshard output in dir into one checkpoint in the
+// work directory, named as rank 0's file is.
+func mergeSet(ctx context.Context, sc sdk.Context, dir, rank0 string) (string, error) {
+	m, err := reshard.ReadManifest(dir)
+	if err != nil {
+		return "", err
+	}
+	out, err := userfile.WritableWithin(sc.WorkDir(), "merged")
+	if err != nil {
+		return "", fmt.Errorf("work dir: %w", err)
+	}
+	name := filepath.Base(rank0)
+	if _, err := reshard.Merge(ctx, m.Source(dir), out, name, reshard.Options{}); err != nil {
+		return "", fmt.Errorf("merge the slices of %s: %w", dir, err)
+	}
+	sc.Info(fmt.Sprintf("merged the %d ranks of %s into whole tensors", m.Ranks, dir))
+	return filepath.Join(out, name), nil
 }
 
 // checkpointFile accepts a file, a ckpt_0 directory, or a training stage's

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/reshard"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,6 +15,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
 
 	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/npu/trainer"
@@ -106,11 +111,8 @@ func train(t *testing.T, maxSteps int) trained {
 
 func run(t *testing.T, with map[string]any) (map[string]any, []plugins.Event, error) {
 	t.Helper()
-	var events []plugins.Event
-	out, err := eval.New().Run(context.Background(), plugins.RunRequest{
-		RunID: "r1", StageID: "eval", With: with, WorkDir: t.TempDir(), Cluster: plugins.Cluster{Devices: 1}, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return out, events, err
+	r := sdktest.Run(context.Background(), t, eval.New(), plugins.RunRequest{StageID: "eval", With: with})
+	return r.Outputs, r.Events(), r.Err
 }
 
 func TestDescribe(t *testing.T) {
@@ -241,6 +243,38 @@ func TestEvalAccuracyOfATrainedModel(t *testing.T) {
 	}
 	if want := filepath.Join(rank0, "CKP-3_15.ckpt"); fromStage["checkpoint"] != want || fromStage["accuracy"] != acc {
 		t.Errorf("from a stage directory: %v; want %s with accuracy %v", fromStage, want, acc)
+	}
+
+	// A reshard output whose rank 0 holds half of the classifier's rows
+	// is merged whole first: the same accuracy and loss.
+	src := reshard.Source{Files: []string{tr.result.Checkpoint}}
+	tensors, err := ckpt.Read(tr.result.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := reshard.Target{Ranks: 2, Placements: map[string]reshard.Placement{}}
+	for _, x := range tensors {
+		if x.Name == "end_point.weight" {
+			shape := []int{int(x.Dims[0]), int(x.Dims[1])}
+			half := shape[0] / 2
+			target.Placements[x.Name] = reshard.Placement{Shape: shape, Boxes: []parallel.Box{
+				{Offset: []int{0, 0}, Shape: []int{half, shape[1]}}, {Offset: []int{half, 0}, Shape: []int{shape[0] - half, shape[1]}}}}
+		}
+	}
+	if len(target.Placements) != 1 {
+		t.Fatal("the cnn has no end_point.weight")
+	}
+	target.Files = []string{"device0/ckpt_0/CKP-3_15.ckpt", "device1/ckpt_1/CKP-3_15.ckpt"}
+	set := t.TempDir()
+	if _, err := reshard.Run(context.Background(), src, target, set, reshard.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	fromSet, _, err := run(t, map[string]any{"checkpoint": set, "data": tr.dataDir, "model": "cnn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromSet["accuracy"] != acc || fromSet["loss"] != loss {
+		t.Errorf("from a resharded set: %v; want accuracy %v loss %v", fromSet, acc, loss)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mspipe/mspipe/plugins/sdk/sdktest"
+
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/plugins"
@@ -40,12 +42,8 @@ func TestMain(m *testing.M) {
 
 func run(ctx context.Context, t *testing.T, cluster plugins.Cluster, with map[string]any) (string, map[string]any, []plugins.Event, error) {
 	t.Helper()
-	work := t.TempDir()
-	var events []plugins.Event
-	out, err := launchstage.New().Run(ctx, plugins.RunRequest{
-		RunID: "r1", StageID: "launch", With: with, WorkDir: work, Cluster: cluster, Attempt: 1,
-	}, func(e plugins.Event) { events = append(events, e) })
-	return work, out, events, err
+	r := sdktest.Run(ctx, t, launchstage.New(), plugins.RunRequest{StageID: "launch", With: with, Cluster: cluster})
+	return r.Request.WorkDir, r.Outputs, r.Events(), r.Err
 }
 
 func TestDescribe(t *testing.T) {

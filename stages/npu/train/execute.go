@@ -121,7 +121,7 @@ func resolve(w With) (job.Config, error) {
 		Schedule: w.LRSchedule, WarmupEpochs: w.WarmupEpochs, Seed: uint64(w.Seed),
 		ShuffleBuffer: w.ShuffleBuffer, Threads: w.Threads,
 		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
-		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax,
+		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		IntegratedSave:     w.IntegratedSave == nil || *w.IntegratedSave,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
 		ParameterBroadcast: w.ParameterBroadcast,

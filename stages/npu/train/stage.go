@@ -52,7 +52,7 @@ import (
 const Name = job.Stage
 
 // version is part of every cache key: bump it when results change.
-const version = "1.1.0"
+const version = "1.2.0"
 
 // Info registers the stage as a built-in.
 func Info() plugins.Info { return plugins.Info{Name: Name, New: New} }

@@ -10,7 +10,7 @@ import (
 
 // With is the stage's `with` block.
 type With struct {
-	Data                string            `json:"data" jsonschema:"minLength=1" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
+	Data                string            `json:"data" jsonschema:"minLength=1,format=path" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
 	Model               string            `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly); semi_auto_net: the seeds' SemiAutoParallelNet as a CIFAR classifier (fc.matmul, relu, end_point); hybrid_net: the seeds' HybridParallelNet (hybrid_parallel only); wide_net: a 3072x4096 layer that does not fit a small device whole"`
 	Mode                parallel.Mode     `json:"mode,omitempty" description:"MindSpore parallel_mode: stand_alone (one device), data_parallel (a replica per device, gradients all-reduced), semi_auto_parallel (operators split by strategy), auto_parallel (strategies searched by a cost model; see mspipe plan), hybrid_parallel (the model's own split, e.g. hybrid_net)"`
 	Strategy            parallel.Strategy `json:"strategy,omitempty" description:"semi_auto_parallel: shard strategy per operator, as MindSpore's shard(), e.g. {fc.matmul: [[1, 1], [1, 2]]}: one list per input, one split count per dimension; operators without one run data parallel"`
@@ -25,12 +25,13 @@ type With struct {
 	LRSchedule          string            `json:"lr_schedule,omitempty" jsonschema:"enum=constant|cosine|step|steps|poly|linear"`
 	WarmupEpochs        int               `json:"warmup_epochs,omitempty" jsonschema:"minimum=0"`
 	Seed                int               `json:"seed,omitempty" jsonschema:"minimum=0"`
-	Init                string            `json:"init,omitempty" description:"checkpoint file, or a directory with device{i}/ckpt_{i}/ per rank, to start from"`
+	Init                string            `json:"init,omitempty" jsonschema:"format=path" description:"checkpoint file, or a directory with device{i}/ckpt_{i}/ per rank, to start from"`
 	GradientsMean       *bool             `json:"gradients_mean,omitempty" description:"data parallel: average gradients (allreduce_mean) instead of summing; default true"`
 	ParameterBroadcast  bool              `json:"parameter_broadcast,omitempty" description:"data parallel: broadcast rank 0's initial parameters"`
 	SaveCheckpointSteps int               `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
 	KeepCheckpointMax   int               `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
 	Prefix              string            `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
+	CRCCheck            bool              `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every checkpoint (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf that every MindSpore version reads, and a sidecar {file}.sha256 proves them on resume either way"`
 	IntegratedSave      *bool             `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
 	DeviceMemory        string            `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
 	Eval                *bool             `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`

@@ -80,7 +80,7 @@ written.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&crc, "crc", true, "append MindSpore's crc_num trailer to a .ckpt output (save_checkpoint crc_check=True)")
+	cmd.Flags().BoolVar(&crc, "crc", false, "append MindSpore's crc_num trailer to a .ckpt output (save_checkpoint crc_check=True); without it the file is plain protobuf, MindSpore's default")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 )
 
 func TestCkptConvertRoundTrip(t *testing.T) {
@@ -33,8 +34,11 @@ func TestCkptConvertRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ckpt.Compare(tensors, got.Tensors); err != nil || !got.CRC {
-		t.Fatalf("round trip: %v, crc %v", err, got.CRC)
+	if err := ckpt.Compare(tensors, got.Tensors); err != nil || got.CRC {
+		t.Fatalf("round trip: %v, crc %v (want none by default, as MindSpore saves)", err, got.CRC)
+	}
+	if vals := ckpttest.DecodeFile(t, back); len(vals) != got.Values {
+		t.Fatalf("protoc decoded %d values, ckpt %d", len(vals), got.Values)
 	}
 	for i := range tensors {
 		if got.Tensors[i].Name != tensors[i].Name {
@@ -48,12 +52,12 @@ func TestCkptConvertRoundTrip(t *testing.T) {
 	if tail(a) != tail(b) {
 		t.Fatalf("inspect differs:\n%s\n%s", a, b)
 	}
-	noCRC := filepath.Join(dir, "nocrc.ckpt")
-	if code, _, _ := runCkpt(t, "convert", "--crc=false", st, noCRC); code != ExitOK {
-		t.Fatal("--crc=false failed")
+	withCRC := filepath.Join(dir, "crc.ckpt")
+	if code, _, _ := runCkpt(t, "convert", "--crc", st, withCRC); code != ExitOK {
+		t.Fatal("--crc failed")
 	}
-	if f, _ := ckpt.ReadFile(noCRC); f == nil || f.CRC {
-		t.Fatalf("--crc=false wrote a trailer")
+	if f, _ := ckpt.ReadFile(withCRC); f == nil || !f.CRC {
+		t.Fatalf("--crc wrote no trailer")
 	}
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/mspipe/mspipe/internal/bytesize"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -26,6 +29,7 @@ type engineFlags struct {
 	bnStats   string
 	format    string
 	verify    string
+	crc       bool
 }
 
 func (f *engineFlags) add(cmd *cobra.Command, source bool) {
@@ -33,6 +37,7 @@ func (f *engineFlags) add(cmd *cobra.Command, source bool) {
 		cmd.Flags().StringVar(&f.strategy, "strategy", "", "strategy file of the source set (default: strategy.ckpt or strategy.json in the set directory; none: every tensor replicated)")
 		cmd.Flags().StringVar(&f.prefix, "prefix", ckpt.DefaultPrefix, "checkpoint file prefix in a set directory")
 		cmd.Flags().StringVar(&f.bnStats, "bn-stats", reshard.RuleRank0, "value of a tensor every rank holds whole but with different values (data-parallel BatchNorm statistics): rank0 or mean")
+		cmd.Flags().BoolVar(&f.crc, "crc", false, "append MindSpore's crc_num trailer to every file written (save_checkpoint crc_check=True); without it the files are plain protobuf, MindSpore's default")
 	}
 	cmd.Flags().StringVar(&f.maxMemory, "max-memory", "512MiB", "hard cap on the tensor data held in memory at once (e.g. 64MiB, 2GiB)")
 	cmd.Flags().IntVar(&f.workers, "workers", 0, "parallel reads and writes (0: one per CPU)")
@@ -44,7 +49,7 @@ func (f *engineFlags) options() (reshard.Options, error) {
 	if f.format != "text" && f.format != "json" {
 		return reshard.Options{}, fmt.Errorf("--format: unknown format %q (text or json)", f.format)
 	}
-	mem, err := ckptset.ParseSize(f.maxMemory)
+	mem, err := bytesize.Parse(f.maxMemory)
 	if err != nil {
 		return reshard.Options{}, fmt.Errorf("--max-memory: %w", err)
 	}
@@ -57,7 +62,7 @@ func (f *engineFlags) options() (reshard.Options, error) {
 	if f.verify != reshard.VerifyOutputCRC && f.verify != reshard.VerifyOutputSHA256 {
 		return reshard.Options{}, fmt.Errorf("--verify-output %q: want crc or sha256", f.verify)
 	}
-	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true, VerifyOutput: f.verify}, nil
+	return reshard.Options{MaxMemory: mem, Workers: f.workers, ReplicatedRule: f.bnStats, VerifyCRC: true, VerifyOutput: f.verify, CRC: f.crc}, nil
 }
 
 // engineErr gives a problem with the checkpoints exit status 1 and a file
@@ -89,8 +94,9 @@ the set directory; without one every tensor is taken as replicated (a
 data-parallel set), and --bn-stats says what to do with tensors whose copies
 differ.
 
-OUT is written atomically with MindSpore's crc_num trailer, with
-manifest.json beside it (a content hash per tensor, re-checked after
+OUT is written atomically as MindSpore's save_checkpoint writes by default
+(plain protobuf; --crc appends the crc_num trailer), with manifest.json
+beside it (a content hash per tensor, re-checked after
 writing; see mspipe ckpt verify). --plan prints what would be read and
 written without writing anything.
 
@@ -139,8 +145,12 @@ func newCkptReshardCmd() *cobra.Command {
 	var out, targetStrategy string
 	var devices int
 	var plan bool
+	var indivisible string
+	var job ckptset.Job
+	var mode string
+	var opStrategies []string
 	cmd := &cobra.Command{
-		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M | --target-strategy FILE)",
+		Use:   "reshard SET_DIR | CKPT_FILE... -o OUT_DIR (--devices M [--model NAME --mode MODE --op-strategy OP=SPLITS...] | --target-strategy FILE)",
 		Short: "Reshard a checkpoint set from N ranks to M ranks, straight from slices to slices",
 		Long: `Reshard a checkpoint set for another number of devices or another strategy:
 N per-rank slices (or one integrated checkpoint) to M per-rank slices, by
@@ -150,11 +160,21 @@ byte ranges needed, in bands that keep the data in memory under
 predict_strategy does inside a live job, done offline.
 
 The source is read as mspipe ckpt merge reads it (see its help). The target
-is either --target-strategy FILE (a MindSpore strategy file for the new
-cluster) or --devices M, which follows one rule: a tensor the source splits
-is split into M equal slices along its first split dimension when that
-dimension is divisible by M, and is held whole by every rank otherwise;
-replicated tensors stay replicated; optimizer state follows its parameter.
+is the layout of the next training when --model is given: --devices M with
+its --mode, --op-strategy (npu/train's strategy, one operator per flag) and
+--batch-size; mspipe derives where each of its ranks holds which slice as
+that training does, writes the strategy file it would write, and the
+training starts from its own slices with nothing to re-cut. Else the target
+is --target-strategy FILE (a MindSpore strategy file for the new cluster)
+or --devices M alone, which follows one rule: a tensor the source splits
+is split into M equal slices along its first split dimension; replicated
+tensors stay replicated; optimizer state follows its parameter. When that
+dimension does not divide by M, --indivisible decides: refuse (the default;
+the message lists the device counts that divide), split (uneven slices as
+numpy.array_split cuts them, ranks past the rows holding empty ones; the
+manifest records them, and no strategy.ckpt is written since a MindSpore
+strategy file cannot describe them) or replicate (the tensor whole on every
+rank, M copies). The summary prints the bytes in and out.
 
 OUT_DIR gets device{i}/ckpt_{i}/{prefix}-{epoch}_{step}.ckpt per target rank
 (the layout npu/train's init: reads), strategy.ckpt (the target layout, as
@@ -177,7 +197,10 @@ that cannot be read.`,
   # to the layout of another strategy file, averaging BatchNorm statistics
   mspipe ckpt reshard set64/ --target-strategy strategy56.ckpt --bn-stats mean -o set56
   # an integrated checkpoint split for 2 devices
-  mspipe ckpt reshard CKP-Integrated_1-4_32.ckpt --strategy train_strategy.ckpt --devices 2 -o out`,
+  mspipe ckpt reshard CKP-Integrated_1-4_32.ckpt --strategy train_strategy.ckpt --devices 2 -o out
+  # straight to the layout the next training (4 devices) runs
+  mspipe ckpt reshard CKP-2_156.ckpt --devices 4 --model resnet20 --mode semi_auto_parallel \
+      --op-strategy 'end_point.matmul=[[2,1],[2,1]]' --batch-size 32 -o next`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt, err := f.options()
@@ -187,6 +210,8 @@ that cannot be read.`,
 			switch {
 			case (devices > 0) == (targetStrategy != ""):
 				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
+			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch):
+				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size and --full-batch describe the next training: give its --model too"))
 			case devices < 0:
 				return usageErr(fmt.Errorf("--devices %d: want at least 1", devices))
 			case out == "" && !plan:
@@ -198,7 +223,20 @@ that cannot be read.`,
 			}
 			var target reshard.Target
 			var layout *parallel.StrategyFile
-			if targetStrategy != "" {
+			if job.Model != "" {
+				if mode != "" {
+					if job.Mode, err = parallel.ParseMode(mode); err != nil {
+						return usageErr(fmt.Errorf("--mode: %w", err))
+					}
+				}
+				if job.Strategy, err = parseOpStrategies(opStrategies); err != nil {
+					return usageErr(err)
+				}
+				job.Devices = devices
+				if target, layout, err = set.TargetFor(job); err != nil {
+					return engineErr(err)
+				}
+			} else if targetStrategy != "" {
 				if layout, err = parallel.ReadStrategyFile(targetStrategy); err != nil {
 					return engineErr(err)
 				}
@@ -206,8 +244,18 @@ that cannot be read.`,
 					return engineErr(fmt.Errorf("%s: %w", targetStrategy, err))
 				}
 			} else {
-				target = reshard.TargetForDevices(set.Source, devices)
+				var uneven []string
+				if target, uneven, err = reshard.DevicesTarget(set.Source, devices, indivisible); err != nil {
+					if errors.Is(err, reshard.ErrIndivisible) {
+						err = fmt.Errorf("%w (--indivisible, --devices)", err)
+					}
+					return engineErr(err)
+				}
 				layout = set.StrategyForDevices(devices)
+				if len(uneven) > 0 {
+					layout = nil
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %d tensors split unevenly (%s): the manifest records their slices; no strategy.ckpt is written, a MindSpore strategy file cannot describe them\n", len(uneven), strings.Join(uneven, ", "))
+				}
 			}
 			target.Files = ckptset.TargetFiles(target.Ranks, f.prefix, in.Files[0])
 			if plan {
@@ -228,6 +276,12 @@ that cannot be read.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set")
 	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
 	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
+	cmd.Flags().StringVar(&job.Model, "model", "", "the next training's model: the target is its layout on --devices")
+	cmd.Flags().StringVar(&mode, "mode", "", "the next training's parallel mode (with --model; default stand_alone)")
+	cmd.Flags().StringArrayVar(&opStrategies, "op-strategy", nil, "the next training's shard strategy of one operator, OP=[[splits...],...] as in npu/train's strategy (repeat per operator)")
+	cmd.Flags().IntVar(&job.BatchPerDevice, "batch-size", 0, "the next training's batch size per device (with --model; default npu/train's)")
+	cmd.Flags().BoolVar(&job.FullBatch, "full-batch", false, "the next training's full_batch (with --model)")
+	cmd.Flags().StringVar(&indivisible, "indivisible", reshard.IndivisibleRefuse, "with --devices, a split dimension that does not divide by M: refuse, split (uneven slices) or replicate (whole on every rank)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
 	return cmd
 }
@@ -239,7 +293,7 @@ func newCkptVerifyCmd() *cobra.Command {
 		Short: "Check a merge or reshard output against its manifest",
 		Long: `Re-read a set written by mspipe ckpt merge or reshard (or the ckpt/integrate
 and ckpt/reshard stages) and check it against its manifest.json: every file's
-size and crc_num trailer, every rank's tensors and the shapes of their
+size and CRC-32 (and crc_num trailer, when the set has them), every rank's tensors and the shapes of their
 slices, identical copies wherever ranks share a slice, and the SHA-256 of
 every whole tensor reassembled from the slices, which equals the source's.
 
@@ -261,7 +315,7 @@ tensor), 2 usage error or a missing manifest.`,
 				return writeJSON(cmd.OutOrStdout(), m)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: verified %d files, %d tensors (%s of tensor data) against %s\n",
-				args[0], len(m.Files), len(m.Tensors), userfile.Size(tensorBytes(m)), reshard.ManifestName)
+				args[0], len(m.Files), len(m.Tensors), bytesize.Format(tensorBytes(m)), reshard.ManifestName)
 			return nil
 		},
 	}
@@ -304,9 +358,10 @@ func writeRunResult(w io.Writer, format string, in ckptset.Input, out string, m 
 		proof = "every tensor re-read from the written files and its content hash checked against the source's"
 	}
 	fmt.Fprintf(w, "%d tensors (%s): %s; manifest: %s\n",
-		len(m.Tensors), userfile.Size(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
+		len(m.Tensors), bytesize.Format(tensorBytes(m)), proof, filepath.Join(out, reshard.ManifestName))
 	if s := m.Stats; s != nil {
-		fmt.Fprintf(w, "read %s, wrote %s, peak memory %s\n", userfile.Size(s.ReadBytes), userfile.Size(s.WriteBytes), userfile.Size(s.PeakMemory))
+		fmt.Fprintf(w, "in %s (%d source files), out %s (%d files); read %s of tensor data, peak memory %s\n",
+			bytesize.Format(s.SourceBytes), len(in.Files), bytesize.Format(s.WriteBytes), len(m.Files), bytesize.Format(s.ReadBytes), bytesize.Format(s.PeakMemory))
 	}
 	return nil
 }
@@ -316,9 +371,10 @@ func writePlan(w io.Writer, format string, in ckptset.Input, p *reshard.PlanResu
 		return writeJSON(w, p)
 	}
 	fmt.Fprintf(w, "plan: %d ranks -> %d ranks\nsource: %s\n", p.SourceRanks, p.TargetRanks, sourceLine(in))
-	fmt.Fprintf(w, "read %d bytes (%s), write %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
-		p.ReadBytes, userfile.Size(p.ReadBytes), p.WriteBytes, userfile.Size(p.WriteBytes),
-		p.PeakMemory, userfile.Size(p.PeakMemory), userfile.Size(p.MaxMemory))
+	fmt.Fprintf(w, "in %d bytes (%s), out %d bytes (%s); read %d bytes (%s), peak memory %d bytes (%s) of the %s cap\n",
+		p.SourceBytes, bytesize.Format(p.SourceBytes), p.WriteBytes, bytesize.Format(p.WriteBytes),
+		p.ReadBytes, bytesize.Format(p.ReadBytes),
+		p.PeakMemory, bytesize.Format(p.PeakMemory), bytesize.Format(p.MaxMemory))
 	for r, f := range p.Files {
 		fmt.Fprintf(w, "rank %d: %s (%d bytes)\n", r, f, p.FileBytes[r])
 	}
@@ -352,4 +408,27 @@ func boxString(b parallel.Box) string {
 		parts[k] = fmt.Sprintf("%d:%d", b.Offset[k], b.Offset[k]+b.Shape[k])
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// parseOpStrategies reads --op-strategy values, OP=[[a,b],[c,d]] each.
+func parseOpStrategies(values []string) (parallel.Strategy, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	s := parallel.Strategy{}
+	for _, v := range values {
+		op, splits, ok := strings.Cut(v, "=")
+		if !ok || op == "" {
+			return nil, fmt.Errorf("--op-strategy %q: want OP=[[splits...],...], e.g. end_point.matmul=[[2,1],[2,1]]", v)
+		}
+		var parsed [][]int
+		if err := json.Unmarshal([]byte(splits), &parsed); err != nil {
+			return nil, fmt.Errorf("--op-strategy %q: %s is not a list of lists of split counts: %v", v, splits, err)
+		}
+		if _, dup := s[op]; dup {
+			return nil, fmt.Errorf("--op-strategy: operator %s given twice", op)
+		}
+		s[op] = parsed
+	}
+	return s, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 )
@@ -80,8 +81,11 @@ func TestCkptMergeSeedsExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	dims, w := floats(t, got.Tensors, "weight")
-	if !slices.Equal(dims, []int64{8, 8}) || !got.CRC {
-		t.Fatalf("weight dims %v, crc %v", dims, got.CRC)
+	if !slices.Equal(dims, []int64{8, 8}) || got.CRC {
+		t.Fatalf("weight dims %v, crc %v (want no trailer by default)", dims, got.CRC)
+	}
+	if vals := ckpttest.DecodeFile(t, out); len(vals) != got.Values {
+		t.Fatalf("protoc decoded %d values, ckpt %d", len(vals), got.Values)
 	}
 	for i, v := range w {
 		if v != float32(i) {
@@ -248,5 +252,123 @@ func TestCkptReshardErrors(t *testing.T) {
 	if code, stdout, _ := runCkpt(t, "verify", "--format", "json", good); code == ExitOK {
 		json.Unmarshal([]byte(stdout), &m)
 		t.Fatalf("verify passed a damaged set: %v", m)
+	}
+}
+
+// TestCkptReshardIndivisible: the seeds' [8, 8] weight to 3 devices does
+// not divide. By default the command refuses, saying what to pass; with
+// --indivisible split it cuts 3, 3 and 2 rows, writes no strategy.ckpt
+// (none can describe that) and prints bytes in and out.
+func TestCkptReshardIndivisible(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root)
+	seedsStrategy(t, root)
+	out := filepath.Join(t.TempDir(), "three")
+	code, _, stderr := runCkpt(t, "reshard", root, "--devices", "3", "-o", out)
+	if code != ExitFailed || !strings.Contains(stderr, `tensor "weight" [8 8]: dimension 0 (8) does not split into 3 equal slices`) ||
+		!strings.Contains(stderr, "(2, 4, 8)") || !strings.Contains(stderr, "(--indivisible, --devices)") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a refused reshard created its output directory")
+	}
+	code, stdout, stderr := runCkpt(t, "reshard", root, "--devices", "3", "--indivisible", "split", "-o", out)
+	if code != ExitOK || !strings.Contains(stderr, "note: 1 tensors split unevenly (weight)") || !strings.Contains(stdout, " (4 source files), out ") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "strategy.ckpt")); err == nil {
+		t.Fatal("strategy.ckpt written for uneven slices")
+	}
+	files, err := ckptset.Find(out, "")
+	if err != nil || len(files) != 3 {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for r, rows := range []int64{3, 3, 2} {
+		got, err := ckpt.Read(files[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		dims, w := floats(t, got, "weight")
+		if dims[0] != rows || w[0] != float32(8*[]int64{0, 3, 6}[r]) {
+			t.Fatalf("rank %d: weight %v starting %v", r, dims, w[0])
+		}
+	}
+	if code, _, stderr := runCkpt(t, "merge", out, "-o", filepath.Join(t.TempDir(), "back.ckpt")); code != ExitOK {
+		t.Fatalf("merging the uneven set back: %s", stderr)
+	}
+}
+
+// TestCkptReshardToTheNextTraining: the seeds' merged [8, 8] weight is not
+// a parameter of semi_auto_net, so --model refuses the set, naming what
+// differs; a checkpoint of semi_auto_net's parameters is cut into exactly
+// the slices semi_auto_net's ranks hold under the given strategy, and the
+// strategy file beside them is the one that training writes.
+func TestCkptReshardToTheNextTraining(t *testing.T) {
+	root := t.TempDir()
+	writeSeedsSet(t, root)
+	seedsStrategy(t, root)
+	code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--model", "semi_auto_net", "--mode", "semi_auto_parallel", "-o", t.TempDir())
+	if code != ExitFailed || !strings.Contains(stderr, "the checkpoint is not one of this model") || !strings.Contains(stderr, "fc.weight") {
+		t.Fatalf("a set of another model: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--mode", "semi_auto_parallel", "-o", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "give its --model too") {
+		t.Fatalf("--mode without --model: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "--model", "semi_auto_net", "--op-strategy", "fc.matmul", "-o", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "want OP=[[splits...],...]") {
+		t.Fatalf("a bad --op-strategy: exit %d: %s", code, stderr)
+	}
+
+	// semi_auto_net's parameters (fc.weight [3072 128], end_point.weight
+	// [10 128], end_point.bias [10]) with their moments, whole.
+	var tensors []ckpt.Tensor
+	for _, p := range []struct {
+		name string
+		dims []int64
+	}{{"fc.weight", []int64{3072, 128}}, {"end_point.weight", []int64{10, 128}}, {"end_point.bias", []int64{10}}} {
+		n := 1
+		for _, d := range p.dims {
+			n *= int(d)
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i % 977)
+		}
+		w, _ := ckpt.NewFloat32(p.name, p.dims, v)
+		m, _ := ckpt.NewFloat32("moments."+p.name, p.dims, v)
+		tensors = append(tensors, w, m)
+	}
+	whole := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
+	if err := ckpt.Write(whole, tensors, ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "next")
+	code, stdout, stderr := runCkpt(t, "reshard", whole, "--devices", "2", "--model", "semi_auto_net", "--mode", "semi_auto_parallel",
+		"--op-strategy", "fc.matmul=[[1,1],[1,2]]", "--batch-size", "4", "-o", out)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	sf, err := parallel.ReadStrategyFile(filepath.Join(out, "strategy.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := sf.Layouts["fc.weight"]; !slices.Equal(l.TensorMap, []int{-1, 0}) || l.Devices() != 2 || !slices.Equal(sf.Operators["fc.matmul"][1], []int{1, 2}) {
+		t.Fatalf("strategy file: fc.weight %+v, fc.matmul %v", l, sf.Operators["fc.matmul"])
+	}
+	files, err := ckptset.Find(out, "")
+	if err != nil || len(files) != 2 {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for r, f := range files {
+		got, err := ckpt.Read(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dims, w := floats(t, got, "fc.weight")
+		if !slices.Equal(dims, []int64{3072, 64}) || w[1] != float32((64*r+1)%977) {
+			t.Fatalf("rank %d: fc.weight %v, w[0][1] = %v", r, dims, w[1])
+		}
+		if dims, _ := floats(t, got, "end_point.weight"); !slices.Equal(dims, []int64{10, 128}) {
+			t.Fatalf("rank %d: end_point.weight %v, want whole (end_point runs data parallel)", r, dims)
+		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mspipe/mspipe/pipeline"
-	"github.com/mspipe/mspipe/plugins/host"
+	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/spf13/cobra"
 )
 
@@ -24,7 +24,7 @@ renders with Graphviz (dot -Tsvg).`,
 				return usageErr(fmt.Errorf("--format: unknown format %q (mermaid or dot)", format))
 			}
 			// Drawing needs no plugin: start only pinned ones, as validate does.
-			ls, err := loadSpecFor(cmd.ErrOrStderr(), args[0], nil, host.ExecPinned)
+			ls, err := loadSpecFor(cmd.ErrOrStderr(), args[0], nil, catalog.ExecPinned)
 			if err != nil {
 				return err
 			}

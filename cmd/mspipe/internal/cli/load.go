@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/pipeline"
-	"github.com/mspipe/mspipe/plugins/host"
+	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/spf13/cobra"
 )
@@ -21,7 +22,7 @@ import (
 type loadedSpec struct {
 	p      *spec.Pipeline
 	data   []byte
-	env    *host.Catalog
+	env    *catalog.Catalog
 	params map[string]any
 }
 
@@ -30,12 +31,12 @@ type loadedSpec struct {
 // and planning start the plugins anyway (plan asks each for its version,
 // part of the cache key), so validation may start them all.
 func loadSpec(w io.Writer, path string, rawParams []string) (*loadedSpec, error) {
-	return loadSpecFor(w, path, rawParams, host.ExecAll)
+	return loadSpecFor(w, path, rawParams, catalog.ExecAll)
 }
 
 // loadSpecFor is loadSpec for a command that starts only the plugin
 // binaries policy allows, such as graph.
-func loadSpecFor(w io.Writer, path string, rawParams []string, policy host.ExecPolicy) (*loadedSpec, error) {
+func loadSpecFor(w io.Writer, path string, rawParams []string, policy catalog.ExecPolicy) (*loadedSpec, error) {
 	data, err := userfile.ReadFile(context.Background(), path, spec.MaxFileSize)
 	if err != nil {
 		return nil, usageErr(fmt.Errorf("read spec %s: %w", path, err))
@@ -99,6 +100,13 @@ func paramValues(p *spec.Pipeline, raw []string) (map[string]any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-p %s: %w", kv, err)
 		}
+		if path, ok := v.(string); ok && prm.Type == spec.TypePath && path != "" {
+			// A command-line path is relative to where the command runs;
+			// the spec's own defaults resolve against its directory.
+			if v, err = filepath.Abs(path); err != nil {
+				return nil, fmt.Errorf("-p %s: %w", kv, err)
+			}
+		}
 		out[name] = v
 	}
 	var missing []string
@@ -161,4 +169,13 @@ func runExit(err error) error {
 		return failed()
 	}
 	return err
+}
+
+// checkJobs refuses a --jobs that would run nothing (0) or mean nothing
+// (negative): the engine would quietly take 1.
+func checkJobs(jobs int) error {
+	if jobs < 1 {
+		return usageErr(fmt.Errorf("--jobs %d: at least 1 stage must be able to run", jobs))
+	}
+	return nil
 }

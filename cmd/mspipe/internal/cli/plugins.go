@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/mspipe/mspipe/plugins/host"
 )
 
@@ -30,9 +31,9 @@ once to ask its name and version.`,
 			fmt.Fprintln(tw, "STAGE\tVERSION\tORIGIN\tDESCRIPTION")
 			for _, l := range env.List(cmd.Context()) {
 				switch {
-				case l.Kind == host.KindBuiltin:
+				case l.Kind == catalog.KindBuiltin:
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Name, l.Version, host.OriginBuiltin, l.Description)
-				case l.Kind == host.KindDeclared:
+				case l.Kind == catalog.KindDeclared:
 					fmt.Fprintf(tw, "%s\t-\tbuilt-in, not implemented yet\t%s\n", l.Name, l.Description)
 				case l.Err != nil:
 					fmt.Fprintf(tw, "%s\t?\t%s\tcannot be used: %v\n", l.Name, l.Path, l.Err)

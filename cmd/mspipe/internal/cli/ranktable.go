@@ -119,6 +119,10 @@ The table goes to stdout, or atomically to the file -o names.`,
   mspipe ranktable generate --servers 192.168.0.10,192.168.0.11 --host-nic   # simulated devices on two hosts`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// 0 is the flag's "not given"; given, it must count hosts.
+			if cmd.Flags().Changed("hosts") && hosts < 1 {
+				return usageErr(fmt.Errorf("--hosts %d: a cluster has at least one host", hosts))
+			}
 			table, err := ranktable.Generate(ranktable.GenerateOptions{
 				Servers: servers, Hosts: hosts, Devices: devices, DeviceRange: deviceRange, Scheme: ranktable.Scheme(scheme), HostNic: hostNic,
 			})

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mspipe/mspipe/internal/testutil/browser"
 )
 
 // tinySpec trains a CNN on two simulated devices twice, data parallel and
@@ -188,13 +190,13 @@ func TestReportOfARealRun(t *testing.T) {
 	}
 	checkCurves(t, "report.html", curvePoints(html), losses)
 
-	chromium := findChromium()
+	chromium := browser.Find()
 	if chromium == "" {
 		t.Log("SKIP of the browser check: no chromium found (install Debian's chromium package, or set MSPIPE_CHROMIUM)")
 		return
 	}
 	// The browser's DOM has the same curves: the inline SVG parsed as SVG.
-	dom := runChromium(t, chromium, "--dump-dom", "file://"+want)
+	dom := browser.Run(t, chromium, "--dump-dom", "file://"+want)
 	checkCurves(t, "chromium's DOM", curvePoints(dom), losses)
 
 	// And it paints them: the semi stage's chart alone on a page, with the
@@ -213,7 +215,7 @@ func TestReportOfARealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(t.TempDir(), "chart.png")
-	runChromium(t, chromium, "--window-size=720,300", "--hide-scrollbars", "--screenshot="+shot, "file://"+pageFile)
+	browser.Run(t, chromium, "--window-size=720,300", "--hide-scrollbars", "--screenshot="+shot, "file://"+pageFile)
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatal(err)
@@ -257,38 +259,6 @@ func checkCurves(t *testing.T, what string, got map[string]map[int]int, losses m
 	if len(got) != len(losses) {
 		t.Errorf("%s: loss charts for %d stages, want %d", what, len(got), len(losses))
 	}
-}
-
-// findChromium returns the Chromium to render with: $MSPIPE_CHROMIUM, else
-// Debian's /usr/bin/chromium, else one on PATH; "" when there is none.
-func findChromium() string {
-	if p := os.Getenv("MSPIPE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// runChromium runs headless Chromium on its own profile, without network
-// services, and returns its stdout.
-func runChromium(t *testing.T, chromium string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + t.TempDir()}
-	cmd := exec.CommandContext(ctx, chromium, append(base, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", chromium, args, err, stderr.String())
-	}
-	return stdout.String()
 }
 
 // No run to report on, or an output path that cannot be written, is a

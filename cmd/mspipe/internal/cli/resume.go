@@ -26,6 +26,9 @@ refused, with that process's pid.`,
   mspipe resume 20261123-054012-a1b2c3`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkJobs(jobs); err != nil {
+				return err
+			}
 			store, dir, st, err := openRun(cmd, args)
 			if err != nil {
 				return err

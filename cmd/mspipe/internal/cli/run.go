@@ -38,6 +38,9 @@ Exit status: 0 succeeded, 1 invalid spec or failed stage, 2 usage error,
   mspipe run pipeline.yaml --no-cache`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkJobs(jobs); err != nil {
+				return err
+			}
 			ls, err := loadSpec(cmd.ErrOrStderr(), args[0], params)
 			if err != nil {
 				return err

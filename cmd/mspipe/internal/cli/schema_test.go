@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mspipe/mspipe/plugins/host"
+	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/mspipe/mspipe/schemas"
 	"github.com/mspipe/mspipe/spec"
 	"gopkg.in/yaml.v3"
@@ -60,14 +60,14 @@ func TestSchemaAgreesWithValidator(t *testing.T) {
 		if err := sch.Validate(inst); err != nil {
 			t.Errorf("%s: schema rejects an example: %v", f, err)
 		}
-		if res := validateFile(f, host.ExecPinned); !res.Valid() {
+		if res := validateFile(f, catalog.ExecPinned); !res.Valid() {
 			t.Errorf("%s: validator rejects an example: %v %v", f, res.Err, res.Diagnostics)
 		}
 	}
 	accepts := readSchemaAccepts(t)
 	for _, f := range invalidSpecs(t) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
-		if res := validateFile(f, host.ExecPinned); res.Valid() {
+		if res := validateFile(f, catalog.ExecPinned); res.Valid() {
 			t.Errorf("%s: Go validator accepts an invalid spec", name)
 		}
 		inst, ok := yamlInstance(t, f)

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/internal/diag"
-	"github.com/mspipe/mspipe/plugins/host"
+	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/spf13/cobra"
 )
@@ -105,11 +105,11 @@ func reportResults(cmd *cobra.Command, r diag.Reporter, results []diag.Result) e
 }
 
 // execPolicies are the values of validate's --exec-plugins.
-var execPolicies = map[string]host.ExecPolicy{"pinned": host.ExecPinned, "all": host.ExecAll, "never": host.ExecNever}
+var execPolicies = map[string]catalog.ExecPolicy{"pinned": catalog.ExecPinned, "all": catalog.ExecAll, "never": catalog.ExecNever}
 
 // validateFile decodes and checks one spec as validate does by default,
 // starting the plugin binaries policy allows to read what they declare.
-func validateFile(path string, policy host.ExecPolicy) diag.Result {
+func validateFile(path string, policy catalog.ExecPolicy) diag.Result {
 	return checkSpecFile(path, policy, nil, true)
 }
 
@@ -117,14 +117,14 @@ func validateFile(path string, policy host.ExecPolicy) diag.Result {
 // params (run, plan): the stages' own checks see those values instead of
 // the defaults. Such a command needs every plugin built, so one that is
 // not is an error.
-func validateFileParams(path string, policy host.ExecPolicy, rawParams []string) diag.Result {
+func validateFileParams(path string, policy catalog.ExecPolicy, rawParams []string) diag.Result {
 	return checkSpecFile(path, policy, rawParams, false)
 }
 
 // checkSpecFile decodes and checks one spec. With allowUnbuilt a plugin
 // whose source is next to the spec but whose binary is not built is a
-// warning that says how to build it (host.Catalog.AllowUnbuilt).
-func checkSpecFile(path string, policy host.ExecPolicy, rawParams []string, allowUnbuilt bool) diag.Result {
+// warning that says how to build it (catalog.Catalog.AllowUnbuilt).
+func checkSpecFile(path string, policy catalog.ExecPolicy, rawParams []string, allowUnbuilt bool) diag.Result {
 	p, problems, err := spec.Load(path)
 	if err != nil {
 		return diag.Result{File: path, Err: err}
@@ -147,7 +147,7 @@ func checkSpecFile(path string, policy host.ExecPolicy, rawParams []string, allo
 
 // specOptions wires the checks spec delegates to other packages.
 func specOptions() spec.Options {
-	return spec.Options{CheckRankTable: checkRankTableForSpec}
+	return spec.Options{CheckRankTable: checkRankTableForSpec, Env: processEnv()}
 }
 
 // specOptionsFor is specOptions with the values of -p name=value params.

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/mspipe/mspipe/internal/testutil/golden"
+)
 
 // runCLI runs mspipe in-process and returns its exit code and output.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -20,23 +19,6 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
 	code = Main(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
-}
-
-func checkGolden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
-	}
 }
 
 const invalidDir = "../../../../spec/testdata/invalid"
@@ -68,7 +50,7 @@ func TestValidateInvalidCorpus(t *testing.T) {
 					t.Errorf("problem not positioned in the file: %q", line)
 				}
 			}
-			checkGolden(t, strings.TrimSuffix(file, ".yaml")+".golden", stdout)
+			golden.Check(t, strings.TrimSuffix(file, ".yaml")+".golden", []byte(stdout))
 		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/pipeline"
 )
 
@@ -225,25 +227,13 @@ func memoryChart(stage string, ranks map[int][]Step) *MemoryChart {
 	m := &MemoryChart{Stage: stage, Width: 640}
 	for i, rank := range sortedRanks(peaks) {
 		m.Bars = append(m.Bars, MemoryBar{
-			Label: fmt.Sprintf("rank %d", rank), Bytes: peaks[rank], Human: humanBytes(peaks[rank]),
+			Label: fmt.Sprintf("rank %d", rank), Bytes: peaks[rank], Human: bytesize.Format(peaks[rank]),
 			Y: float64(i * barRow), W: math.Max(1, float64(peaks[rank])/float64(top)*barMax),
 			Color: palette[rank%len(palette)],
 		})
 	}
 	m.Height = float64(len(m.Bars) * barRow)
 	return m
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // Timeline places each stage's run time on the run's time axis.

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
@@ -206,7 +208,7 @@ func (r *Run) readSteps(ctx context.Context, path string) error {
 	}
 	defer f.Close()
 	if st.Size() > maxEventsBytes {
-		r.note("events log %s is %s: only its first %s are shown", path, userfile.Size(st.Size()), userfile.Size(maxEventsBytes))
+		r.note("events log %s is %s: only its first %s are shown", path, bytesize.Format(st.Size()), bytesize.Format(maxEventsBytes))
 	}
 	marker := []byte(`"event":"step"`)
 	byStep := map[string]map[int]map[int64]Step{}

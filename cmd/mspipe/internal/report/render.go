@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
+
 	"github.com/mspipe/mspipe/pipeline"
 )
 
@@ -21,7 +23,7 @@ var pageSource string
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"time":  formatTime,
 	"ints":  formatInts[int],
-	"bytes": humanBytes,
+	"bytes": bytesize.Format,
 	"g6":    func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) },
 	"add":   func(a, b float64) float64 { return a + b },
 	"mul16": func(i int) float64 { return float64(16 * i) },
@@ -146,11 +148,11 @@ func metrics(sid string, ss *pipeline.StageState) metricsRow {
 		case float64:
 			s = strconv.FormatFloat(x, 'g', 6, 64)
 			if k == "peak_device_memory" {
-				s = humanBytes(int64(x))
+				s = bytesize.Format(int64(x))
 			}
 		case int:
 			if k == "peak_device_memory" || k == "bytes" {
-				s = humanBytes(int64(x))
+				s = bytesize.Format(int64(x))
 			}
 		}
 		row.Outputs = append(row.Outputs, keyValue{k, s})
@@ -175,7 +177,7 @@ func training(sid string, ranks map[int][]Step) trainingView {
 			peak = max(peak, s.DeviceMemory)
 		}
 		t.Ranks = append(t.Ranks, rankRow{
-			Rank: rank, Steps: len(steps), FirstLoss: steps[0].Loss, LastLoss: steps[len(steps)-1].Loss, Peak: humanBytes(peak),
+			Rank: rank, Steps: len(steps), FirstLoss: steps[0].Loss, LastLoss: steps[len(steps)-1].Loss, Peak: bytesize.Format(peak),
 		})
 	}
 	return t

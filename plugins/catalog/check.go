@@ -1,4 +1,4 @@
-package host
+package catalog
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/spec"
 )
 
@@ -22,7 +23,7 @@ const clientIdle = 10 * time.Second
 // keptClient is a plugin process that a Catalog keeps for Validate calls:
 // validation asks the process it started for Describe, not a new one.
 type keptClient struct {
-	client *Client
+	client *host.Client
 	cancel context.CancelFunc // ends the process's lifetime context
 	idle   *time.Timer        // stops the process once unused for clientIdle
 	busy   int                // Validate calls in progress; guarded by Catalog.mu
@@ -38,10 +39,10 @@ func (k *keptClient) close() {
 // launchKeptLocked starts the plugin binary for uses and keeps it. ctx
 // bounds the start only; the process lives until Close or clientIdle.
 // The caller holds c.mu.
-func (c *Catalog) launchKeptLocked(ctx context.Context, uses string, cfg LaunchConfig) (*keptClient, error) {
+func (c *Catalog) launchKeptLocked(ctx context.Context, uses string, cfg host.LaunchConfig) (*keptClient, error) {
 	life, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
-	client, err := Launch(life, cfg)
+	client, err := host.Launch(life, cfg)
 	if !stop() && err == nil {
 		_ = client.Close()
 		err = ctx.Err()
@@ -87,7 +88,7 @@ func (c *Catalog) Close() error {
 // checker returns the spec.StageInfo.Check of a stage: a built-in's
 // Validate runs in this process (as its Describe does), a plugin binary's
 // in the process kept from its Describe.
-func (c *Catalog) checker(uses string, res Resolved) func(context.Context, spec.CheckRequest) ([]spec.CheckProblem, error) {
+func (c *Catalog) checker(uses string, res host.Resolved) func(context.Context, spec.CheckRequest) ([]spec.CheckProblem, error) {
 	return func(ctx context.Context, req spec.CheckRequest) ([]spec.CheckProblem, error) {
 		vreq := plugins.ValidateRequest{
 			With:    req.With,
@@ -131,7 +132,7 @@ func (c *Catalog) validateBuiltin(ctx context.Context, name string, req plugins.
 	return info.New().Validate(ctx, req)
 }
 
-func (c *Catalog) validateBinary(ctx context.Context, uses string, res Resolved, req plugins.ValidateRequest) ([]plugins.Problem, error) {
+func (c *Catalog) validateBinary(ctx context.Context, uses string, res host.Resolved, req plugins.ValidateRequest) ([]plugins.Problem, error) {
 	kc, err := c.acquire(ctx, uses, res)
 	if err != nil {
 		return nil, err
@@ -143,7 +144,7 @@ func (c *Catalog) validateBinary(ctx context.Context, uses string, res Resolved,
 
 // acquire returns the kept process of uses, starting one when there is
 // none (it stopped when idle, or failed), and marks it busy.
-func (c *Catalog) acquire(ctx context.Context, uses string, res Resolved) (*keptClient, error) {
+func (c *Catalog) acquire(ctx context.Context, uses string, res host.Resolved) (*keptClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	kc := c.clients[uses]

@@ -1,4 +1,4 @@
-package host
+package catalog
 
 import (
 	"context"
@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mspipe/mspipe/internal/procgroup"
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/spec"
 )
 
@@ -25,24 +27,24 @@ const mergeDeclaration = `{"name": "ckpt/merge", "description": "Merge slices.",
 // testCatalog has the built-in "exec" (served by a fake mspipe binary), the
 // declared "ckpt/merge" and a declaration of "exec" that the built-in wins
 // over; specDir and the search path are empty directories.
-func testCatalog(t *testing.T, search ...SearchDir) (*Catalog, string) {
+func testCatalog(t *testing.T, search ...host.SearchDir) (*Catalog, string) {
 	t.Helper()
-	reg := NewRegistry()
+	reg := host.NewRegistry()
 	execDesc := plugins.Descriptor{Name: "exec", Version: "1.0.0", Description: "Run a command.",
 		WithSchema: json.RawMessage(`{"type":"object"}`),
 		Outputs: []plugins.OutputSpec{
 			{Name: "exit_code", Type: plugins.TypeInt},
 			{Name: plugins.WildcardOutput, Type: plugins.TypeAny},
 		}}
-	if err := reg.Register(plugins.Info{Name: "exec", New: func() plugins.Stage { return &fakeStage{desc: execDesc} }}); err != nil {
+	if err := reg.Register(plugins.Info{Name: "exec", New: func() plugins.Stage { return &declaringStage{desc: execDesc} }}); err != nil {
 		t.Fatal(err)
 	}
 	self := filepath.Join(t.TempDir(), "mspipe")
 	if err := os.WriteFile(self, []byte("the mspipe binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewCatalog(CatalogConfig{
-		Resolver:      &Resolver{Builtins: reg, Executable: self, SpecDir: t.TempDir(), SearchPath: search},
+	c, err := New(Config{
+		Resolver:      &host.Resolver{Builtins: reg, Executable: self, SpecDir: t.TempDir(), SearchPath: search},
 		Declarations:  [][]byte{[]byte(mergeDeclaration), []byte(`{"name": "exec", "description": "declared"}`)},
 		ShellCommands: []string{"exec"},
 	})
@@ -119,7 +121,7 @@ func TestCatalogIdentity(t *testing.T) {
 }
 
 func TestCatalogBadDeclaration(t *testing.T) {
-	_, err := NewCatalog(CatalogConfig{Declarations: [][]byte{[]byte(`{"name": `)}})
+	_, err := New(Config{Declarations: [][]byte{[]byte(`{"name": `)}})
 	if err == nil || !strings.Contains(err.Error(), "built-in stage declaration") {
 		t.Errorf("err = %v", err)
 	}
@@ -129,7 +131,7 @@ func TestCatalogPins(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "mspipe-stage-test-plugin")
 	copyFile(t, testPlugin, bin)
-	c, _ := testCatalog(t, SearchDir{Dir: dir, Origin: OriginPluginPath})
+	c, _ := testCatalog(t, host.SearchDir{Dir: dir, Origin: host.OriginPluginPath})
 	c.UsePins(&spec.Pipeline{Stages: []*spec.Stage{{ID: "t", Uses: "test/plugin", SHA256: strings.Repeat("0", 64)}}})
 	_, err := c.Stage("test/plugin")
 	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
@@ -141,9 +143,9 @@ func TestCatalogList(t *testing.T) {
 	first, second := t.TempDir(), t.TempDir()
 	copyFile(t, testPlugin, filepath.Join(first, "mspipe-stage-test-plugin"))
 	copyFile(t, testPlugin, filepath.Join(second, "mspipe-stage-test-plugin"))
-	writeExe(t, filepath.Join(second, "mspipe-stage-broken"), 0o755) // an empty script
-	writeExe(t, filepath.Join(second, "mspipe-stage-plain"), 0o644)  // not executable: not listed
-	c, _ := testCatalog(t, SearchDir{Dir: first, Origin: OriginLocalDir}, SearchDir{Dir: second, Origin: OriginPluginPath})
+	writeFile(t, filepath.Join(second, "mspipe-stage-broken"), "#!/bin/sh\n", 0o755) // an empty script
+	writeFile(t, filepath.Join(second, "mspipe-stage-plain"), "#!/bin/sh\n", 0o644)  // not executable: not listed
+	c, _ := testCatalog(t, host.SearchDir{Dir: first, Origin: host.OriginLocalDir}, host.SearchDir{Dir: second, Origin: host.OriginPluginPath})
 
 	got := c.List(context.Background())
 	var rows []string
@@ -179,17 +181,6 @@ func TestCatalogList(t *testing.T) {
 	}
 }
 
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	data, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestCatalogExecPolicy(t *testing.T) {
 	dir := t.TempDir()
 	copyFile(t, testPlugin, filepath.Join(dir, "mspipe-stage-test-plugin"))
@@ -221,7 +212,7 @@ func TestCatalogExecPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_ = os.Remove(marker)
-			c, _ := testCatalog(t, SearchDir{Dir: dir, Origin: OriginPluginPath})
+			c, _ := testCatalog(t, host.SearchDir{Dir: dir, Origin: host.OriginPluginPath})
 			c.exec, c.uncheckedNote = tc.exec, "pin it"
 			copyFile(t, testPlugin, filepath.Join(c.resolver.SpecDir, "tool"))
 			c.UsePins(&spec.Pipeline{Stages: []*spec.Stage{{ID: "t", Uses: tc.uses, SHA256: tc.pin}}})
@@ -256,7 +247,7 @@ func TestCatalogExecPolicy(t *testing.T) {
 
 // checkStage is a built-in whose Validate records its request.
 type checkStage struct {
-	fakeStage
+	declaringStage
 	got *plugins.ValidateRequest
 }
 
@@ -273,7 +264,7 @@ func TestCatalogCheckBuiltin(t *testing.T) {
 	var got plugins.ValidateRequest
 	desc := plugins.Descriptor{Name: "npu/check", Version: "1.0.0"}
 	if err := c.registry.Register(plugins.Info{Name: "npu/check", New: func() plugins.Stage {
-		return &checkStage{fakeStage: fakeStage{desc: desc}, got: &got}
+		return &checkStage{declaringStage: declaringStage{desc: desc}, got: &got}
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +337,7 @@ func TestCatalogCheckUsesTheDescribedProcess(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !processGone(pid) {
+	if procgroup.Alive(pid) {
 		t.Errorf("plugin process %d still runs after Close", pid)
 	}
 	problems = check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 2})
@@ -368,5 +359,39 @@ func TestCatalogCheckUsesTheDescribedProcess(t *testing.T) {
 	problems = check(spec.CheckRequest{With: map[string]any{"mode": "check"}, Devices: 1})
 	if len(problems) != 2 || strings.Contains(problems[0].Message, fmt.Sprintf("pid %d,", second)) {
 		t.Errorf("after the plugin died: problems = %v, want a new process's answer", problems)
+	}
+}
+
+// TestCatalogUnbuiltPlugin checks that a plugin whose source is next to the
+// spec but is not built is an error that says how to build it, unchecked
+// (a warning) after AllowUnbuilt, and that a name without a source stays
+// an unknown stage either way.
+func TestCatalogUnbuiltPlugin(t *testing.T) {
+	c, _ := testCatalog(t)
+	writeFile(t, filepath.Join(c.resolver.SpecDir, "plugins", "augment", "main.go"), "package main\n", 0o644)
+	wantMsg := "plugin \"augment\" is not built: its source is " + filepath.Join(c.resolver.SpecDir, "plugins", "augment") +
+		" but there is no executable mspipe-stage-augment"
+	wantCmd := "`go build -o plugins/mspipe-stage-augment "
+
+	_, err := c.Stage("augment")
+	if err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), wantMsg) || !strings.Contains(err.Error(), wantCmd) {
+		t.Fatalf("unbuilt plugin, strict: err = %v; want an error containing %q and %q", err, wantMsg, wantCmd)
+	}
+
+	c2, _ := testCatalog(t)
+	writeFile(t, filepath.Join(c2.resolver.SpecDir, "plugins", "augment", "main.go"), "package main\n", 0o644)
+	c2.AllowUnbuilt()
+	_, err = c2.Stage("augment")
+	if !errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), wantCmd) {
+		t.Errorf("unbuilt plugin, AllowUnbuilt: err = %v; want spec.ErrUnchecked with %q", err, wantCmd)
+	}
+	_, err = c2.Stage("augmnet")
+	if err == nil || errors.Is(err, spec.ErrUnchecked) || !strings.Contains(err.Error(), `unknown stage "augmnet"`) {
+		t.Errorf("typo after AllowUnbuilt: err = %v; want an unknown stage error", err)
+	}
+	// A path is never taken for a name with a source.
+	_, err = c2.Stage("./plugins/augment")
+	if err == nil || errors.Is(err, spec.ErrUnchecked) {
+		t.Errorf("uses: ./plugins/augment (a directory) after AllowUnbuilt: err = %v; want an error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package host
+package catalog
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/mspipe/mspipe/pipeline"
 	"github.com/mspipe/mspipe/plugins"
+	"github.com/mspipe/mspipe/plugins/host"
 	"github.com/mspipe/mspipe/spec"
 )
 
@@ -49,8 +50,8 @@ func (d declaredDescriptor) descriptor() plugins.Descriptor {
 // for runs. What a stage declares is asked once per Catalog and kept. A
 // Catalog is safe for concurrent use.
 type Catalog struct {
-	registry      *Registry
-	resolver      *Resolver
+	registry      *host.Registry
+	resolver      *host.Resolver
 	declared      map[string]plugins.Descriptor
 	shellCommands []string
 	exec          ExecPolicy
@@ -70,7 +71,7 @@ type Catalog struct {
 
 type describedStage struct {
 	desc     plugins.Descriptor
-	resolved Resolved
+	resolved host.Resolved
 	err      error
 }
 
@@ -79,10 +80,10 @@ var (
 	_ pipeline.Launcher = (*Catalog)(nil)
 )
 
-// CatalogConfig says what a [Catalog] offers.
-type CatalogConfig struct {
+// Config says what a [Catalog] offers.
+type Config struct {
 	// Resolver finds the stages; its Builtins are the built-in stages.
-	Resolver *Resolver
+	Resolver *host.Resolver
 	// Declarations are the declared-only built-ins, each the JSON
 	// declaration of a stage (name, description, `with` schema, outputs)
 	// that specs may use but that fails with ErrNotImplemented when run. A
@@ -111,22 +112,22 @@ const (
 	// ExecAll starts every plugin binary.
 	ExecAll ExecPolicy = iota
 	// ExecPinned starts only binaries the spec pins by sha256 (a pin that
-	// does not match refuses to start them, see [Launch]); Stage reports
+	// does not match refuses to start them, see [host.Launch]); Stage reports
 	// any other binary as unchecked (spec.ErrUnchecked).
 	ExecPinned
 	// ExecNever starts no plugin binary; Stage reports each as unchecked.
 	ExecNever
 )
 
-// NewCatalog returns the catalog cfg describes.
-func NewCatalog(cfg CatalogConfig) (*Catalog, error) {
+// New returns the catalog cfg describes.
+func New(cfg Config) (*Catalog, error) {
 	r := cfg.Resolver
 	if r == nil {
-		r = &Resolver{}
+		r = &host.Resolver{}
 	}
 	reg := r.Builtins
 	if reg == nil {
-		reg = NewRegistry()
+		reg = host.NewRegistry()
 	}
 	c := &Catalog{
 		registry:      reg,
@@ -164,7 +165,7 @@ func (c *Catalog) UsePins(p *spec.Pipeline) {
 }
 
 // AllowUnbuilt makes [Catalog.Stage] report a plugin that is not built
-// but whose Go source is next to the spec ([PluginSource]) as unchecked
+// but whose Go source is next to the spec ([host.PluginSource]) as unchecked
 // (spec.ErrUnchecked: a warning that says how to build it) rather than as
 // an error, so a fresh clone validates before anything is built. Running
 // such a spec still fails; validate --strict does not call this.
@@ -177,10 +178,10 @@ func (c *Catalog) AllowUnbuilt() {
 // unbuiltSource is the source directory of the plugin uses names, when it
 // is a plugin name (not a path) with a source next to the spec; else "".
 func (c *Catalog) unbuiltSource(uses string) string {
-	if isPathRef(uses) {
+	if host.IsPathRef(uses) {
 		return ""
 	}
-	dir, ok := PluginSource(c.resolver.SpecDir, uses)
+	dir, ok := host.PluginSource(c.resolver.SpecDir, uses)
 	if !ok {
 		return ""
 	}
@@ -192,7 +193,7 @@ func (c *Catalog) unbuiltSource(uses string) string {
 func (c *Catalog) unbuiltError(uses string) error {
 	src := c.unbuiltSource(uses)
 	msg := fmt.Sprintf("plugin %q is not built: its source is %s but there is no executable %s in ./plugins, $MSPIPE_PLUGIN_PATH or the user config dir; build it with `%s` (mspipe looks in ./plugins first)",
-		uses, src, plugins.BinaryName(uses), BuildCommand(uses, src))
+		uses, src, plugins.BinaryName(uses), host.BuildCommand(uses, src))
 	c.mu.Lock()
 	warn := c.unbuiltWarns
 	c.mu.Unlock()
@@ -254,7 +255,7 @@ func (c *Catalog) describeLocked(ctx context.Context, uses string, keep bool) de
 	}
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
-	client, err := Launch(ctx, cfg)
+	client, err := host.Launch(ctx, cfg)
 	if err != nil {
 		return describedStage{resolved: res, err: err}
 	}
@@ -272,11 +273,11 @@ func (c *Catalog) Stage(uses string) (*spec.StageInfo, error) {
 	d := c.describe(context.Background(), uses, true)
 	switch {
 	case d.err == nil:
-	case errors.Is(d.err, fs.ErrNotExist) && !errors.Is(d.err, ErrStageNotFound):
+	case errors.Is(d.err, fs.ErrNotExist) && !errors.Is(d.err, host.ErrStageNotFound):
 		return nil, fmt.Errorf("plugin binary %s not found (the path is relative to the spec file)", uses)
-	case errors.Is(d.err, ErrStageNotFound) && c.unbuiltSource(uses) != "":
+	case errors.Is(d.err, host.ErrStageNotFound) && c.unbuiltSource(uses) != "":
 		return nil, c.unbuiltError(uses)
-	case errors.Is(d.err, ErrStageNotFound):
+	case errors.Is(d.err, host.ErrStageNotFound):
 		return nil, fmt.Errorf("unknown stage %q: no built-in stage has this name (built-in: %s) and no plugin binary %s was found in ./plugins, $MSPIPE_PLUGIN_PATH or the user config dir",
 			uses, strings.Join(c.Names(), ", "), plugins.BinaryName(uses))
 	default:
@@ -359,7 +360,7 @@ func (c *Catalog) Identity(ctx context.Context, p *spec.Pipeline, s *spec.Stage)
 	return fmt.Sprintf("%s@%s sha256:%s", d.desc.Name, d.desc.Version, digest), nil
 }
 
-func (c *Catalog) executableDigest(res Resolved) (string, error) {
+func (c *Catalog) executableDigest(res host.Resolved) (string, error) {
 	if res.Builtin {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -402,7 +403,7 @@ func (c *Catalog) Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, l
 	cfg.SHA256 = s.SHA256
 	cfg.Log = log
 	cfg.MemoryLimit = s.Limits.Memory
-	return Launch(ctx, cfg)
+	return host.Launch(ctx, cfg)
 }
 
 // Kinds of a [Listing].
