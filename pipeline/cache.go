@@ -267,8 +267,10 @@ type pluginChange struct {
 
 // lookupCache finds a stage with the same key that succeeded in an earlier
 // run and whose path outputs still hold the same content. Runs whose
-// run.json cannot be read are not candidates.
-func (r *runner) lookupCache(ctx context.Context, key string) *cacheHit {
+// run.json cannot be read are not candidates. Without a hit, refused says
+// why the last candidate with these inputs was not used ("" when there
+// was none).
+func (r *runner) lookupCache(ctx context.Context, key string) (hit *cacheHit, refused string) {
 	runs, _ := r.e.Store.List()
 	for _, run := range runs {
 		if run.ID == r.st.ID {
@@ -278,16 +280,18 @@ func (r *runner) lookupCache(ctx context.Context, key string) *cacheHit {
 			if ss.CacheKey != key || (ss.Status != StatusSucceeded && ss.Status != StatusCached) {
 				continue
 			}
-			if artifactsUnchanged(ctx, ss) == nil {
+			err := artifactsUnchanged(ctx, ss)
+			if err == nil {
 				from := run.ID
 				if ss.CachedFrom != "" {
 					from = ss.CachedFrom
 				}
-				return &cacheHit{runID: from, outputs: ss.Outputs, artifacts: ss.Artifacts}
+				return &cacheHit{runID: from, outputs: ss.Outputs, artifacts: ss.Artifacts}, ""
 			}
+			refused = fmt.Sprintf("run %s had these inputs, but its %v", run.ID, err)
 		}
 	}
-	return nil
+	return nil, refused
 }
 
 // artifactsUnchanged returns nil when every path output of a finished

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/spec"
 	"github.com/rs/zerolog"
@@ -113,7 +115,7 @@ func (e *Engine) Run(ctx context.Context, p *spec.Pipeline, specData []byte, par
 	specDir := p.BaseDir
 	st := &RunState{
 		Version: stateVersion, ID: id, Pipeline: p.Name, SpecFile: p.File, SpecDir: specDir,
-		Params: params, Status: StatusRunning, Created: now, Updated: now,
+		SpecSHA256: fmt.Sprintf("%x", sha256.Sum256(specData)), Params: params, Status: StatusRunning, Created: now, Updated: now,
 		Stages: map[string]*StageState{}, Order: g.Order,
 	}
 	for _, sid := range g.Order {
@@ -175,6 +177,7 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	if err != nil {
 		return nil, nil, err
 	}
+	e.sayIfSpecChanged(ctx, st, specPath)
 	p.BaseDir = st.SpecDir
 	problems = append(problems, spec.Validate(p, e.Catalog, spec.Options{})...)
 	if err := problems.Err(); err != nil {
@@ -225,6 +228,39 @@ func (e *Engine) Resume(ctx context.Context, id string) (*spec.Pipeline, *RunSta
 	st.Status, st.Error, st.Finished = StatusRunning, "", nil
 	final, err := e.execute(ctx, p, g, dir, st)
 	return p, final, err
+}
+
+// sayIfSpecChanged warns, before a resume, when the run's copy of its spec
+// was edited since the run started (resume runs the edited copy), or when
+// the spec file the run was started from no longer matches that copy
+// (resume does not run the edited original).
+func (e *Engine) sayIfSpecChanged(ctx context.Context, st *RunState, copyPath string) {
+	digest := func(path string) (string, error) {
+		data, err := userfile.ReadFile(ctx, path, spec.MaxFileSize)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%x", sha256.Sum256(data)), nil
+	}
+	copySum, err := digest(copyPath)
+	if err != nil {
+		return // spec.Load has just read it; nothing to compare
+	}
+	if st.SpecSHA256 != "" && copySum != st.SpecSHA256 {
+		e.Log.Warn().Str("event", "spec_changed").Str("run", st.ID).Str("spec", copyPath).
+			Msgf("run %s: its spec %s was edited since the run started: resume runs the edited spec", st.ID, copyPath)
+	}
+	orig := st.SpecFile
+	if orig == "" {
+		return
+	}
+	if !filepath.IsAbs(orig) {
+		orig = filepath.Join(st.SpecDir, filepath.Base(orig))
+	}
+	if origSum, err := digest(orig); err == nil && origSum != copySum {
+		e.Log.Warn().Str("event", "spec_changed").Str("run", st.ID).Str("spec", orig).
+			Msgf("run %s: %s changed since the run started; resume runs the run's own copy %s (start a new run to use the edited spec)", st.ID, orig, copyPath)
+	}
 }
 
 // outputsGone reports whether a stage that ended succeeded or cached must

@@ -20,10 +20,13 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 	l := r.events.Info().Str("stage", sid)
 	switch {
 	case ev.Log != nil:
-		l.Str("event", "log").Str("level", ev.Log.Level.String()).Fields(ev.Log.Fields).Msg(ev.Log.Message)
+		// The record's level is the line's level; its fields must not
+		// repeat the keys every line has.
+		fields := pluginFields(ev.Log.Fields)
+		r.events.WithLevel(logLevel(ev.Log.Level)).Str("stage", sid).Str("event", "log").Fields(fields).Msg(ev.Log.Message)
 		text := ev.Log.Message + formatFields(ev.Log.Fields)
 		fmt.Fprintf(log, "%s %s %s\n", ev.Time.Format(time.RFC3339), strings.ToUpper(ev.Log.Level.String()), text)
-		r.log.WithLevel(logLevel(ev.Log.Level)).Str("event", "log").Str("stage", sid).Fields(ev.Log.Fields).
+		r.log.WithLevel(logLevel(ev.Log.Level)).Str("event", "log").Str("stage", sid).Fields(fields).
 			Msgf("[%s] %s", sid, text)
 	case ev.Progress != nil:
 		l.Str("event", "progress").Int64("done", ev.Progress.Done).Int64("total", ev.Progress.Total).Str("unit", ev.Progress.Unit).Msg(ev.Progress.Message)
@@ -53,6 +56,29 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 			r.e.Progress.Progress(sid, st.Progress())
 		}
 	}
+}
+
+// reservedKeys are the keys the engine writes on every events line.
+var reservedKeys = map[string]bool{"level": true, "run": true, "stage": true, "event": true, "time": true, "message": true, "error": true}
+
+// pluginFields returns a log record's fields with those named like a
+// reserved key renamed "field.<key>", so that no line has a key twice.
+func pluginFields(fields map[string]any) map[string]any {
+	clash := false
+	for k := range fields {
+		clash = clash || reservedKeys[k]
+	}
+	if !clash {
+		return fields
+	}
+	out := make(map[string]any, len(fields))
+	for k, v := range fields {
+		if reservedKeys[k] {
+			k = "field." + k
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // leads reports whether rank's steps are stage sid's progress: it is the

@@ -133,21 +133,29 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 		ss.Status = StatusFailed
 		return "unknown", err.Error()
 	}
+	why := noEarlierRun
 	if !r.e.NoCache {
-		if hit := r.lookupCache(ctx, key); hit != nil {
+		hit, refused := r.lookupCache(ctx, key)
+		if hit != nil {
 			ss.Status, ss.Outputs, ss.Artifacts = StatusCached, hit.outputs, hit.artifacts
 			return "cached", "outputs of run " + hit.runID
 		}
+		if refused != "" {
+			why = refused
+		}
 	}
 	ss.Status = StatusRunning
-	if !r.e.NoCache {
+	if !r.e.NoCache && why == noEarlierRun {
 		if ch := r.pluginChanged(in); ch != nil {
 			return "run", fmt.Sprintf("the plugin changed since run %s, which had these inputs: %s then, %s now",
 				ch.runID, shortIdentity(ch.then), shortIdentity(ident))
 		}
 	}
-	return "run", "no earlier run has these inputs"
+	return "run", why
 }
+
+// noEarlierRun is why a stage runs when nothing else explains it.
+const noEarlierRun = "no earlier run has these inputs"
 
 // longHex is a run of hex digits too long to read in a plan: a digest.
 var longHex = regexp.MustCompile(`[0-9a-f]{16,}`)

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -103,5 +105,27 @@ func TestPlanSaysThePluginChanged(t *testing.T) {
 	}
 	if plan[0].Detail != "no earlier run has these inputs" {
 		t.Errorf("stage a with another input and plugin: %q", plan[0].Detail)
+	}
+}
+
+// TestPlanSaysWhyTheCacheWasRefused: when an earlier run had the same
+// inputs but its output was changed since, plan says so rather than "no
+// earlier run has these inputs".
+func TestPlanSaysWhyTheCacheWasRefused(t *testing.T) {
+	w := newWorkspace(t)
+	l := &scriptLauncher{run: filesRun(map[string]string{"a": "good"})}
+	const src = "version: 1\nname: t\nstages:\n  a: {uses: files}\n"
+	first := w.mustRun(w.engine(l), src)
+	dir := first.Stages["a"].Outputs["dir"].(string)
+	if err := os.WriteFile(filepath.Join(dir, "out.txt"), []byte("tampered"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := w.engine(l).Plan(context.Background(), w.load(src), map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "run " + first.ID + " had these inputs, but its output dir (" + dir + ") changed since the stage produced it"
+	if len(plan) != 1 || plan[0].Action != "run" || plan[0].Detail != want {
+		t.Errorf("plan %+v, want run: %s", plan, want)
 	}
 }

@@ -74,7 +74,11 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 	ss.CacheKey, ss.Plugin = key, ident
 	r.mu.Unlock()
 	if !r.e.NoCache {
-		if hit := r.lookupCache(ctx, key); hit != nil {
+		hit, refused := r.lookupCache(ctx, key)
+		if hit == nil && refused != "" {
+			r.log.Info().Str("event", "cache_refused").Str("stage", sid).Msgf("[%s] not cached: %s", sid, refused)
+		}
+		if hit != nil {
 			r.mu.Lock()
 			ss.Status, ss.Outputs, ss.Artifacts, ss.CachedFrom = StatusCached, hit.outputs, hit.artifacts, hit.runID
 			ss.Reason = ""
@@ -220,6 +224,11 @@ func (r *runner) timeoutOr(ctx, runCtx context.Context, deadline time.Time, s *s
 func (r *runner) checkOutputs(s *spec.Stage, outputs map[string]any) (map[string]any, error) {
 	if outputs == nil {
 		outputs = map[string]any{}
+	}
+	// Also here, not only in the plugin host: a launcher of another kind
+	// must not make run.json too large to read back either.
+	if err := plugins.CheckOutputSize(outputs); err != nil {
+		return nil, err
 	}
 	for _, o := range s.Outputs {
 		v, ok := outputs[o.Name]

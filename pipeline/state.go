@@ -48,19 +48,23 @@ const stateVersion = 1
 
 // RunState is run.json: the whole state of one run.
 type RunState struct {
-	Version  int                    `json:"version"`
-	ID       string                 `json:"id"`
-	Pipeline string                 `json:"pipeline"`  // the spec's name
-	SpecFile string                 `json:"spec_file"` // the spec as given to mspipe run
-	SpecDir  string                 `json:"spec_dir"`  // absolute; relative paths in the spec resolve here
-	Params   map[string]any         `json:"params"`    // every param's value for this run
-	Status   Status                 `json:"status"`
-	Created  time.Time              `json:"created"`
-	Updated  time.Time              `json:"updated"`
-	Finished *time.Time             `json:"finished,omitempty"`
-	Error    string                 `json:"error,omitempty"`
-	Stages   map[string]*StageState `json:"stages"`
-	Order    []string               `json:"order"` // stage ids in topological order
+	Version  int    `json:"version"`
+	ID       string `json:"id"`
+	Pipeline string `json:"pipeline"`  // the spec's name
+	SpecFile string `json:"spec_file"` // the spec as given to mspipe run
+	SpecDir  string `json:"spec_dir"`  // absolute; relative paths in the spec resolve here
+	// SpecSHA256 is the digest of the run's copy of its spec (pipeline.yaml
+	// in the run directory) when the run started; resume says when the
+	// copy was edited since. Empty in runs of older versions.
+	SpecSHA256 string                 `json:"spec_sha256,omitempty"`
+	Params     map[string]any         `json:"params"` // every param's value for this run
+	Status     Status                 `json:"status"`
+	Created    time.Time              `json:"created"`
+	Updated    time.Time              `json:"updated"`
+	Finished   *time.Time             `json:"finished,omitempty"`
+	Error      string                 `json:"error,omitempty"`
+	Stages     map[string]*StageState `json:"stages"`
+	Order      []string               `json:"order"` // stage ids in topological order
 }
 
 // StageState is one stage's entry in run.json.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -117,6 +119,13 @@ func fromStatus(ctx context.Context, err error) error {
 	switch st.Code() {
 	case codes.Unavailable, codes.Canceled:
 		return fmt.Errorf("%w: %s", ErrPluginExited, st.Message())
+	case codes.ResourceExhausted:
+		return fmt.Errorf("%w: %s (a message from a plugin may take at most %s; outputs at most %s: write large values to a file and output its path)",
+			ErrBadReply, st.Message(), formatBytes(MaxMessageBytes), formatBytes(MaxOutputsBytes))
+	case codes.Internal:
+		if strings.Contains(st.Message(), "invalid UTF-8") {
+			return fmt.Errorf("%w: %s (strings in the protocol's messages must be UTF-8: a log message, progress unit, metric or artifact name or path)", ErrBadReply, st.Message())
+		}
 	}
 	return errors.New(st.Message())
 }
@@ -146,7 +155,7 @@ func (s *grpcServer) Validate(ctx context.Context, req *stagev1.ValidateRequest)
 	}
 	resp := &stagev1.ValidateResponse{Problems: make([]*stagev1.Problem, 0, len(problems))}
 	for _, p := range problems {
-		resp.Problems = append(resp.Problems, &stagev1.Problem{Path: p.Path, Message: p.Message})
+		resp.Problems = append(resp.Problems, &stagev1.Problem{Path: validUTF8(p.Path), Message: validUTF8(p.Message)})
 	}
 	return resp, nil
 }
@@ -212,13 +221,13 @@ func encodeObject(m map[string]any) ([]byte, error) {
 
 func descriptorToProto(d Descriptor) *stagev1.DescribeResponse {
 	resp := &stagev1.DescribeResponse{
-		Name:        d.Name,
-		Version:     d.Version,
-		Description: d.Description,
+		Name:        validUTF8(d.Name),
+		Version:     validUTF8(d.Version),
+		Description: validUTF8(d.Description),
 		WithSchema:  d.WithSchema,
 	}
 	for _, o := range d.Outputs {
-		resp.Outputs = append(resp.Outputs, &stagev1.OutputSpec{Name: o.Name, Type: o.Type, Description: o.Description})
+		resp.Outputs = append(resp.Outputs, &stagev1.OutputSpec{Name: validUTF8(o.Name), Type: validUTF8(o.Type), Description: validUTF8(o.Description)})
 	}
 	versions := d.ProtocolVersions
 	if len(versions) == 0 {
@@ -297,9 +306,17 @@ func clusterFromProto(c *stagev1.Cluster) Cluster {
 	return Cluster{Devices: int(c.GetDevices()), RankTable: c.GetRankTable()}
 }
 
+// MaxLogBytes bounds a log record's message and, apart, its encoded
+// fields: a longer message is cut (and says so), longer fields are
+// replaced by a note. Both sides apply it, so a plugin that does not use
+// this package is bounded too.
+const MaxLogBytes = 64 << 10
+
 // eventToProto converts an event for sending; it returns nil for an event
 // with no payload, which is dropped. Log fields that cannot be encoded are
-// replaced by a note, since emit has no way to report an error.
+// replaced by a note, since emit has no way to report an error. Strings
+// that are not UTF-8 (which protobuf refuses to send, failing the whole
+// stream) get U+FFFD for their bad bytes.
 func eventToProto(e Event) *stagev1.RunEvent {
 	t := e.Time
 	if t.IsZero() {
@@ -308,9 +325,12 @@ func eventToProto(e Event) *stagev1.RunEvent {
 	msg := &stagev1.RunEvent{Time: timestamppb.New(t)}
 	switch {
 	case e.Log != nil:
-		rec := &stagev1.LogRecord{Level: levelToProto(e.Log.Level), Message: e.Log.Message}
+		rec := &stagev1.LogRecord{Level: levelToProto(e.Log.Level), Message: capLogMessage(validUTF8(e.Log.Message))}
 		if len(e.Log.Fields) > 0 {
 			data, err := EncodeJSON(e.Log.Fields)
+			if err == nil && len(data) > MaxLogBytes {
+				err = fmt.Errorf("%s of fields, at most %s", formatBytes(len(data)), formatBytes(MaxLogBytes))
+			}
 			if err != nil {
 				data, _ = EncodeJSON(map[string]any{"fields_error": err.Error()})
 			}
@@ -319,13 +339,14 @@ func eventToProto(e Event) *stagev1.RunEvent {
 		msg.Payload = &stagev1.RunEvent_Log{Log: rec}
 	case e.Progress != nil:
 		p := e.Progress
-		msg.Payload = &stagev1.RunEvent_Progress{Progress: &stagev1.Progress{Done: p.Done, Total: p.Total, Unit: p.Unit, Message: p.Message}}
+		msg.Payload = &stagev1.RunEvent_Progress{Progress: &stagev1.Progress{Done: p.Done, Total: p.Total,
+			Unit: validUTF8(p.Unit), Message: capLogMessage(validUTF8(p.Message))}}
 	case e.Metric != nil:
 		m := e.Metric
-		msg.Payload = &stagev1.RunEvent_Metric{Metric: &stagev1.Metric{Name: m.Name, Value: m.Value, Step: m.Step}}
+		msg.Payload = &stagev1.RunEvent_Metric{Metric: &stagev1.Metric{Name: validUTF8(m.Name), Value: m.Value, Step: m.Step}}
 	case e.Artifact != nil:
 		a := e.Artifact
-		msg.Payload = &stagev1.RunEvent_Artifact{Artifact: &stagev1.Artifact{Name: a.Name, Path: a.Path, Sha256: a.SHA256}}
+		msg.Payload = &stagev1.RunEvent_Artifact{Artifact: &stagev1.Artifact{Name: validUTF8(a.Name), Path: validUTF8(a.Path), Sha256: validUTF8(a.SHA256)}}
 	case e.Step != nil:
 		st := e.Step
 		msg.Payload = &stagev1.RunEvent_Step{Step: &stagev1.Step{
@@ -339,6 +360,27 @@ func eventToProto(e Event) *stagev1.RunEvent {
 	return msg
 }
 
+// validUTF8 replaces each run of bytes that is not UTF-8 by U+FFFD.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// capLogMessage cuts a message to MaxLogBytes (on a rune boundary) and
+// says how much was left out.
+func capLogMessage(s string) string {
+	if len(s) <= MaxLogBytes {
+		return s
+	}
+	cut := MaxLogBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%s more cut: log messages are limited to %s)", s[:cut], formatBytes(len(s)-cut), formatBytes(MaxLogBytes))
+}
+
 // eventFromProto converts a received event. ok is false for an event
 // without a payload the host knows (e.g. from a newer protocol minor), which
 // is skipped; err is set for a payload that is malformed.
@@ -349,8 +391,10 @@ func eventFromProto(ev *stagev1.RunEvent) (e Event, ok bool, err error) {
 	}
 	switch p := ev.GetPayload().(type) {
 	case *stagev1.RunEvent_Log:
-		rec := &LogEvent{Level: levelFromProto(p.Log.GetLevel()), Message: p.Log.GetMessage()}
-		if len(p.Log.GetFields()) > 0 {
+		rec := &LogEvent{Level: levelFromProto(p.Log.GetLevel()), Message: capLogMessage(p.Log.GetMessage())}
+		if n := len(p.Log.GetFields()); n > MaxLogBytes {
+			rec.Fields = map[string]any{"fields_error": fmt.Sprintf("%s of fields, at most %s", formatBytes(n), formatBytes(MaxLogBytes))}
+		} else if n > 0 {
 			rec.Fields, err = DecodeJSONObject(p.Log.GetFields())
 			if err != nil {
 				return e, false, fmt.Errorf("%w: log fields: %v", ErrBadReply, err)
@@ -358,7 +402,7 @@ func eventFromProto(ev *stagev1.RunEvent) (e Event, ok bool, err error) {
 		}
 		e.Log = rec
 	case *stagev1.RunEvent_Progress:
-		e.Progress = &ProgressEvent{Done: p.Progress.GetDone(), Total: p.Progress.GetTotal(), Unit: p.Progress.GetUnit(), Message: p.Progress.GetMessage()}
+		e.Progress = &ProgressEvent{Done: p.Progress.GetDone(), Total: p.Progress.GetTotal(), Unit: truncate(p.Progress.GetUnit(), 80), Message: capLogMessage(p.Progress.GetMessage())}
 	case *stagev1.RunEvent_Metric:
 		e.Metric = &MetricEvent{Name: p.Metric.GetName(), Value: p.Metric.GetValue(), Step: p.Metric.GetStep()}
 	case *stagev1.RunEvent_Artifact:

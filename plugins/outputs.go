@@ -79,6 +79,9 @@ func CheckDescriptor(d Descriptor) error {
 // plugin sent an integer, relative paths are joined to workDir. Every
 // problem is reported, in an error wrapping [ErrBadOutput].
 func CheckOutputs(d Descriptor, workDir string, outputs map[string]any) (map[string]any, error) {
+	if err := CheckOutputSize(outputs); err != nil {
+		return nil, fmt.Errorf("stage %q: %w", d.Name, err)
+	}
 	declared := map[string]OutputSpec{}
 	var wildcard *OutputSpec
 	for _, o := range d.Outputs {

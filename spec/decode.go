@@ -45,6 +45,20 @@ var usesRe = regexp.MustCompile(`^([a-z][a-z0-9_-]*(/[a-z][a-z0-9_-]*)*|\.{1,2}/
 // memoryRe is a size with a unit; the schema has the same pattern.
 var memoryRe = regexp.MustCompile(`^[0-9]+ ?(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$`)
 
+// largeMemoryRe is a size in units larger than the largest limit; such a
+// size is refused as too large, not as malformed.
+var largeMemoryRe = regexp.MustCompile(`^[0-9]+ ?(PiB|EiB|ZiB|YiB|PB|EB|ZB|YB)$`)
+
+// memoryTooLarge reports whether text, parsed by userfile.ParseSize into
+// size or err, is a positive size beyond MaxMemoryLimit: in a unit above
+// the limit, too large for ParseSize, or larger than the limit.
+func memoryTooLarge(text string, size int64, err error) bool {
+	if strings.Trim(strings.TrimRight(text, " BKMGTPEZYi"), "0") == "" {
+		return false // no digits, or zero
+	}
+	return largeMemoryRe.MatchString(text) || memoryRe.MatchString(text) && (err != nil || size > MaxMemoryLimit)
+}
+
 var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 var (
@@ -383,9 +397,18 @@ func (d *decoder) duration(n *yaml.Node, what string) (time.Duration, bool) {
 	return v, true
 }
 
-func (d *decoder) stringMap(n *yaml.Node, what string) map[string]string {
+// envNameRe is an environment variable name a shell can use; a name with
+// "=" would set another variable than the one named.
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envMap decodes an env block: names as envNameRe says, string values.
+func (d *decoder) envMap(n *yaml.Node, what string) map[string]string {
 	out := map[string]string{}
 	d.mapping(n, what, nil, func(key string, k, v *yaml.Node) {
+		if !envNameRe.MatchString(key) {
+			d.errs.add(d.pos(k), "%s: %q is not a variable name: use letters, digits and _, not starting with a digit", what, truncate(key, 40))
+			return
+		}
 		if v = d.resolve(v); v == nil {
 			return
 		}
@@ -428,7 +451,7 @@ func (d *decoder) pipeline(p *Pipeline, root *yaml.Node) {
 		case "cluster":
 			p.Cluster = d.cluster(v, "cluster")
 		case "env":
-			p.Env = d.stringMap(v, "env")
+			p.Env = d.envMap(v, "env")
 		case "stages":
 			haveStages = true
 			d.stages(p, v)
@@ -679,7 +702,7 @@ func (d *decoder) stages(p *Pipeline, n *yaml.Node) {
 			case "outputs":
 				d.outputs(s, vv, what+".outputs")
 			case "env":
-				s.Env = d.stringMap(vv, what+".env")
+				s.Env = d.envMap(vv, what+".env")
 			case "sha256":
 				if h, ok := d.str(vv, what+".sha256"); ok {
 					if !sha256Re.MatchString(h) {
@@ -764,6 +787,8 @@ func (d *decoder) limits(s *Stage, n *yaml.Node, what string) {
 			}
 			size, err := bytesize.Parse(text)
 			switch {
+			case memoryTooLarge(text, size, err):
+				d.errs.add(d.pos(v), "%s.memory: %s is too large: at most %s (more than a machine has)", what, truncate(text, 40), bytesize.Format(MaxMemoryLimit))
 			case err != nil || !memoryRe.MatchString(text):
 				d.errs.add(d.pos(v), "%s.memory: %q is not a size with a unit, such as 512MiB or 2GiB", what, truncate(text, 40))
 			case size < MinMemoryLimit:

@@ -95,6 +95,11 @@ type Limits struct {
 // before doing any work.
 const MinMemoryLimit = 256 << 20
 
+// MaxMemoryLimit is the largest limits.memory accepted: 16 TiB, more
+// memory than any one machine has, so a larger limit would limit nothing
+// (and 1 PiB or more does not fit the size arithmetic).
+const MaxMemoryLimit = 16 << 40
+
 // Retry says how often a failed stage is attempted again.
 type Retry struct {
 	MaxAttempts int           // total attempts, at least 1

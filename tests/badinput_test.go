@@ -208,7 +208,7 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 		total += kinds[kind]
 	}
-	if total < 40 {
-		t.Errorf("the corpus has %d cases, want at least 40", total)
+	if total < 85 {
+		t.Errorf("the corpus has %d cases, want at least 85", total)
 	}
 }

@@ -180,6 +180,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 func TestSlurmSrunTrainsLikeTheLocalLauncher(t *testing.T) {
 	conf := startSlurm(t)
 	t.Setenv("SLURM_CONF", conf)
+	// The test is not inside an allocation: srun asks for one itself.
+	t.Setenv("MSPIPE_SRUN_ALLOCATE", "1")
 	w := newWorkspace(t)
 	w.write("launchers.yaml", launcherSpec)
 	local := w.run("run", "launchers.yaml")

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/internal/procgroup"
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
@@ -71,6 +73,38 @@ const (
 	EnvJobDir = "MSPIPE_JOB_DIR"
 )
 
+// maxHostfileBytes bounds the hostfile read: a line per host.
+const maxHostfileBytes = 1 << 20
+
+// EnvSrunAllocate, set to 1, lets srun run outside a Slurm allocation
+// (where it asks Slurm for one itself, and may wait in the queue).
+const EnvSrunAllocate = "MSPIPE_SRUN_ALLOCATE"
+
+// checkLauncherInputs checks, before the launcher starts, what it would
+// otherwise trip over with a message of its own: a hostfile that is not a
+// regular file of host lines (a device such as /dev/zero would be read
+// without end), srun outside an allocation.
+func checkLauncherInputs(ctx context.Context, job ExternalJob, getenv func(string) string) error {
+	switch job.Launcher {
+	case MPIRun:
+		if job.Hostfile == "" {
+			return nil
+		}
+		data, err := userfile.ReadFile(ctx, job.Hostfile, maxHostfileBytes)
+		if err != nil {
+			return fmt.Errorf("launch: hostfile %s: %w", job.Hostfile, err)
+		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			return fmt.Errorf("launch: hostfile %s lists no hosts", job.Hostfile)
+		}
+	case Srun:
+		if getenv("SLURM_JOB_ID") == "" && getenv("SLURM_JOBID") == "" && getenv(EnvSrunAllocate) != "1" {
+			return fmt.Errorf("launch: srun outside a Slurm allocation (SLURM_JOB_ID is not set): run mspipe inside salloc or sbatch, or set %s=1 to let srun ask Slurm for an allocation itself", EnvSrunAllocate)
+		}
+	}
+	return nil
+}
+
 // RunExternal starts the job's launcher, which starts every rank, and
 // waits for it. The launcher runs in its own process group; cancelling ctx
 // sends it SIGTERM, which it forwards to the ranks, then SIGKILL after the
@@ -99,6 +133,9 @@ func RunExternal(ctx context.Context, job ExternalJob) error {
 	}
 	args, hostfile, err := LauncherCommand(job, t, os.Geteuid())
 	if err != nil {
+		return err
+	}
+	if err := checkLauncherInputs(ctx, job, os.Getenv); err != nil {
 		return err
 	}
 	if job.Launcher == MPIRun && job.Hostfile == "" {

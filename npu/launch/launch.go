@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -125,27 +126,46 @@ func Run(ctx context.Context, job Job) error {
 			continueGroup(p)
 		}
 	}
-	for _, r := range job.Ranks {
-		p, err := start(job, r)
-		if err != nil {
-			stopAll()
-			for _, q := range procs {
-				_ = q.cmd.Wait()
-				q.log.Close()
-			}
-			return err
-		}
-		procs = append(procs, p)
-	}
-
 	type exit struct {
 		p   *proc
 		err error
 	}
-	exits := make(chan exit, len(procs))
-	for _, p := range procs {
-		go func(p *proc) { exits <- exit{p, p.cmd.Wait()} }(p)
+	exits := make(chan exit, len(job.Ranks))
+	// A job of many ranks takes long to start: once a rank has failed (or
+	// ctx is done) the rest are not started, only the started ones stopped.
+	var anyFailed atomic.Bool
+	for _, r := range job.Ranks {
+		if anyFailed.Load() || ctx.Err() != nil {
+			break
+		}
+		p, err := start(job, r)
+		if err != nil {
+			stopAll()
+			grace := time.NewTimer(job.Grace)
+			for n := 0; n < len(procs); {
+				select {
+				case e := <-exits:
+					e.p.log.Close()
+					n++
+				case <-grace.C:
+					for _, p := range procs {
+						signalGroup(p.cmd, syscall.SIGKILL)
+					}
+				}
+			}
+			grace.Stop()
+			return err
+		}
+		procs = append(procs, p)
+		go func(p *proc) {
+			err := p.cmd.Wait()
+			if err != nil {
+				anyFailed.Store(true)
+			}
+			exits <- exit{p, err}
+		}(p)
 	}
+
 	var first, stopped, hung *proc
 	blamed := map[int]bool{} // ranks that failed ranks blame
 	var once sync.Once
@@ -358,9 +378,15 @@ func logTail(path string) string {
 
 // LocalRankTable writes a rank table for devices simulated devices on this
 // machine (loopback device IPs) into dir as rank_table_{N}pcs.json, the
-// seeds' name, and returns its path.
+// seeds' name, and returns its path. More than 8 devices are whole 8-device
+// simulated hosts (as `mspipe ranktable generate --hosts N --scheme local`
+// writes them): what cluster.devices accepts, 16 to 2032 in steps of 8.
 func LocalRankTable(dir string, devices int) (string, error) {
-	t, err := ranktable.Generate(ranktable.GenerateOptions{Devices: devices, Scheme: ranktable.SchemeLocal})
+	opts := ranktable.GenerateOptions{Devices: devices, Scheme: ranktable.SchemeLocal}
+	if devices > 8 && devices%8 == 0 {
+		opts.Devices, opts.Hosts = 8, devices/8
+	}
+	t, err := ranktable.Generate(opts)
 	if err != nil {
 		return "", fmt.Errorf("generate a rank table for %d devices: %w", devices, err)
 	}

@@ -248,3 +248,26 @@ func TestCancelEndsStoppedRank(t *testing.T) {
 		t.Fatal("Run still waits for the stopped rank a minute after cancel")
 	}
 }
+
+// A job that cannot start all its ranks stops starting them once one has
+// failed: rank 0 exits at once, and of 300 ranks only those started before
+// its exit was seen ever run (before, all 300 were started, then stopped).
+func TestFailedRankStopsTheStarting(t *testing.T) {
+	const n = 300
+	j := job(t, "", n)
+	j.Path, j.Args = "/bin/sh", []string{"-c", `if [ "$RANK_ID" = 0 ]; then echo rank 0 gives up; exit 3; fi; exec sleep 60`}
+	err := Run(context.Background(), j)
+	if !errors.Is(err, ErrRankFailed) || !strings.Contains(err.Error(), "rank 0 (device 0) exit status 3") {
+		t.Fatalf("err = %v", err)
+	}
+	started := 0
+	for r := range n {
+		if _, err := os.Stat(DeviceDir(j.Dir, r)); err == nil {
+			started++
+		}
+	}
+	if started == n {
+		t.Errorf("all %d ranks were started after rank 0 had failed", n)
+	}
+	t.Logf("%d of %d ranks started", started, n)
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/mspipe/mspipe/internal/procgroup"
 	"github.com/mspipe/mspipe/plugins"
@@ -65,6 +67,10 @@ type LaunchConfig struct {
 	// before any Run); processes it starts inherit the same limit, each on
 	// its own. Go plugins also get a GOMEMLIMIT a little below it.
 	MemoryLimit int64
+	// SocketDir is where the plugin's gRPC socket is made: a fresh private
+	// directory is created inside it for each launch and removed when the
+	// plugin has ended, however it ended. Empty means os.TempDir().
+	SocketDir string
 }
 
 // Client is a running plugin process. It is a [plugins.Stage]: Describe returns the
@@ -81,6 +87,9 @@ type Client struct {
 	exited <-chan struct{}
 	tail   *stderrTail
 	tls    *tls.Config // the host's side of this plugin's connection
+	// sockets is this launch's private directory for the plugin's socket
+	// (PLUGIN_UNIX_SOCKET_DIR), removed once the process has ended.
+	sockets string
 
 	closing   chan struct{} // closed when Close starts; ends the context watcher
 	closeOnce sync.Once
@@ -145,6 +154,17 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 
+	sockets, err := socketDir(cfg.SocketDir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = os.RemoveAll(sockets)
+		}
+	}()
+
 	logw := &lockedWriter{w: cfg.Log}
 	if cfg.Log == nil {
 		logw.w = io.Discard
@@ -154,7 +174,11 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 	// Last, so that they win over inherited values. PLUGIN_CLIENT_CERT lets
 	// a plugin built with an SDK that relied on AutoMTLS answer with its own
 	// server certificate, which go-plugin then trusts for that connection.
-	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM))
+	// go-plugin's server makes its Unix socket in PLUGIN_UNIX_SOCKET_DIR
+	// (else in the system's temporary directory, where a plugin that is
+	// killed leaves it behind).
+	cmd.Env = append(append(os.Environ(), cfg.Env...), launch.env, "PLUGIN_CLIENT_CERT="+string(creds.clientCertPEM),
+		plugin.EnvUnixSocketDir+"="+sockets)
 	if cfg.MemoryLimit > 0 {
 		cmd.Env = append(cmd.Env, goMemoryLimit(cfg.MemoryLimit))
 	}
@@ -175,6 +199,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		Stderr:           tail,
 		SyncStdout:       logw,
 		SyncStderr:       logw,
+		// After go-plugin's own options, which allow 2 GiB messages.
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugins.MaxMessageBytes))},
 	})
 
 	rpc, err := pc.Client() // starts the process and does the handshake
@@ -185,11 +211,14 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Client, error) {
 		pc.Kill()
 		return nil, startError(label, cfg, cmd, tail, err)
 	}
-	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client, closing: make(chan struct{})}
+	c := &Client{label: label, cfg: cfg, pc: pc, cmd: cmd, pid: cmd.Process.Pid, tail: tail, tls: launch.client,
+		sockets: sockets, closing: make(chan struct{})}
+	started = true // from here on, Close removes the socket directory
 	if cfg.MemoryLimit > 0 {
 		if err := limitMemory(c.pid, cfg.MemoryLimit); err != nil {
 			_ = procgroup.Signal(c.pid, syscall.SIGKILL)
 			pc.Kill()
+			_ = os.RemoveAll(sockets)
 			return nil, fmt.Errorf("%s: set its memory limit (limits.memory): %w", label, err)
 		}
 	}
@@ -299,7 +328,72 @@ func (c *Client) terminate() error {
 	if c.exited != nil {
 		c.pc.Kill() // the process is gone: this only releases the connection and goroutines
 	}
+	if err := os.RemoveAll(c.sockets); err != nil {
+		return fmt.Errorf("%s: remove its socket directory: %w", c.label, err)
+	}
 	return nil
+}
+
+// maxSocketPath is the longest Unix socket path Linux accepts (sun_path
+// holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// socketDirPrefix starts the name of every socket directory; the pid of
+// the mspipe process that made it follows.
+const socketDirPrefix = "mspipe-plugin-"
+
+// socketDir creates a private directory (mode 0700) for one plugin's
+// socket inside base (os.TempDir() when empty), named after this process,
+// and first removes those of mspipe processes that are gone (killed before
+// they could remove their own). go-plugin names the socket "plugin" and up
+// to ten digits; a base too long for that is refused here rather than as
+// bind's "invalid argument".
+func socketDir(base string) (string, error) {
+	if base == "" {
+		base = os.TempDir()
+	}
+	removeStaleSocketDirs(base)
+	dir, err := os.MkdirTemp(base, fmt.Sprintf("%s%d-", socketDirPrefix, os.Getpid()))
+	if err != nil {
+		return "", fmt.Errorf("socket directory: %w", err)
+	}
+	if n := len(dir) + len("/plugin") + 10; n > maxSocketPath {
+		_ = os.Remove(dir)
+		return "", fmt.Errorf("socket directory %s: a socket path there would be %d bytes, Unix sockets take at most %d: set TMPDIR to a shorter directory", dir, n, maxSocketPath)
+	}
+	return dir, nil
+}
+
+// removeStaleSocketDirs removes the socket directories in base whose
+// mspipe process no longer runs. Failures are left for a later launch.
+func removeStaleSocketDirs(base string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), socketDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(base, e.Name()))
+	}
+}
+
+// processAlive reports whether a process with this pid exists (signal 0
+// reaches it, or it belongs to another user).
+func processAlive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // explain turns an error of a call into what the caller needs: its own

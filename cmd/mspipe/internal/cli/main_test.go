@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "build example plugin: %v\n", err)
+		os.RemoveAll(dir)
 		os.Exit(2)
 	}
 	os.Setenv("MSPIPE_PLUGIN_PATH", dir)

@@ -134,7 +134,7 @@ func lineChart(spec chartSpec, curves []curve, bounds []boundaryAt) *Chart {
 		}
 	}
 	xpos := func(v float64) float64 { return c.Left + (v-xlo)/(xhi-xlo)*c.PlotW }
-	ypos := func(v float64) float64 { return c.Top + c.PlotH - (v-ylo)/(yhi-ylo)*c.PlotH }
+	ypos := func(v float64) float64 { return c.Top + c.PlotH - (clampAxis(v)-ylo)/(yhi-ylo)*c.PlotH }
 	for _, t := range xticks {
 		c.XTicks = append(c.XTicks, Tick{Pos: xpos(t), Label: formatTick(t)})
 	}
@@ -279,10 +279,29 @@ func sortedRanks[T any](m map[int]T) []int {
 	return out
 }
 
+// axisLimit bounds the values an axis spans: anything beyond is drawn at
+// the edge. Losses come from plugins and may be as large as a float64
+// goes; hi-lo of two such values overflows to +Inf.
+const axisLimit = 1e300
+
+// minAxisSpan is the narrowest range an axis shows; narrower ranges
+// (subnormal numbers) would make a tick step of zero.
+const minAxisSpan = 1e-200
+
+// maxTicks bounds the ticks of one axis whatever the range: a tick step
+// that rounds away against the axis's magnitude must not loop.
+const maxTicks = 12
+
 // niceAxis widens [lo, hi] to round numbers and returns about five ticks
-// on multiples of 1, 2 or 5 times a power of ten.
+// on multiples of 1, 2 or 5 times a power of ten. The range is first made
+// finite, clamped to ±axisLimit, and at least a billionth of its
+// magnitude (and minAxisSpan) wide, so the ticks are distinct numbers and at most maxTicks.
 func niceAxis(lo, hi float64) (float64, float64, []float64) {
-	if hi <= lo {
+	lo, hi = clampAxis(lo), clampAxis(hi)
+	if hi < lo {
+		lo, hi = hi, lo
+	}
+	if minSpan := math.Max(math.Max(math.Abs(lo), math.Abs(hi))*1e-9, minAxisSpan); hi-lo <= minSpan {
 		pad := math.Max(math.Abs(lo)*0.05, 0.5)
 		lo, hi = lo-pad, hi+pad
 	}
@@ -297,15 +316,20 @@ func niceAxis(lo, hi float64) (float64, float64, []float64) {
 	}
 	lo = math.Floor(lo/step) * step
 	hi = math.Ceil(hi/step) * step
-	var ticks []float64
-	for i := 0; ; i++ {
-		t := lo + float64(i)*step
-		if t > hi+step/2 {
-			break
-		}
-		ticks = append(ticks, t)
+	n := max(0, min(int(math.Round((hi-lo)/step)), maxTicks-1))
+	ticks := make([]float64, 0, n+1)
+	for i := 0; i <= n; i++ {
+		ticks = append(ticks, lo+float64(i)*step)
 	}
 	return lo, hi, ticks
+}
+
+// clampAxis maps v into [-axisLimit, axisLimit]; NaN becomes 0.
+func clampAxis(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return math.Max(-axisLimit, math.Min(axisLimit, v))
 }
 
 func formatTick(v float64) string {

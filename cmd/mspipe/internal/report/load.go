@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -80,6 +81,9 @@ type StageManifest struct {
 const (
 	maxEventsBytes   = 1 << 30
 	maxEventLineSize = 1 << 20
+	// maxSteps bounds the steps kept in memory (about 100 bytes each):
+	// 2,032 ranks of 1,000 steps fit.
+	maxSteps = 1 << 21
 )
 
 // Load reads what the report of the run in runDir shows. st is the run's
@@ -176,16 +180,39 @@ func (r *Run) readNeeds(runDir string) map[string][]string {
 
 // stepEvent is the part of an events.jsonl line a report uses.
 type stepEvent struct {
-	Stage        string  `json:"stage"`
-	Event        string  `json:"event"`
-	Rank         int     `json:"rank"`
-	Epoch        int64   `json:"epoch"`
-	GlobalStep   int64   `json:"global_step"`
-	Loss         float64 `json:"loss"`
-	LearningRate float64 `json:"lr"`
-	ImagesPerSec float64 `json:"images_per_second"`
-	AfterStep    int64   `json:"after_step_device_memory"`
-	DeviceMemory int64   `json:"device_memory"` // the same, in logs written before it was named so
+	Stage        string    `json:"stage"`
+	Event        string    `json:"event"`
+	Rank         int       `json:"rank"`
+	Epoch        int64     `json:"epoch"`
+	GlobalStep   int64     `json:"global_step"`
+	Loss         lossValue `json:"loss"`
+	LearningRate float64   `json:"lr"`
+	ImagesPerSec float64   `json:"images_per_second"`
+	AfterStep    int64     `json:"after_step_device_memory"`
+	DeviceMemory int64     `json:"device_memory"` // the same, in logs written before it was named so
+}
+
+// lossValue is a loss as the events log holds it: a JSON number, or the
+// strings "NaN", "+Inf" and "-Inf" zerolog writes for what JSON cannot
+// say (a diverged training reports them).
+type lossValue float64
+
+func (l *lossValue) UnmarshalJSON(data []byte) error {
+	switch string(data) {
+	case `"NaN"`:
+		*l = lossValue(math.NaN())
+	case `"+Inf"`:
+		*l = lossValue(math.Inf(1))
+	case `"-Inf"`:
+		*l = lossValue(math.Inf(-1))
+	default:
+		var f float64
+		if err := json.Unmarshal(data, &f); err != nil {
+			return err
+		}
+		*l = lossValue(f)
+	}
+	return nil
 }
 
 // readSteps collects the step events of events.jsonl. A run without an
@@ -209,7 +236,7 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 	marker := []byte(`"event":"step"`)
 	byStep := map[string]map[int]map[int64]Step{}
 	br := bufio.NewReaderSize(io.LimitReader(f, maxEventsBytes), 64<<10)
-	skipped := 0
+	skipped, kept, dropped := 0, 0, 0
 	for n := 0; ; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -238,14 +265,26 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 			ranks = map[int]map[int64]Step{}
 			byStep[ev.Stage] = ranks
 		}
-		if ranks[ev.Rank] == nil {
-			ranks[ev.Rank] = map[int64]Step{}
+		steps := ranks[ev.Rank]
+		if steps == nil {
+			steps = map[int64]Step{}
+			ranks[ev.Rank] = steps
 		}
-		ranks[ev.Rank][ev.GlobalStep] = Step{GlobalStep: ev.GlobalStep, Epoch: ev.Epoch, Loss: ev.Loss,
+		if _, seen := steps[ev.GlobalStep]; !seen {
+			if kept == maxSteps {
+				dropped++
+				continue
+			}
+			kept++
+		}
+		steps[ev.GlobalStep] = Step{GlobalStep: ev.GlobalStep, Epoch: ev.Epoch, Loss: float64(ev.Loss),
 			LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSec, AfterStepMemory: cmp.Or(ev.AfterStep, ev.DeviceMemory)}
 	}
 	if skipped > 0 {
 		r.note("events log %s: %d step lines could not be read and are left out", path, skipped)
+	}
+	if dropped > 0 {
+		r.note("events log: more than %d steps; %d later step lines are left out", maxSteps, dropped)
 	}
 	for sid, ranks := range byStep {
 		out[sid] = map[int][]Step{}

@@ -1,5 +1,6 @@
 // Command testplugin is a stage plugin for the tests of package host. Its
-// `mode` decides how it behaves: ok, empty, wait, panic, crash, exit, hang;
+// `mode` decides how it behaves: ok, empty, wait, panic, crash, exit, hang,
+// big (an output of 100 MiB after a log line that is not UTF-8);
 // check makes its CheckCluster report what it was given.
 package main
 
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,7 +22,7 @@ import (
 )
 
 type with struct {
-	Mode string `json:"mode" jsonschema:"enum=ok|empty|wait|panic|crash|exit|hang|check"`
+	Mode string `json:"mode" jsonschema:"enum=ok|empty|wait|panic|crash|exit|hang|check|big"`
 	Name string `json:"name,omitempty" jsonschema:"default=world"`
 }
 
@@ -95,6 +97,10 @@ func run(ctx context.Context, sc sdk.Context, w with) (map[string]any, error) {
 		<-ctx.Done()
 		_ = os.WriteFile(filepath.Join(sc.WorkDir(), "cancelled"), []byte(ctx.Err().Error()), 0o644)
 		return nil, ctx.Err()
+	case "big":
+		sc.Info("bytes \xff\xfe that are not UTF-8")
+		out["blob"] = strings.Repeat("x", 100<<20)
+		return out, nil
 	case "panic":
 		panic("boom in run")
 	case "crash":
