@@ -116,8 +116,11 @@ func TestHangingRankNamedByEveryRank(t *testing.T) {
 				if !strings.Contains(err.Error(), "did not answer within "+timeout.String()) {
 					t.Errorf("rank %d: %q does not say how long it waited", r, err)
 				}
-				if elapsed[r] < timeout || elapsed[r] > 4*timeout {
-					t.Errorf("rank %d failed after %v, want about the %v timeout", r, elapsed[r], timeout)
+				// Not before the timeout (it must wait for the peer); the
+				// upper bound only tells a hang from a slow machine, so it
+				// is far off: a loaded 2-core machine took 3x the timeout.
+				if elapsed[r] < timeout || elapsed[r] > 15*timeout {
+					t.Errorf("rank %d failed after %v, want it after the %v timeout, not a hang", r, elapsed[r], timeout)
 				}
 			}
 			closeAll(comms)
