@@ -263,6 +263,12 @@ func Evaluate(ctx context.Context, model *nn.Model, dataDir string, batchSize in
 	return evaluate(ctx, func(_ context.Context, x *tensor.Tensor) (*tensor.Tensor, error) { return model.Forward(x, false) }, dataDir, batchSize)
 }
 
+// EvaluateSharded is Evaluate for a split network: every rank calls it
+// (Predict is collective); on one device the network is the whole model.
+func EvaluateSharded(ctx context.Context, net ShardedNet, dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
+	return evaluate(ctx, net.Predict, dataDir, batchSize)
+}
+
 // evaluate is Evaluate with a network's inference: logits for a batch.
 func evaluate(ctx context.Context, predict func(context.Context, *tensor.Tensor) (*tensor.Tensor, error), dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
 	set, err := data.ReadDir(dataDir, data.SplitTest)

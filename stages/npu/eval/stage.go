@@ -1,7 +1,10 @@
 // Package eval provides the npu/eval built-in stage: it loads a checkpoint
 // into a model and measures accuracy and loss on the CIFAR-10 test batch,
 // on one simulated device. A reshard output (a set of per-rank slices with
-// its manifest.json) is merged into whole tensors first.
+// its manifest.json) is merged into whole tensors first. The models only
+// the split engine builds (semi_auto_net, hybrid_net, wide_net) are built
+// with npu/shard on that one device, where their layout is the whole
+// tensors, so the same whole checkpoint restores into them.
 package eval
 
 import (
@@ -12,7 +15,10 @@ import (
 
 	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
@@ -21,13 +27,13 @@ import (
 // Name is the stage's `uses` name.
 const Name = "npu/eval"
 
-const version = "1.1.0"
+const version = "1.2.0"
 
 // With is the stage's `with` block.
 type With struct {
 	Checkpoint string `json:"checkpoint" jsonschema:"minLength=1,format=path" description:"a .ckpt file, a training stage's checkpoints directory (rank 0's newest checkpoint is used), or a ckpt/reshard output (its slices merged whole)"`
 	Data       string `json:"data" jsonschema:"minLength=1,format=path" description:"cifar-10-batches-bin directory"`
-	Model      string `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn,default=resnet20"`
+	Model      string `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net,default=resnet20"`
 	BatchSize  int    `json:"batch_size,omitempty" jsonschema:"default=100,minimum=1"`
 	Prefix     string `json:"prefix,omitempty" jsonschema:"default=CKP" description:"checkpoint prefix when checkpoint is a directory"`
 }
@@ -65,22 +71,64 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	if err != nil {
 		return nil, err
 	}
-	model, err := trainer.NewModel(w.Model, 0, 0)
-	if err != nil {
-		return nil, err
+	var acc, loss float64
+	if job.UsesEngine(w.Model, parallel.StandAlone) {
+		acc, loss, err = evaluateSplit(ctx, sc, w, file, tensors)
+	} else {
+		acc, loss, err = evaluateWhole(ctx, sc, w, file, tensors)
 	}
-	defer model.Close()
-	if err := trainer.Restore(model, tensors, trainer.RestoreOptions{}); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	sc.Info("evaluating " + file)
-	acc, loss, err := trainer.Evaluate(ctx, model, w.Data, w.BatchSize)
 	if err != nil {
 		return nil, err
 	}
 	sc.Info(fmt.Sprintf("accuracy: %.4f, loss: %.4f", acc, loss))
 	return map[string]any{"accuracy": acc, "loss": loss, "checkpoint": file}, nil
 }
+
+// evaluateWhole restores the checkpoint into the whole model npu/trainer
+// builds and evaluates it.
+func evaluateWhole(ctx context.Context, sc sdk.Context, w With, file string, tensors []ckpt.Tensor) (acc, loss float64, err error) {
+	model, err := trainer.NewModel(w.Model, 0, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer model.Close()
+	if err := trainer.Restore(model, tensors, trainer.RestoreOptions{}); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", file, err)
+	}
+	sc.Info("evaluating " + file)
+	return trainer.Evaluate(ctx, model, w.Data, w.BatchSize)
+}
+
+// evaluateSplit builds a model of the split engine on one device, in the
+// mode it runs there (stand_alone, or hybrid_parallel for a model that
+// declares its own split), restores the whole checkpoint into it and
+// evaluates it as the trainer does.
+func evaluateSplit(ctx context.Context, sc sdk.Context, w With, file string, tensors []ckpt.Tensor) (acc, loss float64, err error) {
+	mode := parallel.StandAlone
+	if shard.CheckModelMode(w.Model, mode) != nil {
+		mode = parallel.HybridParallel
+	}
+	net, err := shard.New(shard.Config{Model: w.Model, Mode: mode, Devices: 1, BatchPerDevice: w.BatchSize})
+	if err != nil {
+		return 0, 0, fmt.Errorf("build %s on one device: %w", w.Model, err)
+	}
+	defer net.Close()
+	// On one device every layout is the whole tensor: Layouts makes Restore
+	// say so by name and shape when a tensor does not fit.
+	if err := trainer.Restore(namedNet{net, w.Model}, tensors, trainer.RestoreOptions{Layouts: net.Layouts()}); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", file, err)
+	}
+	sc.Info(fmt.Sprintf("evaluating %s (%s built whole on one device, %s)", file, w.Model, mode))
+	return trainer.EvaluateSharded(ctx, net, w.Data, w.BatchSize)
+}
+
+// namedNet gives a split network the model name Restore reports.
+type namedNet struct {
+	*shard.Net
+	name string
+}
+
+func (n namedNet) Name() string { return n.name }
 
 // mergeSet merges the reshard output in dir into one checkpoint in the
 // work directory, named as rank 0's file is.

@@ -141,7 +141,7 @@ func TestDescribe(t *testing.T) {
 	if !reflect.DeepEqual(schema.Required, []string{"checkpoint", "data"}) {
 		t.Errorf("required %v, want [checkpoint data]", schema.Required)
 	}
-	if m := schema.Properties["model"]; !reflect.DeepEqual(m["enum"], []any{"resnet20", "resnet50", "cnn"}) || m["default"] != "resnet20" {
+	if m := schema.Properties["model"]; !reflect.DeepEqual(m["enum"], []any{"resnet20", "resnet50", "cnn", "semi_auto_net", "hybrid_net", "wide_net"}) || m["default"] != "resnet20" {
 		t.Errorf("model schema %v", m)
 	}
 	if b := schema.Properties["batch_size"]; b["default"] != 100.0 || b["minimum"] != 1.0 {
