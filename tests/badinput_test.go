@@ -208,7 +208,7 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 		total += kinds[kind]
 	}
-	if total < 85 {
-		t.Errorf("the corpus has %d cases, want at least 85", total)
+	if total < 100 {
+		t.Errorf("the corpus has %d cases, want at least 100", total)
 	}
 }
