@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/testutil/gobuild"
 
 	"github.com/mspipe/mspipe/plugins"
 )
@@ -16,22 +17,7 @@ import (
 var testPlugin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mspipe-catalog-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testPlugin = filepath.Join(dir, "mspipe-stage-test-plugin")
-	build := exec.Command("go", "build", "-o", testPlugin, "../host/testdata/testplugin")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "build test plugin: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	gobuild.Main(m, "../host/testdata/testplugin", "mspipe-stage-test-plugin", &testPlugin)
 }
 
 // declaringStage is a built-in that only says what it declares: the

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/testutil/gobuild"
+
 	"github.com/mspipe/mspipe/plugins"
 )
 
@@ -24,22 +26,7 @@ import (
 var testPlugin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mspipe-plugins-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testPlugin = filepath.Join(dir, "mspipe-stage-test-plugin")
-	build := exec.Command("go", "build", "-o", testPlugin, "./testdata/testplugin")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "build test plugin: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	gobuild.Main(m, "./testdata/testplugin", "mspipe-stage-test-plugin", &testPlugin)
 }
 
 // syncBuffer is a stage log that tests read while the plugin writes.
