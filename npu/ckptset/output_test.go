@@ -2,16 +2,15 @@ package ckptset
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/testutil/dirtree"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -42,35 +41,6 @@ func splitSet(t *testing.T) string {
 	return root
 }
 
-// tree returns every file under root with its content hash, and every
-// directory, so a test can tell that nothing changed.
-func tree(t *testing.T, root string) string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			out = append(out, rel+"/")
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(data)
-		out = append(out, rel+" "+hex.EncodeToString(sum[:8]))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
-}
-
 func reshardTo(t *testing.T, root, out string, devices int, force bool, opt reshard.Options) (*reshard.Manifest, error) {
 	t.Helper()
 	s, in, err := Load([]string{root}, "", "")
@@ -92,7 +62,7 @@ func TestOutputsNeverTouchInputs(t *testing.T) {
 	if _, err := reshardTo(t, root, resharded, 2, false, reshard.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	before, beforeR := tree(t, root), tree(t, resharded)
+	before, beforeR := dirtree.Snapshot(t, root), dirtree.Snapshot(t, resharded)
 	for _, out := range []string{root, filepath.Join(root, "device0"), filepath.Join(root, "new"), filepath.Dir(root)} {
 		for _, force := range []bool{false, true} {
 			_, err := reshardTo(t, root, out, 2, force, reshard.Options{})
@@ -142,10 +112,10 @@ func TestOutputsNeverTouchInputs(t *testing.T) {
 			t.Errorf("merge FILES -o %s: %v, want a refusal", out, err)
 		}
 	}
-	if after := tree(t, root); after != before {
+	if after := dirtree.Snapshot(t, root); after != before {
 		t.Fatalf("the set changed:\nbefore\n%s\nafter\n%s", before, after)
 	}
-	if after := tree(t, resharded); after != beforeR {
+	if after := dirtree.Snapshot(t, resharded); after != beforeR {
 		t.Fatalf("the resharded set changed:\nbefore\n%s\nafter\n%s", beforeR, after)
 	}
 }
@@ -163,12 +133,12 @@ func TestReshardReplacesWholeOrRefuses(t *testing.T) {
 	if err := os.WriteFile(foreign, []byte("stale"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := tree(t, out)
+	before := dirtree.Snapshot(t, out)
 	_, err := reshardTo(t, root, out, 2, false, reshard.Options{})
 	if !errors.Is(err, atomicfile.ErrNotEmpty) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("non-empty output: %v, want a refusal pointing at --force", err)
 	}
-	if after := tree(t, out); after != before {
+	if after := dirtree.Snapshot(t, out); after != before {
 		t.Fatalf("a refused reshard changed the output:\n%s", after)
 	}
 	if _, err := reshardTo(t, root, out, 2, true, reshard.Options{}); err != nil {
@@ -210,7 +180,7 @@ func TestFailedReshardKeepsTheOldSet(t *testing.T) {
 	if _, err := reshardTo(t, root, out, 4, false, reshard.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	before := tree(t, out)
+	before := dirtree.Snapshot(t, out)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	written := int64(0)
@@ -227,7 +197,7 @@ func TestFailedReshardKeepsTheOldSet(t *testing.T) {
 	if written == 0 {
 		t.Fatal("the run failed before writing: the test does not reach a failure mid-write")
 	}
-	if after := tree(t, out); after != before {
+	if after := dirtree.Snapshot(t, out); after != before {
 		t.Fatalf("a failed reshard changed the earlier set:\nbefore\n%s\nafter\n%s", before, after)
 	}
 	if _, err := reshard.Verify(context.Background(), out, reshard.Options{}); err != nil {
@@ -351,13 +321,13 @@ func TestMergeRefusesExistingOutputs(t *testing.T) {
 	if info, err := os.Stat(out); err != nil || info.Mode().Perm() != 0o644 {
 		t.Fatalf("merged file: %v, %v; want mode 0644", info, err)
 	}
-	before := tree(t, dir)
+	before := dirtree.Snapshot(t, dir)
 	for _, o := range []string{out, filepath.Join(dir, "other.ckpt")} {
 		if err := merge(o, false); !errors.Is(err, atomicfile.ErrNotEmpty) || !strings.Contains(err.Error(), "--force") {
 			t.Errorf("merge -o %s beside an earlier merge: %v, want a refusal", o, err)
 		}
 	}
-	if after := tree(t, dir); after != before {
+	if after := dirtree.Snapshot(t, dir); after != before {
 		t.Fatalf("a refused merge changed its directory:\n%s", after)
 	}
 	// What a killed merge left beside its outputs goes with the next one.
@@ -392,7 +362,7 @@ func TestReshardOnAFullDiskKeepsTheOldSet(t *testing.T) {
 	if _, err := reshardTo(t, splitSet(t), out, 2, false, reshard.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	before := tree(t, out)
+	before := dirtree.Snapshot(t, out)
 	big := t.TempDir()
 	for r := range 2 {
 		w := ckpt.Tensor{Name: "weight", DType: ckpt.DTypeFloat32, Dims: []int64{256, 1024}, Data: make([]byte, 1<<20)}
@@ -404,7 +374,7 @@ func TestReshardOnAFullDiskKeepsTheOldSet(t *testing.T) {
 	if !errors.Is(err, atomicfile.ErrNoSpace) {
 		t.Fatalf("err = %v, want the free space refused", err)
 	}
-	if after := tree(t, out); after != before {
+	if after := dirtree.Snapshot(t, out); after != before {
 		t.Fatalf("the old set changed:\n%s", after)
 	}
 	assertNoLeftovers(t, disk, "out")

@@ -1,49 +1,19 @@
 package cli
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mspipe/mspipe/internal/testutil/dirtree"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
 )
-
-// dirTree lists every file under root with the start of its hash, to tell
-// that a command changed nothing.
-func dirTree(t *testing.T, root string) string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			out = append(out, rel+"/")
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(data)
-		out = append(out, rel+" "+hex.EncodeToString(sum[:8]))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
-}
 
 // The checkpoint tools never write over, into or around their inputs, and
 // refuse before writing anything. Before: `reshard SET --devices 2 -o SET`
@@ -57,7 +27,7 @@ func TestCkptToolsLeaveTheirInputsAlone(t *testing.T) {
 	if code, _, stderr := runCkpt(t, "reshard", root, "--devices", "2", "-o", resharded); code != ExitOK {
 		t.Fatalf("reshard: %s", stderr)
 	}
-	before, beforeR := dirTree(t, root), dirTree(t, resharded)
+	before, beforeR := dirtree.Snapshot(t, root), dirtree.Snapshot(t, resharded)
 	for _, args := range [][]string{
 		{"reshard", root, "--devices", "2", "-o", root},
 		{"reshard", root, "--devices", "2", "-o", root, "--force"},
@@ -75,10 +45,10 @@ func TestCkptToolsLeaveTheirInputsAlone(t *testing.T) {
 			t.Errorf("ckpt %s: exit %d, %q; want exit 2 and a refusal to write over an input", strings.Join(args, " "), code, stderr)
 		}
 	}
-	if after := dirTree(t, root); after != before {
+	if after := dirtree.Snapshot(t, root); after != before {
 		t.Fatalf("the set changed:\nbefore\n%s\nafter\n%s", before, after)
 	}
-	if after := dirTree(t, resharded); after != beforeR {
+	if after := dirtree.Snapshot(t, resharded); after != beforeR {
 		t.Fatalf("the resharded set changed:\nbefore\n%s\nafter\n%s", beforeR, after)
 	}
 }
