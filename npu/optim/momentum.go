@@ -62,8 +62,8 @@ type Momentum struct {
 	// continues (see ScheduleFrom).
 	scheduleFrom int
 	wd           float32
-	nesterov   bool
-	state      []StateTensor
+	nesterov     bool
+	state        []StateTensor
 }
 
 // NewMomentum builds the optimizer over trainable params (pass
