@@ -111,6 +111,9 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 	if events != nil {
 		tc.OnStep = events.step
 	}
+	if tc.Fault, err = trainerFault(cfg.Fault, rank, say); err != nil {
+		return nil, err
+	}
 	var comm *collective.Comm
 	if cfg.Mode.Collective() {
 		if comm, err = joinCollective(ctx, cfg, rank, &tc, say); err != nil {
@@ -140,9 +143,12 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 	out := Result{
 		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
-		PeakMemory: res.PeakDeviceMemory,
+		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging,
 	}
 	fmt.Fprintf(say, "device memory: peak %s (high-water mark) of %s\n", bytesize.Format(res.PeakDeviceMemory), bytesize.Format(res.DeviceMemory))
+	if cfg.AsyncSave {
+		fmt.Fprintf(say, "async_save: host memory staging checkpoints: peak %s (one checkpoint of this rank at most)\n", bytesize.Format(res.PeakSaveStaging))
+	}
 	if res.Checkpoint != "" {
 		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
 	}
@@ -185,6 +191,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		NumShards: 1, ShardID: 0,
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
 		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
+		AsyncSave: cfg.AsyncSave, ExceptionSave: cfg.ExceptionSave,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,
 		DeviceMemory: cfg.DeviceMemory,

@@ -327,7 +327,7 @@ func (j *training) loop(ctx context.Context) error {
 		if step == 0 && g > j.start {
 			epochBegan, epochSteps = time.Now(), 0
 		}
-		if f := cfg.Fault; f != nil && !f.DuringSave && f.Step == g+1 {
+		if f := cfg.Fault; f != nil && f.Act != nil && !f.DuringSave && f.Step == g+1 {
 			f.Act()
 		}
 		before.keep()
@@ -465,6 +465,9 @@ func (j *training) checkFault(total int) error {
 // once some bytes of the fault step's checkpoint are in its temporary file.
 func (j *training) faultInSave(path string, written int64) {
 	f := j.cfg.Fault
+	if f.Act == nil {
+		return
+	}
 	step := f.Step
 	want := ckpt.FileName(j.mc.Prefix(), (step-1)/j.steps+1, (step-1)%j.steps+1)
 	if written > 0 && filepath.Base(path) == want {

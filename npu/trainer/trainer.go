@@ -174,6 +174,8 @@ type StepInfo struct {
 // return, e.g. to kill the process) at the start of step Step of this job
 // (counted from 1 over all epochs), or with DuringSave part-way through
 // writing the checkpoint of that step, which must then be a save step.
+// With Act nil the fault is only checked against the run (the ranks that
+// do not fail check it too).
 type Fault struct {
 	Step       int
 	DuringSave bool

@@ -77,6 +77,11 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	if w.Mode.OneDevice() && devices != 1 {
 		return job.Config{}, nil, fmt.Errorf("mode %s trains on one device, but the stage's cluster has %d: use mode %s, or set cluster: {devices: 1} on this stage", w.Mode, devices, parallel.DataParallel)
 	}
+	if w.Fault != nil {
+		if err := w.Fault.Check(devices); err != nil {
+			return job.Config{}, nil, &job.FieldError{Field: "fault", Err: err}
+		}
+	}
 	if err := checkData(w.Data); err != nil {
 		return job.Config{}, nil, err
 	}
@@ -123,6 +128,7 @@ func resolve(w With) (job.Config, error) {
 		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		IntegratedSave:     w.IntegratedSave == nil || *w.IntegratedSave,
+		AsyncSave:          w.AsyncSave, ExceptionSave: w.ExceptionSave, Fault: w.Fault,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
 		ParameterBroadcast: w.ParameterBroadcast,
 		CollectiveTimeout:  timeout, Transport: job.Transport(transport),
