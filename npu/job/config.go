@@ -178,6 +178,10 @@ type Result struct {
 	// PeakSaveStaging is the most host memory async_save's staged
 	// checkpoint held (bytes; one checkpoint of this rank at most).
 	PeakSaveStaging int64 `json:"peak_save_staging,omitempty"`
+	// SaveBlocked is the time checkpoint saves held training up in all
+	// (seconds; with async_save the snapshots and the waits for the
+	// previous write).
+	SaveBlocked float64 `json:"save_blocked_seconds,omitempty"`
 }
 
 // ReadResult reads the Result a rank left in dir.

@@ -143,7 +143,14 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 	out := Result{
 		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
-		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging,
+		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging, SaveBlocked: res.SaveBlocked.Seconds(),
+	}
+	if res.Saves > 0 {
+		how := "synchronous"
+		if cfg.AsyncSave {
+			how = fmt.Sprintf("async_save, %.2fs of it waiting for the previous write", res.SaveWait.Seconds())
+		}
+		fmt.Fprintf(say, "checkpoints: %d saves held training up %.2fs in all (%s)\n", res.Saves, res.SaveBlocked.Seconds(), how)
 	}
 	fmt.Fprintf(say, "device memory: peak %s (high-water mark) of %s\n", bytesize.Format(res.PeakDeviceMemory), bytesize.Format(res.DeviceMemory))
 	if cfg.AsyncSave {

@@ -360,6 +360,7 @@ func (j *training) loop(ctx context.Context) error {
 			if path != "" {
 				info.Checkpoint = path
 				info.SaveBlocked, info.SaveWait = time.Since(saveBegan), j.mc.LastWait()
+				res.SaveBlocked, res.SaveWait, res.Saves = res.SaveBlocked+info.SaveBlocked, res.SaveWait+info.SaveWait, res.Saves+1
 			}
 		}
 		epochSteps++
@@ -377,8 +378,13 @@ func (j *training) loop(ctx context.Context) error {
 	}
 	if j.mc != nil && last > 0 {
 		epoch := (last - 1) / steps
-		if _, err := j.mc.End(epoch+1, last, steps, snapshot); err != nil {
+		saveBegan := time.Now()
+		path, err := j.mc.End(epoch+1, last, steps, snapshot)
+		if err != nil {
 			return err
+		}
+		if path != "" {
+			res.SaveBlocked, res.SaveWait, res.Saves = res.SaveBlocked+time.Since(saveBegan), res.SaveWait+j.mc.LastWait(), res.Saves+1
 		}
 	}
 	return nil

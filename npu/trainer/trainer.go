@@ -208,6 +208,12 @@ type Result struct {
 	PeakSaveStaging int64
 	// Breakpoint is the checkpoint ExceptionSave wrote, or "".
 	Breakpoint string
+	// SaveBlocked is the time checkpoint saves held training up in all
+	// (StepInfo.SaveBlocked summed, the final save included), SaveWait the
+	// part of it spent waiting for a previous asynchronous write, and
+	// Saves the number of saves.
+	SaveBlocked, SaveWait time.Duration
+	Saves                 int
 }
 
 // Defaults returns the value each option of Config takes when it is left

@@ -82,6 +82,10 @@ func TestFaultExceptionSaveAndAsyncResume(t *testing.T) {
 		t.Fatalf("attempt 2: %v", second.err)
 	}
 	log, _ := os.ReadFile(launch.LogPath(jobDir, 1))
+	log0, _ := os.ReadFile(launch.LogPath(jobDir, 0))
+	if !strings.Contains(string(log0), "held training up") || !strings.Contains(string(log0), "waiting for the previous write") {
+		t.Errorf("train.log0 does not sum up the time blocked on saving:\n%s", log0)
+	}
 	if !strings.Contains(string(log), "not injected again") {
 		t.Errorf("train.log1 does not say the fault was skipped:\n%s", log)
 	}
@@ -97,8 +101,8 @@ func TestFaultExceptionSaveAndAsyncResume(t *testing.T) {
 		if filepath.Base(res.ResumedFrom) != from {
 			t.Errorf("rank %d resumed from %q, rank 0 from %s", rank, res.ResumedFrom, from)
 		}
-		if res.PeakSaveStaging <= 0 {
-			t.Errorf("rank %d reports no staging memory for its asynchronous saves", rank)
+		if res.PeakSaveStaging <= 0 || res.SaveBlocked <= 0 {
+			t.Errorf("rank %d reports staging memory %d and time blocked on saving %v: want both positive", rank, res.PeakSaveStaging, res.SaveBlocked)
 		}
 		want, got := ckptFiles(t, whole, rank), ckptFiles(t, jobDir, rank)
 		if len(want) != 6 || len(got) != len(want) {
