@@ -404,13 +404,17 @@ func (j *training) stepFailed(g int, before *movingState, err error) error {
 	if serr != nil {
 		return errors.Join(err, fmt.Errorf("exception_save: %w", serr))
 	}
+	// A path with an error: the breakpoint was written, an earlier
+	// asynchronous write had failed.
 	path, werr := j.mc.SaveBreakpoint((g-1)/j.steps+1, g, j.steps, tensors)
+	if path != "" {
+		j.res.Breakpoint = path
+		if j.cfg.Log != nil {
+			fmt.Fprintf(j.cfg.Log, "exception_save: wrote %s, the state after step %d, before the failing step %d\n", path, g, g+1)
+		}
+	}
 	if werr != nil {
 		return errors.Join(err, fmt.Errorf("exception_save: %w", werr))
-	}
-	j.res.Breakpoint = path
-	if j.cfg.Log != nil {
-		fmt.Fprintf(j.cfg.Log, "exception_save: wrote %s, the state after step %d, before the failing step %d\n", path, g, g+1)
 	}
 	return err
 }
