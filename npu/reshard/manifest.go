@@ -182,9 +182,12 @@ type ManifestTensor struct {
 	// Rule says where the values came from: "split" for a placed tensor,
 	// "rank0" or "mean" for a replicated one.
 	Rule string `json:"rule"`
-	// Boxes holds each rank's box; absent when every rank holds the whole
-	// tensor.
+	// Boxes holds each rank's box (each listed rank's, when Ranks is
+	// given); absent when every rank holds the whole tensor.
 	Boxes []manifestBox `json:"boxes,omitempty"`
+	// Ranks lists the ranks whose files hold the tensor (a pipeline
+	// stage's), ascending; absent when every rank's does.
+	Ranks []int `json:"ranks,omitempty"`
 }
 
 // manifestBox is a parallel.Box with lower-case JSON names.
@@ -201,14 +204,28 @@ type RunStats struct {
 	PeakMemory  int64 `json:"peak_memory"` // most tensor data held at once
 }
 
-// Placement returns the tensor's placement in the set.
-func (t ManifestTensor) Placement() Placement {
-	p := Placement{Shape: slices.Clone(t.Shape)}
+// Placement returns the tensor's placement in a set of n ranks. Boxes
+// that do not match Ranks are kept as they are, for Plan or Verify to
+// refuse.
+func (t ManifestTensor) Placement(n int) Placement {
+	p := Placement{Shape: slices.Clone(t.Shape), Ranks: slices.Clone(t.Ranks)}
+	var boxes []parallel.Box
 	for _, b := range t.Boxes {
-		p.Boxes = append(p.Boxes, parallel.Box{Offset: slices.Clone(b.Offset), Shape: slices.Clone(b.Shape)})
+		boxes = append(boxes, parallel.Box{Offset: slices.Clone(b.Offset), Shape: slices.Clone(b.Shape)})
+	}
+	if t.Ranks == nil || len(boxes) != len(t.Ranks) || p.checkRanks(n) != nil {
+		p.Boxes = boxes
+		return p
+	}
+	p.Boxes = make([]parallel.Box, n)
+	for i, r := range t.Ranks {
+		p.Boxes[r] = boxes[i]
 	}
 	return p
 }
+
+// holds reports whether rank r's file holds the tensor.
+func (t ManifestTensor) holds(r int) bool { return Placement{Ranks: t.Ranks}.holds(r) }
 
 // Source returns the set described by m in dir as a Source, to reshard it
 // again.
@@ -218,8 +235,8 @@ func (m *Manifest) Source(dir string) Source {
 		s.Files = append(s.Files, filepath.Join(dir, filepath.FromSlash(f.Path)))
 	}
 	for _, t := range m.Tensors {
-		if t.Boxes != nil {
-			s.Placements[t.Name] = t.Placement()
+		if t.Boxes != nil || t.Ranks != nil {
+			s.Placements[t.Name] = t.Placement(len(m.Files))
 		}
 	}
 	return s
@@ -346,12 +363,18 @@ func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*op
 		if err != nil {
 			return err
 		}
-		if len(x.Tensors) != len(m.Tensors) {
-			return fmt.Errorf("%s: %d tensors, the manifest lists %d: %w", paths[r], len(x.Tensors), len(m.Tensors), ErrVerify)
+		var want []string
+		for _, t := range m.Tensors {
+			if t.holds(r) {
+				want = append(want, t.Name)
+			}
+		}
+		if len(x.Tensors) != len(want) {
+			return fmt.Errorf("%s: %d tensors, the manifest gives rank %d %d: %w", paths[r], len(x.Tensors), r, len(want), ErrVerify)
 		}
 		for i, t := range x.Tensors {
-			if t.Name != m.Tensors[i].Name {
-				return fmt.Errorf("%s: tensor %d is %q, the manifest says %q: %w", paths[r], i, t.Name, m.Tensors[i].Name, ErrVerify)
+			if t.Name != want[i] {
+				return fmt.Errorf("%s: tensor %d is %q, the manifest says %q: %w", paths[r], i, t.Name, want[i], ErrVerify)
 			}
 		}
 		index[r] = x
@@ -413,7 +436,13 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	if !ok {
 		return fmt.Errorf("manifest tensor %q: dtype %q: %w", t.Name, t.DType, ErrVerify)
 	}
-	p := t.Placement()
+	p := t.Placement(n)
+	if err := p.checkRanks(n); err != nil {
+		return fmt.Errorf("manifest tensor %q: %w", t.Name, err)
+	}
+	if t.Ranks != nil && t.Boxes != nil && len(t.Boxes) != len(t.Ranks) {
+		return fmt.Errorf("manifest tensor %q: %d boxes for %d ranks: %w", t.Name, len(t.Boxes), len(t.Ranks), ErrVerify)
+	}
 	if p.Boxes == nil {
 		for range n {
 			p.Boxes = append(p.Boxes, wholeBox(t.Shape))
@@ -422,13 +451,16 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	if len(p.Boxes) != n {
 		return fmt.Errorf("manifest tensor %q: %d boxes for %d files: %w", t.Name, len(p.Boxes), n, ErrVerify)
 	}
-	distinct, err := checkTiling(t.Shape, p.Boxes)
+	distinct, err := checkTiling(t.Shape, p.Boxes, p.Ranks)
 	if err != nil {
 		return fmt.Errorf("manifest tensor %q: %w", t.Name, err)
 	}
 	var reads, copies []piece
-	for r := range n {
+	for _, r := range p.holders(n) {
 		x := &index[r].Tensors[i]
+		if t.Ranks != nil {
+			x, _ = index[r].Lookup(t.Name) // verifyFiles checked that rank r holds it
+		}
 		if x.DType != t.DType || !slices.Equal(intShape(x.Dims), p.Boxes[r].Shape) {
 			return fmt.Errorf("%s: tensor %q is %s %v, the manifest says %s %v: %w", paths[r], t.Name, x.DType, x.Dims, t.DType, p.Boxes[r].Shape, ErrVerify)
 		}
