@@ -219,12 +219,13 @@ type job struct {
 // holds reports whether target rank r's file gets the tensor.
 func (j *job) holds(r int) bool { return j.held == nil || j.held[r] }
 
-// tensorOrder is the order of the output's tensors: every rank's tensors
+// TensorOrder is the order of the output's tensors (the order Run
+// writes them in): every rank's tensors
 // in that rank's order. A tensor only later ranks hold (a later pipeline
 // stage's) goes before the first tensor after it in its rank's file that
 // an earlier rank holds, so that each output rank holding the same
 // tensors as a source rank writes them in the same order.
-func tensorOrder(index []*ckpt.Index) []string {
+func TensorOrder(index []*ckpt.Index) []string {
 	var order []string
 	known := map[string]bool{}
 	for _, x := range index {
@@ -310,7 +311,7 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 			byName[r][x.Tensors[i].Name] = &x.Tensors[i]
 		}
 	}
-	order := tensorOrder(s.index)
+	order := TensorOrder(s.index)
 	// Every rank holds the tensors its placements give it, and no other:
 	// all of them unless a placement lists its ranks (a pipeline stage's).
 	for _, name := range order {
