@@ -152,7 +152,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			sc.Info(fmt.Sprintf("%d tensors split unevenly (%s): the manifest records their slices; no strategy file, which cannot describe them", len(uneven), strings.Join(uneven, ", ")))
 		}
 	default:
-		if layout, err = parallel.ReadStrategyFile(w.TargetStrategy); err != nil {
+		if layout, err = parallel.ReadStrategies(w.TargetStrategy); err != nil {
 			return nil, fmt.Errorf("target_strategy: %w", err)
 		}
 		if target, err = set.Target(layout); err != nil {

@@ -21,7 +21,7 @@ func newCkptCmd() *cobra.Command {
 		Use:   "ckpt",
 		Short: "Work with MindSpore checkpoint (.ckpt) files and per-rank checkpoint sets",
 	}
-	cmd.AddCommand(newCkptInspectCmd(), newCkptMergeCmd(), newCkptReshardCmd(), newCkptVerifyCmd(), newCkptConvertCmd())
+	cmd.AddCommand(newCkptInspectCmd(), newCkptMergeCmd(), newCkptReshardCmd(), newCkptVerifyCmd(), newCkptConvertCmd(), newCkptStrategyCmd())
 	return cmd
 }
 

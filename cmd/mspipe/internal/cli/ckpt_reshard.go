@@ -257,7 +257,7 @@ that cannot be read.`,
 					return engineErr(err)
 				}
 			} else if targetStrategy != "" {
-				if layout, err = parallel.ReadStrategyFile(targetStrategy); err != nil {
+				if layout, err = parallel.ReadStrategies(targetStrategy); err != nil {
 					return engineErr(err)
 				}
 				if target, err = set.Target(layout); err != nil {

@@ -15,7 +15,7 @@ import (
 type strategyLayouts struct{ file *parallel.StrategyFile }
 
 func readLayouts(path string) (strategyLayouts, error) {
-	f, err := parallel.ReadStrategyFile(path)
+	f, err := parallel.ReadStrategies(path)
 	if err != nil {
 		return strategyLayouts{}, err
 	}
