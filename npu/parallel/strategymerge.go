@@ -184,22 +184,30 @@ func describeLayout(l TensorLayout) string {
 	return s
 }
 
-// ReadStrategies reads the strategy of a job from paths: one strategy
-// file is read as ReadStrategyFile reads it; a directory stands for every
-// regular file in it (not hidden, not in subdirectories: MindSpore's
-// merge_pipeline_strategys reads such a directory), and several files or
-// directories are the per-stage files of a pipeline job, merged in memory
-// by MergeStrategies. Errors name the file at fault.
+// ReadStrategies reads the strategy of a job from paths: a directory
+// stands for every regular file in it (not hidden, not in
+// subdirectories: MindSpore's merge_pipeline_strategys reads such a
+// directory). One file in all is read as ReadStrategyFile reads it (a
+// merged file, or a job without pipeline stages); several are the
+// per-stage files of a pipeline job, merged in memory by MergeStrategies.
+// Errors name the file at fault.
 func ReadStrategies(paths ...string) (*StrategyFile, error) {
 	files, err := StrategyPaths(paths...)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 1 && len(paths) == 1 && files[0] == paths[0] {
+	if len(files) == 1 {
 		return ReadStrategyFile(files[0])
 	}
-	named := make([]NamedStrategy, 0, len(files))
-	for _, p := range files {
+	return MergeStrategyFiles(files...)
+}
+
+// MergeStrategyFiles reads the strategy files at paths (files, not
+// directories) and merges them with MergeStrategies, even when there is
+// only one.
+func MergeStrategyFiles(paths ...string) (*StrategyFile, error) {
+	named := make([]NamedStrategy, 0, len(paths))
+	for _, p := range paths {
 		f, err := ReadStrategyFile(p)
 		if err != nil {
 			return nil, err

@@ -457,9 +457,14 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	}
 	var reads, copies []piece
 	for _, r := range p.holders(n) {
-		x := &index[r].Tensors[i]
-		if t.Ranks != nil {
-			x, _ = index[r].Lookup(t.Name) // verifyFiles checked that rank r holds it
+		// Tensor i is at position i of every file unless some ranks hold
+		// only some tensors (pipeline stages); verifyFiles checked that
+		// rank r holds it.
+		var x *ckpt.IndexedTensor
+		if i < len(index[r].Tensors) && index[r].Tensors[i].Name == t.Name {
+			x = &index[r].Tensors[i]
+		} else {
+			x, _ = index[r].Lookup(t.Name)
 		}
 		if x.DType != t.DType || !slices.Equal(intShape(x.Dims), p.Boxes[r].Shape) {
 			return fmt.Errorf("%s: tensor %q is %s %v, the manifest says %s %v: %w", paths[r], t.Name, x.DType, x.Dims, t.DType, p.Boxes[r].Shape, ErrVerify)

@@ -84,7 +84,7 @@ usage error or a path that cannot be read or written.`,
 			if err := outputOutsideInputs(out, args, files); err != nil {
 				return usageErr(err)
 			}
-			merged, err := parallel.ReadStrategies(args...)
+			merged, err := parallel.MergeStrategyFiles(files...)
 			if err != nil {
 				return engineErr(err)
 			}
