@@ -451,3 +451,130 @@ func TestPipelineModelDataOptimizerTo4To1(t *testing.T) {
 	back := reshardByStrategy(t, gotB, dstDir, srcDir, opt)
 	sameBytes(t, "8 -> 4 -> 8", back, srcFiles)
 }
+
+// twoStageJob is 2 stages of 2 devices, every parameter split along dim 0.
+func twoStageJob(model []ckpt.Tensor) jobLayout {
+	j := jobLayout{stages: 2, stageDevices: 2, layouts: map[string]parallel.TensorLayout{}, paramStages: map[string][]int{}}
+	for _, x := range model {
+		if !isParam(x.Name) {
+			continue
+		}
+		var layer int
+		fmt.Sscanf(x.Name, "layer%d.", &layer)
+		j.paramStages[x.Name] = []int{layer / 2}
+		if x.Name == "embedding" {
+			j.paramStages[x.Name] = []int{0, 1}
+		}
+		j.layouts[x.Name] = parallel.TensorLayout{DeviceMatrix: []int{2}, TensorMap: append([]int{0}, -1)[:len(x.Dims)]}
+	}
+	return j
+}
+
+func TestPipelineSetErrors(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	model := pipelineModel(rng)
+	j := twoStageJob(model)
+	files := j.writeSet(t, t.TempDir(), model)
+	dir := j.writeStrategies(t, rng)
+	all, err := parallel.ReadStrategies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage0, err := parallel.MergeStrategyFiles(strategyFilesOfStage(t, dir, 0)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongStage := *all
+	wrongStage.ParamStages = maps.Clone(all.ParamStages)
+	wrongStage.ParamStages["layer1.weight"] = []int{1}
+
+	// Rank 3 (stage 1) without layer3.weight.
+	damaged := slices.Clone(files)
+	var kept []ckpt.Tensor
+	for _, x := range readAll(t, files[3]) {
+		if x.Name != "layer3.weight" {
+			kept = append(kept, x)
+		}
+	}
+	damaged[3] = filepath.Join(t.TempDir(), "rank_3.ckpt")
+	if err := ckpt.Write(damaged[3], kept, ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		files []string
+		sf    *parallel.StrategyFile
+		want  string
+	}{
+		{"one stage of the set", files[:2], all, "the strategy describes pipeline stages [0 1] of 2 devices each, the set has 2 ranks"},
+		{"one stage's strategy", files, stage0, "strategy file is for 2 devices, the set has 4 ranks (or 2 pipeline stages of 2: give every stage's strategy file, or a directory of them; this one describes stage 0 only)"},
+		{"rank without its stage's tensor", damaged, all, `rank_3.ckpt (rank 3, pipeline stage 1): tensor "layer3.weight" is missing; rank 2 of the same stage`},
+		{"strategy puts a parameter in another stage", files, &wrongStage, `parameter "layer1.weight": the strategy files put it in stages [1], the checkpoints of stages [0] hold it`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(tc.files, tc.sf)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open: %v\nwant it to say %q", err, tc.want)
+			}
+		})
+	}
+
+	// A merged file read back cannot say where a pipeline target's
+	// parameters go.
+	set, err := Open(files, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := parallel.EncodeStrategyFile(all, parallel.FormatProto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBack, err := parallel.DecodeStrategyFile("merged.ckpt", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Target(readBack); err == nil || !strings.Contains(err.Error(), "a merged strategy file does not say which stage holds each parameter") {
+		t.Fatalf("pipeline target from a merged file: %v", err)
+	}
+	// As a source it is enough: the stages come from the files.
+	if _, err := Open(files, readBack); err != nil {
+		t.Fatalf("merged file as the source strategy: %v", err)
+	}
+	// A rank outside the stage holding a tensor: the engine refuses.
+	src := set.Source
+	src.Placements = maps.Clone(src.Placements)
+	p := src.Placements["layer0.weight"]
+	p.Ranks = []int{0}
+	src.Placements["layer0.weight"] = p
+	if _, err := reshard.Plan(context.Background(), src, reshard.Target{Ranks: 1}, reshard.Options{}); err == nil || !strings.Contains(err.Error(), `(rank 1): holds tensor "layer0.weight", which its placement gives to ranks [0] only`) {
+		t.Fatalf("tensor on a rank its placement does not list: %v", err)
+	}
+}
+
+func strategyFilesOfStage(t *testing.T, dir string, stage int) []string {
+	t.Helper()
+	var out []string
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		f, err := parallel.ReadStrategyFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.CurrentStage == stage {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+func readAll(t *testing.T, path string) []ckpt.Tensor {
+	t.Helper()
+	tensors, err := ckpt.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tensors
+}
