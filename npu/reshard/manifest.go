@@ -312,6 +312,9 @@ type openedSet struct {
 	paths []string
 	files []*os.File
 	index []*ckpt.Index
+	// positions maps, for a rank holding only some of the set's tensors,
+	// each name to its position in the rank's file; nil for the others.
+	positions []map[string]int
 }
 
 func (s *openedSet) close() {
@@ -337,7 +340,8 @@ func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*op
 		paths[r] = p
 	}
 	files := make([]*os.File, n)
-	set := &openedSet{paths: paths, files: files}
+	positions := make([]map[string]int, n)
+	set := &openedSet{paths: paths, files: files, positions: positions}
 	index := make([]*ckpt.Index, n)
 	set.index = index
 	err := forEach(ctx, n, opt.Workers, func(r int) error {
@@ -378,6 +382,15 @@ func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*op
 			}
 		}
 		index[r] = x
+		if len(want) != len(m.Tensors) {
+			// Rank r holds only some tensors (a pipeline stage's):
+			// verifyTensor finds them by name.
+			at := make(map[string]int, len(want))
+			for i, name := range want {
+				at[name] = i
+			}
+			positions[r] = at
+		}
 		return nil
 	})
 	if err != nil {
@@ -398,7 +411,7 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 		return err
 	}
 	defer set.close()
-	paths, files, index := set.paths, set.files, set.index
+	paths, files, index, positions := set.paths, set.files, set.index, set.positions
 	// Tensors are checked in parallel, each worker with an equal share of
 	// the memory, unless a tensor's rows need more than a share.
 	var widest, biggest int64 // row and tensor bytes
@@ -424,13 +437,13 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 	share := int64(len(arena)) / int64(workers)
 	return forEachWorker(ctx, len(m.Tensors), workers, func(w, i int) error {
 		mine := arena[int64(w)*share : int64(w+1)*share]
-		return verifyTensor(ctx, i, m.Tensors[i], paths, index, files, mine[:share/2], mine[share/2:], opt)
+		return verifyTensor(ctx, i, m.Tensors[i], paths, index, positions, files, mine[:share/2], mine[share/2:], opt)
 	})
 }
 
 // verifyTensor checks tensor i of the set, reading bands into band; scratch
 // is as large.
-func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []*os.File, band, scratch []byte, opt Options) error {
+func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, positions []map[string]int, files []*os.File, band, scratch []byte, opt Options) error {
 	n := len(paths)
 	elem, ok := ckpt.DTypeSize(t.DType)
 	if !ok {
@@ -457,15 +470,13 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	}
 	var reads, copies []piece
 	for _, r := range p.holders(n) {
-		// Tensor i is at position i of every file unless some ranks hold
-		// only some tensors (pipeline stages); verifyFiles checked that
-		// rank r holds it.
-		var x *ckpt.IndexedTensor
-		if i < len(index[r].Tensors) && index[r].Tensors[i].Name == t.Name {
-			x = &index[r].Tensors[i]
-		} else {
-			x, _ = index[r].Lookup(t.Name)
+		// Tensor i is at position i of every file that holds all of
+		// them; verifyFiles checked that rank r holds it.
+		at := i
+		if positions[r] != nil {
+			at = positions[r][t.Name]
 		}
+		x := &index[r].Tensors[at]
 		if x.DType != t.DType || !slices.Equal(intShape(x.Dims), p.Boxes[r].Shape) {
 			return fmt.Errorf("%s: tensor %q is %s %v, the manifest says %s %v: %w", paths[r], t.Name, x.DType, x.Dims, t.DType, p.Boxes[r].Shape, ErrVerify)
 		}
