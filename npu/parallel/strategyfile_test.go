@@ -30,7 +30,7 @@ func sampleStrategyFile() *StrategyFile {
 
 // withoutShapes is f as the protobuf form keeps it: no tensor shapes.
 func withoutShapes(f *StrategyFile) *StrategyFile {
-	out := &StrategyFile{CurrentStage: f.CurrentStage, Operators: f.Operators, Layouts: map[string]TensorLayout{}}
+	out := &StrategyFile{CurrentStage: f.CurrentStage, Operators: f.Operators, OperatorStages: f.OperatorStages, Layouts: map[string]TensorLayout{}}
 	for name, l := range f.Layouts {
 		l.Shape = nil
 		out.Layouts[name] = l
