@@ -578,3 +578,40 @@ func readAll(t *testing.T, path string) []ckpt.Tensor {
 	}
 	return tensors
 }
+
+// TestLoadPipelineSetWithStrategyDirectory: a set directory as a pipeline
+// run leaves it (device{i}/ckpt_{i}/ per rank, each rank's strategy file in
+// strategy/) is found, laid out and merged without naming the strategy.
+func TestLoadPipelineSetWithStrategyDirectory(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 28))
+	model := pipelineModel(rng)
+	j := randomJobLayout(rng, model, 8, 2, true)
+	flat := j.writeSet(t, t.TempDir(), model)
+	root := t.TempDir()
+	for r, f := range flat {
+		if _, err := WriteRank(root, r, "CKP-1_4.ckpt", readAll(t, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Rename(j.writeStrategies(t, rng), filepath.Join(root, StrategyDirName)); err != nil {
+		t.Fatal(err)
+	}
+	set, in, err := Load([]string{root}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Strategy != filepath.Join(root, StrategyDirName) || len(in.Files) != 8 {
+		t.Fatalf("strategy %q, %d files", in.Strategy, len(in.Files))
+	}
+	out := filepath.Join(t.TempDir(), "full.ckpt")
+	if _, err := Merge(context.Background(), set, in, out, false, reshard.Options{MaxMemory: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	var whole bytes.Buffer
+	if err := ckpt.Encode(&whole, model, ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, whole.Bytes()) {
+		t.Fatal("merge of the pipeline set differs from ckpt.Encode of the whole model")
+	}
+}
