@@ -58,7 +58,7 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 // layouts its engine runs: every operator's strategy and every
 // parameter's layout.
 func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout) *parallel.StrategyFile {
-	f := &parallel.StrategyFile{Stage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
+	f := &parallel.StrategyFile{CurrentStage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
 	for _, ol := range ops {
 		if ol != nil {
 			f.Operators[ol.Op] = ol.Strategy
