@@ -63,12 +63,12 @@ func TestRefusals(t *testing.T) {
 // units and refuses anything else at validation.
 func TestValidateDeviceMemory(t *testing.T) {
 	dataDir := t.TempDir()
-	for _, ok := range []string{"32GiB", "1.5GiB", "512MiB", "1MiB", "1024TiB", "1048576", "2097152B", "4096KiB"} {
+	for _, ok := range []string{"32GiB", "1.5GiB", "512MiB", "1MiB", "1024TiB", "1048576", "2097152B", "4096KiB", "32GB"} {
 		if problems := validate(t, withBlock(dataDir, map[string]any{"device_memory": ok})); len(problems) != 0 {
 			t.Errorf("device_memory %q: problems %+v, want none", ok, problems)
 		}
 	}
-	for _, bad := range []string{"lots", "100KiB", "32GB", "-1GiB", "2048TiB", "1048575", "GiB", " "} {
+	for _, bad := range []string{"lots", "100KiB", "1.5B", "-1GiB", "2048TiB", "1048575", "GiB", " "} {
 		problems := validate(t, withBlock(dataDir, map[string]any{"device_memory": bad}))
 		if len(problems) != 1 || problems[0].Path != "/device_memory" || !strings.Contains(problems[0].Message, "want a size from 1MiB to 1024TiB") {
 			t.Errorf("device_memory %q: problems %+v, want one at /device_memory", bad, problems)
