@@ -81,6 +81,9 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	if err != nil {
 		return 0, err
 	}
+	if err := n.gatherWeights(ctx); err != nil {
+		return 0, err
+	}
 	logits, _, err := n.forward(ctx, p, x, true)
 	if err != nil {
 		return 0, err
@@ -183,6 +186,9 @@ func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, er
 	}
 	p, err := n.passFor(x.Dim(0))
 	if err != nil {
+		return nil, err
+	}
+	if err := n.gatherWeights(ctx); err != nil {
 		return nil, err
 	}
 	_, out, err := n.forward(ctx, p, x, false)

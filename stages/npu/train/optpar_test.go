@@ -1,0 +1,118 @@
+package train_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckptset"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/reshard"
+)
+
+// TestParallelOptimizerStageEqualsStandAlone runs the real npu/train stage
+// with parallel_optimizer on 2, 4 and 8 rank processes (data_parallel,
+// semi_auto_parallel with fc.weight split in two, and semi_auto_parallel
+// with optimizer_weight_shard_size 2 of a group of 4), 10 steps each, and
+// checks that:
+//   - the integrated checkpoint is bit-identical to the same job without
+//     the parallel optimizer (the gradients are reduced over the same
+//     group in the same order; only who updates which rows changes), and
+//     so within float rounding of stand_alone, weights and moments.*;
+//   - with integrated_save false each rank's checkpoint holds its piece of
+//     fc.weight and moments.fc.weight, the strategy file records
+//     opt_weight_shard_step and opt_weight_shard_size, and the set
+//     integrates (ckptset.Merge) to the integrated checkpoint's bytes.
+func TestParallelOptimizerStageEqualsStandAlone(t *testing.T) {
+	dataDir := synthData(t, 32) // 160 images: 10 steps of 16
+	with := func(extra map[string]any) map[string]any {
+		w := withBlock(dataDir, map[string]any{"model": "semi_auto_net"})
+		for k, v := range extra {
+			w[k] = v
+		}
+		return w
+	}
+	aloneDir := t.TempDir()
+	mustRun(t, aloneDir, 1, with(map[string]any{"mode": "stand_alone", "batch_size": 16}))
+	want := readTensors(t, lastCheckpoint(t, aloneDir, 0))
+	if fmt.Sprint(want["global_step"].Data) != fmt.Sprint([]byte{10, 0, 0, 0}) {
+		t.Fatalf("stand_alone global_step %v, want 10 steps", want["global_step"].Data)
+	}
+	split2 := map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}
+	for _, c := range []struct {
+		name    string
+		devices int
+		extra   map[string]any
+		// piece is fc.weight's shape on each rank with integrated_save
+		// false, step and size its strategy file entry's.
+		piece      string
+		step, size int
+	}{
+		{"data_parallel on 2", 2, map[string]any{"mode": "data_parallel"}, "[1536 128]", 1, 2},
+		{"semi_auto_parallel on 4", 4, map[string]any{"mode": "semi_auto_parallel", "strategy": split2}, "[1536 64]", 2, 2},
+		{"semi_auto_parallel on 8, shard size 2", 8, map[string]any{"mode": "semi_auto_parallel", "strategy": split2, "optimizer_weight_shard_size": 2}, "[1536 64]", 2, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := with(c.extra)
+			base["batch_size"] = 16 / c.devices
+			plainDir := t.TempDir()
+			mustRun(t, plainDir, c.devices, base)
+			plain := readTensors(t, lastCheckpoint(t, plainDir, 0))
+
+			opt := with(c.extra)
+			opt["batch_size"], opt["parallel_optimizer"] = 16/c.devices, true
+			optDir := t.TempDir()
+			mustRun(t, optDir, c.devices, opt)
+			got := readTensors(t, lastCheckpoint(t, optDir, 0))
+			t.Logf("largest relative difference from stand_alone: %.3g", compareTensors(t, got, want, nil))
+			for _, name := range sortedNames(plain) {
+				if !bytes.Equal(got[name].Data, plain[name].Data) {
+					t.Errorf("%s differs from the run without the parallel optimizer", name)
+				}
+			}
+
+			opt["integrated_save"], opt["strategy_ckpt_save_file"] = false, "strategy.json"
+			slicedDir := t.TempDir()
+			r := mustRun(t, slicedDir, c.devices, opt)
+			for rank := range c.devices {
+				tensors := readTensors(t, lastCheckpoint(t, slicedDir, rank))
+				for _, name := range []string{"fc.weight", "moments.fc.weight"} {
+					if dims := fmt.Sprint(tensors[name].Dims); dims != c.piece {
+						t.Errorf("rank %d's %s is %s, want its optimizer piece %s", rank, name, dims, c.piece)
+					}
+				}
+			}
+			sfPath := r.outputs["strategy"].(string)
+			sf, err := parallel.ReadStrategyFile(sfPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := sf.Layouts["fc.weight"]; l.OptWeightShardStep != c.step || l.OptWeightShardSize != c.size {
+				t.Errorf("strategy file: fc.weight opt_weight_shard_step %d, opt_weight_shard_size %d; want %d, %d", l.OptWeightShardStep, l.OptWeightShardSize, c.step, c.size)
+			}
+			set, in, err := ckptset.Load([]string{slicedDir}, "", sfPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "merged.ckpt")
+			if _, err := ckptset.Merge(context.Background(), set, in, out, false, reshard.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			merged, err := ckpt.Read(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range merged {
+				if !bytes.Equal(m.Data, got[m.Name].Data) {
+					t.Errorf("integrated set: %s differs from the integrated checkpoint", m.Name)
+				}
+			}
+			if len(merged) != len(got) {
+				t.Errorf("integrated set has %d tensors, the integrated checkpoint %d", len(merged), len(got))
+			}
+		})
+	}
+}
