@@ -274,8 +274,14 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		if err != nil {
 			return err
 		}
-		c.ParamMemory += 2*bytes + moment // value, gradient, momentum
-		keep("parameter "+t.Name, 2*bytes+moment)
+		held := 2*bytes + moment // value, gradient, momentum
+		if len(axes) > 0 {
+			// npu/shard packs the gradients it reduces into a buffer of
+			// their own.
+			held += bytes
+		}
+		c.ParamMemory += held
+		keep("parameter "+t.Name, held)
 		key := fmt.Sprint(axes)
 		if _, ok := fused[key]; !ok {
 			fusedOrder = append(fusedOrder, key)
