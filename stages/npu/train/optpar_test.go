@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,8 +15,8 @@ import (
 	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/parallel/auto"
-	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/reshard"
+	"github.com/mspipe/mspipe/npu/shard"
 )
 
 // TestParallelOptimizerStageEqualsStandAlone runs the real npu/train stage
@@ -166,5 +167,55 @@ func TestParallelOptimizerFitsUnderTheCap(t *testing.T) {
 	}
 	if !strings.Contains(text.String(), "with the parallel optimizer") || !strings.Contains(text.String(), "fits") {
 		t.Errorf("plan text:\n%s", text.String())
+	}
+}
+
+// TestParallelOptimizerResumes kills rank 1 of a 2-device data_parallel
+// job with the parallel optimizer after its step-12 line, with the last
+// checkpoints at step 10: each rank's own pieces (integrated_save false),
+// or rank 0's whole tensors, which every rank cuts to its piece
+// (integrated_save true). Attempt 2 resumes from them and ends with the
+// bits of an uninterrupted run.
+func TestParallelOptimizerResumes(t *testing.T) {
+	dataDir := synthData(t, 24) // 120 images: 15 steps of 8 per epoch
+	for _, integrated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("integrated_save %v", integrated), func(t *testing.T) {
+			with := withBlock(dataDir, map[string]any{
+				"mode": "data_parallel", "model": "semi_auto_net", "parallel_optimizer": true, "integrated_save": integrated,
+				"epochs": 2, "save_checkpoint_steps": 5, "log_steps": 1, "collective_timeout": "10s",
+			})
+			whole := t.TempDir()
+			mustRun(t, whole, 2, with)
+
+			jobDir := t.TempDir()
+			t.Setenv(crashAtEnv, "epoch: 1 step: 12,")
+			first := runStage(t.Context(), jobDir, 2, 1, with)
+			os.Unsetenv(crashAtEnv)
+			if first.err == nil {
+				t.Fatal("attempt 1 succeeded, but a rank was killed at step 12")
+			}
+			if second := runStage(t.Context(), jobDir, 2, 2, with); second.err != nil {
+				t.Fatalf("attempt 2: %v", second.err)
+			}
+			ranks := []int{0, 1}
+			if integrated {
+				ranks = ranks[:1] // rank 1 writes none
+			}
+			for _, r := range ranks {
+				if from := filepath.Base(workerResult(t, jobDir, r).ResumedFrom); from != "CKP-1_10.ckpt" {
+					t.Errorf("rank %d resumed from %q, want CKP-1_10.ckpt", r, workerResult(t, jobDir, r).ResumedFrom)
+				}
+				want := readTensors(t, lastCheckpoint(t, whole, r))
+				got := readTensors(t, lastCheckpoint(t, jobDir, r))
+				if len(got) != len(want) {
+					t.Errorf("rank %d: %d tensors after the retry, %d uninterrupted", r, len(got), len(want))
+				}
+				for _, name := range sortedNames(want) {
+					if !bytes.Equal(got[name].Data, want[name].Data) {
+						t.Errorf("rank %d: %s differs from the uninterrupted run's (resuming must be bit-identical)", r, name)
+					}
+				}
+			}
+		})
 	}
 }
