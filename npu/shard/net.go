@@ -70,6 +70,9 @@ type Net struct {
 	optShards              []*optShard
 	view                   []*nn.Param
 	gatherSend, gatherRecv [][]float32
+	scatterSend            [][]float32
+	scatterRecv            [][]float32
+	scatterBuf             []float32
 	comm                   *timedComm // cfg.Comm, counted; nil on one device
 	// firstParam is the first operator with parameters, where backward
 	// ends.
@@ -225,6 +228,19 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 			if p.Name != specs[k].Name {
 				return fmt.Errorf("operator %s: parameter %d is %s, the spec says %s", o.spec.Name, k, p.Name, specs[k].Name)
 			}
+			view := p
+			var sh *optShard
+			if p.Trainable && !n.hybrid {
+				var err error
+				if sh, err = n.shardOptimizer(p, pls[k]); err != nil {
+					return fmt.Errorf("operator %s: %w", o.spec.Name, err)
+				}
+				if sh != nil {
+					n.optShards = append(n.optShards, sh)
+					view = sh.piece
+				}
+			}
+			n.view = append(n.view, view)
 			red := paramReduce{p: p, mean: !p.Trainable}
 			switch {
 			case n.hybrid && n.def.layerwise[p.Name]:
@@ -238,24 +254,16 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 				if err != nil {
 					return fmt.Errorf("operator %s parameter %s: %w", o.spec.Name, p.Name, err)
 				}
+				if sh != nil && slices.Equal(group, sh.group) {
+					// Reduced over the ranks that split its update: each
+					// needs the sum of its piece only (ReduceScatter).
+					sh.scatter = true
+					continue
+				}
 				n.addReduce(key, group, red)
 			}
 		}
 		n.params = append(n.params, st.params...)
-		for k, p := range st.params {
-			view := p
-			if p.Trainable && !n.hybrid {
-				sh, err := n.shardOptimizer(p, pls[k])
-				if err != nil {
-					return fmt.Errorf("operator %s: %w", o.spec.Name, err)
-				}
-				if sh != nil {
-					n.optShards = append(n.optShards, sh)
-					view = sh.piece
-				}
-			}
-			n.view = append(n.view, view)
-		}
 	}
 	n.gatherSend, n.gatherRecv = make([][]float32, cfg.Devices), make([][]float32, cfg.Devices)
 	var values, grads, moments, packed int64
@@ -287,6 +295,7 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		// same under the same name.
 		{"optimizer moments", 4 * moments},
 		{"gradient reduction buffers", 4 * packed},
+		{"gradient reduce-scatter buffers", 4 * int64(n.scatterLen())},
 	} {
 		if err := n.dev.Reserve(r.what, r.bytes); err != nil {
 			return err

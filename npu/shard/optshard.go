@@ -26,6 +26,10 @@ type optShard struct {
 	// spans[i] the flat range of the slice group[i] holds.
 	group []int
 	spans [][2]int
+	// scatter is set when the gradient is summed over group itself: the
+	// rank then receives the other ranks' contributions to its piece only
+	// (a ReduceScatter) instead of the whole gradient being all-reduced.
+	scatter bool
 }
 
 // optShardSize returns the number of pieces a parameter repeated on
@@ -176,6 +180,79 @@ func (n *Net) gatherWeights(ctx context.Context) error {
 			sp := s.spans[i]
 			off[r] += copy(w[sp[0]:sp[1]], recv[r][off[r]:])
 		}
+	}
+	return nil
+}
+
+// scatterLen returns the receive buffer reduceScatter needs: the other
+// ranks' contributions to this rank's piece of the largest gradient it
+// reduce-scatters.
+func (n *Net) scatterLen() int {
+	most := 0
+	for _, s := range n.optShards {
+		if s.scatter {
+			most = max(most, (len(s.group)-1)*s.piece.Value.Len())
+		}
+	}
+	return most
+}
+
+// reduceScatter sums, for every parameter whose gradient is reduced over
+// the ranks that split its update, the contributions of those ranks to
+// this rank's piece, in group order as GroupAllReduce adds them (so the
+// bits are the same), leaving the sum in the piece's gradient; the rest
+// of the slice's gradient keeps this rank's own values, which nothing
+// reads. One Exchange per parameter: each rank sends every other member
+// of its group that member's rows of its gradient.
+func (n *Net) reduceScatter(ctx context.Context) error {
+	if n.cfg.Devices == 1 {
+		return nil
+	}
+	rank := n.cfg.Rank
+	// Views of the gradients and of scatterBuf: not gatherWeights's
+	// buffers, which it appends to.
+	if n.scatterSend == nil {
+		n.scatterSend, n.scatterRecv = make([][]float32, n.cfg.Devices), make([][]float32, n.cfg.Devices)
+	}
+	send, recv := n.scatterSend, n.scatterRecv
+	for _, s := range n.optShards {
+		if !s.scatter {
+			continue
+		}
+		if len(n.scatterBuf) < n.scatterLen() {
+			n.scatterBuf = make([]float32, n.scatterLen())
+		}
+		for r := range send {
+			send[r], recv[r] = nil, nil
+		}
+		grad := s.full.Grad.Data()
+		piece := s.piece.Grad.Data()
+		off := 0
+		for i, r := range s.group {
+			if r == rank {
+				continue
+			}
+			sp := s.spans[i]
+			send[r] = grad[sp[0]:sp[1]]
+			recv[r] = n.scatterBuf[off : off+len(piece)]
+			off += len(piece)
+		}
+		if err := n.cfg.Comm.Exchange(ctx, send, recv); err != nil {
+			return fmt.Errorf("optimizer parallel: reduce-scatter of the gradient of %s: %w", s.full.Name, err)
+		}
+		part := func(j int) []float32 {
+			if s.group[j] == rank {
+				return piece
+			}
+			return recv[s.group[j]]
+		}
+		acc := part(0)
+		for j := 1; j < len(s.group); j++ {
+			for i, v := range part(j) {
+				acc[i] += v
+			}
+		}
+		copy(piece, acc)
 	}
 	return nil
 }

@@ -110,6 +110,9 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	if err := n.reduceParams(ctx); err != nil {
 		return 0, err
 	}
+	if err := n.reduceScatter(ctx); err != nil {
+		return 0, err
+	}
 	return float32(loss / float64(p.global)), nil
 }
 

@@ -181,12 +181,12 @@ func ParallelOptimizer(size int) Option {
 	return func(p *pricer) { p.optShard = max(size, 0) }
 }
 
-// momentBytes returns the momentum bytes of a parameter slice of bytes
-// bytes laid out by l: all of them, or with the parallel optimizer its
-// piece.
-func (p *pricer) momentBytes(l parallel.Layout, bytes int64) (int64, error) {
+// optPieces returns how many pieces the parallel optimizer splits the
+// update of a parameter laid out by l into: 1 when it is off or leaves the
+// parameter whole.
+func (p *pricer) optPieces(l parallel.Layout) (int, error) {
 	if p.optShard < 0 {
-		return bytes, nil
+		return 1, nil
 	}
 	shape, err := l.SliceShape()
 	if err != nil {
@@ -204,9 +204,19 @@ func (p *pricer) momentBytes(l parallel.Layout, bytes int64) (int64, error) {
 		size = repeats
 	}
 	if size < 2 || repeats%size != 0 || len(shape) == 0 || shape[0]%size != 0 {
-		return bytes, nil
+		return 1, nil
 	}
-	return bytes / int64(size), nil
+	return size, nil
+}
+
+// groupSize returns the number of ranks of a reduction over axes of l's
+// device matrix.
+func groupSize(l parallel.Layout, axes []int) int {
+	n := 1
+	for _, a := range axes {
+		n *= l.DeviceMatrix[a]
+	}
+	return n
 }
 
 func sliceBytes(l parallel.Layout) (int64, error) {
@@ -270,15 +280,20 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		if err != nil {
 			return err
 		}
-		moment, err := p.momentBytes(l, bytes)
+		pieces, err := p.optPieces(l)
 		if err != nil {
 			return err
 		}
-		held := 2*bytes + moment // value, gradient, momentum
+		held := 2*bytes + bytes/int64(pieces) // value, gradient, momentum (this rank's piece)
 		if len(axes) > 0 {
-			// npu/shard packs the gradients it reduces into a buffer of
-			// their own.
-			held += bytes
+			// npu/shard packs the gradients it all-reduces into a buffer of
+			// their own; one reduce-scattered over the ranks that split
+			// its update needs room for the others' parts of its piece.
+			if g := groupSize(l, axes); pieces > 1 && g == pieces {
+				held += bytes / int64(pieces) * int64(pieces-1)
+			} else {
+				held += bytes
+			}
 		}
 		c.ParamMemory += held
 		keep("parameter "+t.Name, held)
