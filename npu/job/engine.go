@@ -60,7 +60,7 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 // parameter's layout, with opt_weight_shard_step and opt_weight_shard_size
 // for the parameters whose update the parallel optimizer splits (optShard).
 func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout, optShard map[string]parallel.TensorLayout) *parallel.StrategyFile {
-	f := &parallel.StrategyFile{Stage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
+	f := &parallel.StrategyFile{CurrentStage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
 	for _, ol := range ops {
 		if ol != nil {
 			f.Operators[ol.Op] = ol.Strategy
