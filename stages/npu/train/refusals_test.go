@@ -33,6 +33,12 @@ func TestRefusals(t *testing.T) {
 			map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 3}}}}, false},
 		{"hybrid_net elsewhere", "/model", "it runs in mode hybrid_parallel",
 			map[string]any{"mode": "semi_auto_parallel", "model": "hybrid_net"}, true},
+		{"parallel_optimizer in hybrid_parallel", "/parallel_optimizer", "for data_parallel, semi_auto_parallel and auto_parallel, not hybrid_parallel",
+			map[string]any{"mode": "hybrid_parallel", "model": "hybrid_net", "parallel_optimizer": true}, true},
+		{"shard size without the parallel optimizer", "/optimizer_weight_shard_size", "optimizer_weight_shard_size needs parallel_optimizer: true",
+			map[string]any{"mode": "data_parallel", "optimizer_weight_shard_size": 2}, true},
+		{"shard size not dividing the devices", "/optimizer_weight_shard_size", "optimizer_weight_shard_size 3 does not divide the stage's 2 devices",
+			map[string]any{"mode": "data_parallel", "parallel_optimizer": true, "optimizer_weight_shard_size": 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			problems := validate(t, withBlock(dataDir, tc.with))
@@ -51,6 +57,10 @@ func TestRefusals(t *testing.T) {
 				t.Errorf("a refused job left %d entries in its work dir", len(entries))
 			}
 		})
+	}
+	problems := validate(t, withBlock(dataDir, map[string]any{"mode": "stand_alone", "parallel_optimizer": true}))
+	if len(problems) != 1 || problems[0].Path != "/parallel_optimizer" || !strings.Contains(problems[0].Message, "not stand_alone") {
+		t.Errorf("parallel_optimizer in stand_alone: problems %+v, want one at /parallel_optimizer", problems)
 	}
 	for _, mode := range []string{"stand_alone", "data_parallel", "semi_auto_parallel", "auto_parallel", "hybrid_parallel"} {
 		if problems := validate(t, withBlock(dataDir, map[string]any{"mode": mode})); len(problems) != 0 {
