@@ -1,0 +1,137 @@
+package shard
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// TestDatasetSliceEqualsStandAlone trains with MindSpore's dataset_strategy
+// tuple: every rank receives a window of each image (cut along H, W or
+// both), the leading operators run on those windows with the convolutions
+// and poolings exchanging their halos, and ResNet-20's stem BatchNorm sums
+// its statistics over the pieces of each image. After 10 steps every
+// parameter and the moving statistics agree with stand_alone on the same
+// global batches within float32 rounding, and all replicas of a slice are
+// bit-identical.
+func TestDatasetSliceEqualsStandAlone(t *testing.T) {
+	const steps = 10
+	for _, model := range []string{"cnn", "resnet20"} {
+		global := 8
+		xs, ys := batches(steps, global, 21)
+		base := Config{Model: model, Mode: parallel.StandAlone, Devices: 1, BatchPerDevice: global, GradientsMean: true, Seed: 4, Threads: 1}
+		// ResNet-20 on batches of 8 at the CNN's rate turns one rounding
+		// difference into 1e-3 within 10 steps (a ReLU flips); at a tenth
+		// of it the comparison measures the arithmetic.
+		lr := float32(testLR)
+		if model == "resnet20" {
+			lr /= 10
+		}
+		alone := trainRanksAt(t, lr, base, nil, xs, ys)
+		checkMoved(t, alone.gathered, initial(t, model, 4))
+		for _, tc := range []struct {
+			devices  int
+			splits   [][]int
+			strategy parallel.Strategy
+		}{
+			{2, [][]int{{1, 1, 2, 1}, {1}}, nil},
+			{4, [][]int{{1, 1, 1, 4}, {1}}, nil},
+			{8, [][]int{{1, 1, 2, 2}, {1}}, nil}, // 4 windows, each on 2 ranks
+			{8, [][]int{{2, 1, 2, 2}, {2}}, nil}, // and the batch in two
+			{4, [][]int{{1, 1, 4, 1}, {1}}, parallel.Strategy{"conv1": {{1, 1, 4, 1}, {1, 1, 1, 1}}}},
+		} {
+			if model == "resnet20" && tc.splits[0][0] > 1 {
+				// A batch split normalises each rank's rows with their own
+				// statistics (data-parallel BatchNorm), not stand_alone's.
+				continue
+			}
+			t.Run(fmt.Sprintf("%s %d ranks %v", model, tc.devices, tc.splits), func(t *testing.T) {
+				cfg := base
+				cfg.Mode, cfg.Devices, cfg.DatasetStrategy, cfg.Strategy = parallel.SemiAutoParallel, tc.devices, tc.splits, tc.strategy
+				if model == "resnet20" {
+					// The residual blocks run whole on every rank: split
+					// along the batch (their default) each would normalise
+					// half a batch, data-parallel BatchNorm.
+					cfg.Strategy = wholeBlocks(t, model, global)
+				}
+				cfg.BatchPerDevice = global / tc.splits[0][0]
+				res := trainRanksAt(t, lr, cfg, memComms(tc.devices), xs, ys)
+				t.Logf("largest relative difference %.3g", compare(t, res.gathered, alone.gathered, 2e-5))
+				checkReplicas(t, res)
+				for r := range tc.devices {
+					if got, want := res.losses[r], alone.losses[0]; relDiff(got, want) > 1e-5 {
+						t.Errorf("rank %d losses %v, stand_alone %v", r, got, want)
+					}
+				}
+				ol := res.nets[0].OpLayouts()[0]
+				if got := spatialAxes(ol.Inputs[0]); len(got) == 0 {
+					t.Errorf("conv1 runs on %v, not on the windows", ol.Inputs[0])
+				}
+				if c, h, w := res.nets[0].window(); c*h*w*volume(tc.splits[0][1:]) != imageChannels*imageSide*imageSide {
+					t.Errorf("rank 0 receives windows %dx%dx%d of %v", c, h, w, tc.splits[0])
+				}
+			})
+		}
+	}
+}
+
+// TestHaloBox checks the input box and padding a rank computes its output
+// rows from, for MindSpore's "same" 3×3 convolution (stride 1 and 2) and
+// a 2×2 pooling whose windows never cross a cut.
+func TestHaloBox(t *testing.T) {
+	for _, tc := range []struct {
+		kernel, stride, size int
+		inOff, inLen         int
+		outOff, outLen       int
+		wantOff, wantLen     int
+		before, after        int
+		valid                bool
+	}{
+		{3, 1, 32, 0, 16, 0, 16, 0, 17, 1, 0, false},
+		{3, 1, 32, 16, 16, 16, 16, 15, 17, 0, 1, false},
+		{3, 1, 32, 8, 8, 8, 8, 7, 10, 0, 0, false},
+		{3, 2, 32, 0, 16, 0, 8, 0, 17, 0, 0, false},   // output row 7 reads row 16
+		{3, 2, 32, 16, 16, 8, 8, 16, 16, 0, 1, false}, // needs rows 16..32, 32 is padding
+		{2, 2, 32, 16, 16, 8, 8, 16, 16, 0, 0, true},
+	} {
+		pad := tensor.Padding{Mode: tensor.PadSame}
+		if tc.valid {
+			pad.Mode = tensor.PadValid
+		}
+		g, err := tensor.NewConvGeom(1, tc.size, tc.size, tc.kernel, tc.kernel, tc.stride, tc.stride, pad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := parallel.Box{Offset: []int{0, 0, tc.inOff, 0}, Shape: []int{1, 1, tc.inLen, tc.size}}
+		out := parallel.Box{Offset: []int{0, 0, tc.outOff, 0}, Shape: []int{1, 1, tc.outLen, g.OutW}}
+		box, p := haloBox(g, in, out)
+		if box.Offset[2] != tc.wantOff || box.Shape[2] != tc.wantLen || p.Top != tc.before || p.Bottom != tc.after {
+			t.Errorf("kernel %d stride %d rows %d+%d → out %d+%d: box rows %d+%d pad %d,%d; want %d+%d pad %d,%d",
+				tc.kernel, tc.stride, tc.inOff, tc.inLen, tc.outOff, tc.outLen, box.Offset[2], box.Shape[2], p.Top, p.Bottom,
+				tc.wantOff, tc.wantLen, tc.before, tc.after)
+		}
+		if !slices.Equal(box.Shape[3:], []int{tc.size}) || p.Left != g.PadLeft || p.Right != g.PadRight {
+			t.Errorf("uncut columns: box %v pad %d,%d, want all %d columns with the op's padding %d,%d", box, p.Left, p.Right, tc.size, g.PadLeft, g.PadRight)
+		}
+	}
+}
+
+// wholeBlocks is a strategy that runs every residual block of model
+// unsplit.
+func wholeBlocks(t *testing.T, model string, global int) parallel.Strategy {
+	t.Helper()
+	g, err := GraphOf(model, global)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := parallel.Strategy{}
+	for _, o := range g.Ops {
+		if o.Kind == parallel.OpBlock {
+			s[o.Name] = [][]int{{1, 1, 1, 1}}
+		}
+	}
+	return s
+}
