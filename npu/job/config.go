@@ -44,6 +44,9 @@ type Config struct {
 	// or the searched one (auto_parallel).
 	Strategy  parallel.Strategy `json:"strategy,omitempty"`
 	FullBatch bool              `json:"full_batch,omitempty"`
+	// DatasetStrategy is dataset_strategy's tuple form (nil: unset): the
+	// split lists of the images and of the labels.
+	DatasetStrategy [][]int `json:"dataset_strategy,omitempty"`
 	// DeviceMemory is each device's capacity in bytes (0: the trainer's
 	// default).
 	DeviceMemory int64 `json:"device_memory,omitempty"`

@@ -44,10 +44,18 @@ type Layout struct {
 	BatchSize int   // per device
 	Memory    int64 // device capacity in bytes; 0: the cost model's default
 	Devices   int
+	// DatasetStrategy is dataset_strategy's tuple form (nil: unset).
+	DatasetStrategy [][]int
 }
 
-// GlobalBatch is the layout's batch of one step over all devices.
-func (l Layout) GlobalBatch() int { return GlobalBatch(l.Mode, l.BatchSize, l.Devices) }
+// GlobalBatch is the layout's batch of one step over all devices: under a
+// dataset_strategy tuple, the batch per device times its batch split.
+func (l Layout) GlobalBatch() int {
+	if l.DatasetStrategy != nil && len(l.DatasetStrategy[0]) > 0 {
+		return l.BatchSize * l.DatasetStrategy[0][0]
+	}
+	return GlobalBatch(l.Mode, l.BatchSize, l.Devices)
+}
 
 // Planned is how a split job lays out its network: the strategy the ranks
 // run (the user's, or auto_parallel's search result) and, for
@@ -69,9 +77,14 @@ func Plan(l Layout) (*Planned, error) {
 	if err != nil {
 		return nil, fieldError("model", err)
 	}
+	if l.DatasetStrategy != nil {
+		if err := shard.CheckDatasetStrategy(l.DatasetStrategy, l.Devices); err != nil {
+			return nil, fieldError("dataset_strategy", err)
+		}
+	}
 	switch l.Mode {
 	case parallel.SemiAutoParallel:
-		if _, err := g.Shard(l.Strategy, l.Devices); err != nil {
+		if _, err := g.Shard(shard.FollowDataset(g, l.Strategy, l.DatasetStrategy, l.Devices, false), l.Devices); err != nil {
 			return nil, fieldError("strategy", err)
 		}
 		return &Planned{Strategy: l.Strategy}, nil
@@ -80,7 +93,10 @@ func Plan(l Layout) (*Planned, error) {
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}
-		return &Planned{Strategy: plan.Strategy, Auto: plan}, nil
+		// The leading operators take the images as the dataset strategy
+		// cuts them (the search does not try H and W splits: its cost
+		// model has no halo term).
+		return &Planned{Strategy: shard.FollowDataset(g, plan.Strategy, l.DatasetStrategy, l.Devices, true), Auto: plan}, nil
 	}
 	return &Planned{}, nil
 }

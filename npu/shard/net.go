@@ -67,6 +67,8 @@ type Net struct {
 	// firstParam is the first operator with parameters, where backward
 	// ends.
 	firstParam int
+	// win is the C, H and W of the images this rank receives.
+	win [3]int
 	// stepCtx is the context of the running TrainStep, for the BatchNorm
 	// statistics reductions nn calls back into (nn's layers take none).
 	stepCtx context.Context
@@ -303,6 +305,11 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	}
 	n.main = p
 	n.passes[p.global] = p
+	box, err := p.data.Box(cfg.Rank)
+	if err != nil {
+		return err
+	}
+	copy(n.win[:], box.Shape[1:])
 	return nil
 }
 

@@ -17,7 +17,7 @@ type pass struct {
 	// fwd[i] brings op i's input from the previous layout (the data layout
 	// for i = 0); bwd[i] brings op i's output gradient from op i+1's input
 	// layout.
-	fwd, bwd  []*plan
+	fwd, bwd []*plan
 	// halo[i] sums the gradient of the halo box op i computed from back
 	// into the input slices of its owners (nil: op i reads no halo).
 	halo      []*haloSum

@@ -386,6 +386,7 @@ type statsGroup struct {
 	group []int
 	send  [][]float32
 	recv  [][]float32
+	own   []float64
 }
 
 func (g *statsGroup) reduce(sums []float64) error {
@@ -418,7 +419,8 @@ func (g *statsGroup) reduce(sums []float64) error {
 	if err := g.n.cfg.Comm.Exchange(ctx, g.send, g.recv); err != nil {
 		return fmt.Errorf("batchnorm statistics over ranks %v: %w", g.group, err)
 	}
-	own := slices.Clone(sums)
+	g.own = append(g.own[:0], sums...)
+	own := g.own
 	for i := range sums {
 		var total float64
 		for _, r := range g.group {

@@ -20,13 +20,7 @@ func (n *Net) checkInput(x *tensor.Tensor) error {
 }
 
 // window returns the C, H and W of the images this rank receives.
-func (n *Net) window() (c, h, w int) {
-	box, err := n.main.data.Box(n.cfg.Rank)
-	if err != nil {
-		return imageChannels, imageSide, imageSide
-	}
-	return box.Shape[1], box.Shape[2], box.Shape[3]
-}
+func (n *Net) window() (c, h, w int) { return n.win[0], n.win[1], n.win[2] }
 
 // forward runs every operator but the loss and returns the loss's input
 // slice (logits in the loss's layout) and the last operator's output.

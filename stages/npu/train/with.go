@@ -10,40 +10,41 @@ import (
 
 // With is the stage's `with` block.
 type With struct {
-	Data                string            `json:"data" jsonschema:"minLength=1,format=path" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
-	Model               string            `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly); semi_auto_net: the seeds' SemiAutoParallelNet as a CIFAR classifier (fc.matmul, relu, end_point); hybrid_net: the seeds' HybridParallelNet (hybrid_parallel only); wide_net: a 3072x4096 layer that does not fit a small device whole"`
-	Mode                parallel.Mode     `json:"mode,omitempty" description:"MindSpore parallel_mode: stand_alone (one device), data_parallel (a replica per device, gradients all-reduced), semi_auto_parallel (operators split by strategy), auto_parallel (strategies searched by a cost model; see mspipe plan), hybrid_parallel (the model's own split, e.g. hybrid_net)"`
-	Strategy            parallel.Strategy `json:"strategy,omitempty" description:"semi_auto_parallel: shard strategy per operator, as MindSpore's shard(), e.g. {fc.matmul: [[1, 1], [1, 2]]}: one list per input, one split count per dimension; operators without one run data parallel"`
-	FullBatch           bool              `json:"full_batch,omitempty" description:"every device loads the whole global batch (batch_size × devices) instead of its shard"`
-	GradAccumulation    int               `json:"grad_accumulation_step,omitempty" jsonschema:"minimum=1" description:"micro-batches per step: the update is that of one batch this many times larger"`
-	StrategySaveFile    string            `json:"strategy_ckpt_save_file,omitempty" description:"where to write the strategy file (MindSpore's ParallelStrategyMap protobuf; .json for the JSON form), relative to the stage's work directory; default strategy.ckpt for split modes"`
-	Epochs              int               `json:"epochs,omitempty" jsonschema:"minimum=1"`
-	BatchSize           int               `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"batch size per device"`
-	LearningRate        float64           `json:"learning_rate,omitempty" jsonschema:"exclusiveMinimum=0"`
-	Momentum            float64           `json:"momentum,omitempty" jsonschema:"minimum=0,exclusiveMaximum=1"`
-	WeightDecay         float64           `json:"weight_decay,omitempty" jsonschema:"minimum=0"`
-	LRSchedule          string            `json:"lr_schedule,omitempty" jsonschema:"enum=constant|cosine|step|steps|poly|linear"`
-	WarmupEpochs        int               `json:"warmup_epochs,omitempty" jsonschema:"minimum=0"`
-	Seed                int               `json:"seed,omitempty" jsonschema:"minimum=0"`
-	Init                string            `json:"init,omitempty" jsonschema:"format=path" description:"checkpoint file, or a directory with device{i}/ckpt_{i}/ per rank, to start from"`
-	GradientsMean       *bool             `json:"gradients_mean,omitempty" description:"data parallel: average gradients (allreduce_mean) instead of summing; default true"`
-	ParameterBroadcast  bool              `json:"parameter_broadcast,omitempty" description:"data parallel: broadcast rank 0's initial parameters"`
-	SaveCheckpointSteps int               `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
-	KeepCheckpointMax   int               `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
-	Prefix              string            `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
-	CRCCheck            bool              `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every checkpoint (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf that every MindSpore version reads, and a sidecar {file}.sha256 proves them on resume either way"`
-	IntegratedSave      *bool             `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
-	DeviceMemory        string            `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
-	Eval                *bool             `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
-	LogSteps            int               `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
-	Threads             int               `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
-	CollectiveTimeout   sdk.Duration      `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
-	CollectiveBasePort  int               `json:"collective_base_port,omitempty" jsonschema:"minimum=1,maximum=65535" description:"port of rank 0's collective endpoint; rank r listens on its device_ip, port collective_base_port+r. Default 29500 when the rank table spans several hosts (every server must use the same); a single-host job picks a free range unless this is set"`
-	CollectiveTransport string            `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
-	ShuffleBuffer       int               `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
-	Launcher            launch.Launcher   `json:"launcher,omitempty" description:"what starts the rank processes: local (mspipe, on this host), mpirun (Open MPI, on the hosts of a hostfile) or srun (Slurm, inside an allocation); with mpirun and srun the run directory and the rank table must be on a filesystem every host sees"`
-	LauncherArgs        []string          `json:"launcher_args,omitempty" description:"mpirun or srun: extra arguments, appended to mspipe's own as they are (one argument per item, no shell)"`
-	Hostfile            string            `json:"hostfile,omitempty" description:"mpirun: an absolute path to an Open MPI hostfile; default one written in the work directory from the rank table's servers, in table order, with slots=<devices>"`
+	Data                string                   `json:"data" jsonschema:"minLength=1,format=path" description:"cifar-10-batches-bin directory (usually stages.prepare.outputs.dir)"`
+	Model               string                   `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"resnet20: the small CIFAR ResNet (the CPU default); resnet50: the seeds' ResNet-50; cnn: a small CNN without BatchNorm (data parallel equals stand_alone exactly); semi_auto_net: the seeds' SemiAutoParallelNet as a CIFAR classifier (fc.matmul, relu, end_point); hybrid_net: the seeds' HybridParallelNet (hybrid_parallel only); wide_net: a 3072x4096 layer that does not fit a small device whole"`
+	Mode                parallel.Mode            `json:"mode,omitempty" description:"MindSpore parallel_mode: stand_alone (one device), data_parallel (a replica per device, gradients all-reduced), semi_auto_parallel (operators split by strategy), auto_parallel (strategies searched by a cost model; see mspipe plan), hybrid_parallel (the model's own split, e.g. hybrid_net)"`
+	Strategy            parallel.Strategy        `json:"strategy,omitempty" description:"semi_auto_parallel: shard strategy per operator, as MindSpore's shard(), e.g. {fc.matmul: [[1, 1], [1, 2]]}: one list per input, one split count per dimension; operators without one run data parallel"`
+	FullBatch           bool                     `json:"full_batch,omitempty" description:"every device loads the whole global batch (batch_size × devices) instead of its shard"`
+	DatasetStrategy     parallel.DatasetStrategy `json:"dataset_strategy,omitempty" description:"MindSpore's dataset_strategy: data_parallel (the default), full_batch (as full_batch: true), or one split list per dataset column for semi_auto_parallel and auto_parallel, e.g. [[1, 1, 2, 1], [1]]: each device loads only its piece of every image (NCHW, here cut in two along H; labels whole), the first convolutions, poolings and BatchNorms run on the pieces exchanging halo rows and columns; global batch = batch_size × the batch split"`
+	GradAccumulation    int                      `json:"grad_accumulation_step,omitempty" jsonschema:"minimum=1" description:"micro-batches per step: the update is that of one batch this many times larger"`
+	StrategySaveFile    string                   `json:"strategy_ckpt_save_file,omitempty" description:"where to write the strategy file (MindSpore's ParallelStrategyMap protobuf; .json for the JSON form), relative to the stage's work directory; default strategy.ckpt for split modes"`
+	Epochs              int                      `json:"epochs,omitempty" jsonschema:"minimum=1"`
+	BatchSize           int                      `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"batch size per device"`
+	LearningRate        float64                  `json:"learning_rate,omitempty" jsonschema:"exclusiveMinimum=0"`
+	Momentum            float64                  `json:"momentum,omitempty" jsonschema:"minimum=0,exclusiveMaximum=1"`
+	WeightDecay         float64                  `json:"weight_decay,omitempty" jsonschema:"minimum=0"`
+	LRSchedule          string                   `json:"lr_schedule,omitempty" jsonschema:"enum=constant|cosine|step|steps|poly|linear"`
+	WarmupEpochs        int                      `json:"warmup_epochs,omitempty" jsonschema:"minimum=0"`
+	Seed                int                      `json:"seed,omitempty" jsonschema:"minimum=0"`
+	Init                string                   `json:"init,omitempty" jsonschema:"format=path" description:"checkpoint file, or a directory with device{i}/ckpt_{i}/ per rank, to start from"`
+	GradientsMean       *bool                    `json:"gradients_mean,omitempty" description:"data parallel: average gradients (allreduce_mean) instead of summing; default true"`
+	ParameterBroadcast  bool                     `json:"parameter_broadcast,omitempty" description:"data parallel: broadcast rank 0's initial parameters"`
+	SaveCheckpointSteps int                      `json:"save_checkpoint_steps,omitempty" jsonschema:"minimum=1" description:"save every this many steps (default: once per epoch)"`
+	KeepCheckpointMax   int                      `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
+	Prefix              string                   `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
+	CRCCheck            bool                     `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every checkpoint (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf that every MindSpore version reads, and a sidecar {file}.sha256 proves them on resume either way"`
+	IntegratedSave      *bool                    `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
+	DeviceMemory        string                   `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
+	Eval                *bool                    `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
+	LogSteps            int                      `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
+	Threads             int                      `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
+	CollectiveTimeout   sdk.Duration             `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
+	CollectiveBasePort  int                      `json:"collective_base_port,omitempty" jsonschema:"minimum=1,maximum=65535" description:"port of rank 0's collective endpoint; rank r listens on its device_ip, port collective_base_port+r. Default 29500 when the rank table spans several hosts (every server must use the same); a single-host job picks a free range unless this is set"`
+	CollectiveTransport string                   `json:"collective_transport,omitempty" jsonschema:"enum=auto|shm|tcp" description:"how ranks exchange gradients: shm (shared memory; every rank on this host), tcp (loopback or network), auto (shm within each server of the rank table, tcp between servers)"`
+	ShuffleBuffer       int                      `json:"shuffle_buffer,omitempty" jsonschema:"minimum=-1" description:"dataset.shuffle(buffer_size) after the map (0: the seeds' 10; -1: none, so data_parallel and stand_alone see the same global batches)"`
+	Launcher            launch.Launcher          `json:"launcher,omitempty" description:"what starts the rank processes: local (mspipe, on this host), mpirun (Open MPI, on the hosts of a hostfile) or srun (Slurm, inside an allocation); with mpirun and srun the run directory and the rank table must be on a filesystem every host sees"`
+	LauncherArgs        []string                 `json:"launcher_args,omitempty" description:"mpirun or srun: extra arguments, appended to mspipe's own as they are (one argument per item, no shell)"`
+	Hostfile            string                   `json:"hostfile,omitempty" description:"mpirun: an absolute path to an Open MPI hostfile; default one written in the work directory from the rank table's servers, in table order, with slots=<devices>"`
 }
 
 // defaults is the stage's one table of defaults: the trainer's, and the
