@@ -119,7 +119,7 @@ func resolve(w With) (job.Config, error) {
 		// dataset_strategy "full_batch" is full_batch: true.
 		FullBatch:       w.FullBatch || w.DatasetStrategy.Name == parallel.DatasetFullBatch,
 		DatasetStrategy: w.DatasetStrategy.Splits,
-		DataDir: w.Data, Epochs: w.Epochs, BatchSize: w.BatchSize, GradAccumulation: w.GradAccumulation,
+		DataDir:         w.Data, Epochs: w.Epochs, BatchSize: w.BatchSize, GradAccumulation: w.GradAccumulation,
 		LearningRate: w.LearningRate, Momentum: w.Momentum, WeightDecay: w.WeightDecay,
 		Schedule: w.LRSchedule, WarmupEpochs: w.WarmupEpochs, Seed: uint64(w.Seed),
 		ShuffleBuffer: w.ShuffleBuffer, Threads: w.Threads,
