@@ -172,7 +172,20 @@ func PlanText(out io.Writer, l Layout) error {
 		}
 	}
 	fmt.Fprintf(out, "%s in %s on %d devices, global batch %d:\n", l.Model, l.Mode, l.Devices, l.GlobalBatch())
-	return plan.Format(out)
+	if err := plan.Format(out); err != nil {
+		return err
+	}
+	if l.DatasetStrategy != nil {
+		// The cost model has no halo term: say what runs instead of
+		// pricing it.
+		followed := shard.FollowDataset(g, p.Strategy, l.DatasetStrategy, l.Devices, false)
+		for _, name := range g.OpNames() {
+			if st, ok := followed[name]; ok && fmt.Sprint(st) != fmt.Sprint(plan.Strategy[name]) {
+				fmt.Fprintf(out, "dataset_strategy %v: %s runs %v on the images' pieces (halo exchange not priced above)\n", l.DatasetStrategy, name, st)
+			}
+		}
+	}
+	return nil
 }
 
 // ParseDeviceMemory reads the device_memory option: bytes, or a number

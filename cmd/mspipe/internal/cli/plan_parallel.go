@@ -13,7 +13,7 @@ import (
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
-var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory"}
+var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "dataset_strategy"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -85,11 +85,12 @@ func splitsNetwork(mode string) bool {
 // trainer's default.
 func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	var with struct {
-		Mode         parallel.Mode     `json:"mode"`
-		Model        string            `json:"model"`
-		Strategy     parallel.Strategy `json:"strategy"`
-		BatchSize    int               `json:"batch_size"`
-		DeviceMemory string            `json:"device_memory"`
+		Mode         parallel.Mode            `json:"mode"`
+		Model        string                   `json:"model"`
+		Strategy     parallel.Strategy        `json:"strategy"`
+		BatchSize    int                      `json:"batch_size"`
+		DeviceMemory string                   `json:"device_memory"`
+		Dataset      parallel.DatasetStrategy `json:"dataset_strategy"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -105,5 +106,6 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	return job.Layout{
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
 		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+		DatasetStrategy: with.Dataset.Splits,
 	}, nil
 }
