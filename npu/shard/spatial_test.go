@@ -247,3 +247,66 @@ func stillSteps(t *testing.T, cfg Config, comms []Comm, xs [][]float32, ys [][]i
 	}
 	return out
 }
+
+// Under a dataset strategy Predict takes a rank's piece of the images, or
+// whole images (the evaluation pipeline's) of which it keeps its piece:
+// both give stand_alone's logits for the rank's rows.
+func TestDatasetSlicePredict(t *testing.T) {
+	const global, d = 8, 4
+	xs, ys := batches(1, global, 51)
+	alone, err := New(Config{Model: "cnn", Devices: 1, BatchPerDevice: global, Seed: 2, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	whole, _ := rankBatch(Config{Devices: 1}, xs[0], ys[0])
+	want, err := alone.Predict(context.Background(), whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	splits := [][]int{{2, 1, 1, 2}, {2}}
+	comms := memComms(d)
+	errs := make([]error, d)
+	done := make(chan struct{})
+	for r := range d {
+		go func(r int) {
+			defer func() { done <- struct{}{} }()
+			errs[r] = func() error {
+				cfg := Config{Model: "cnn", Mode: parallel.SemiAutoParallel, Devices: d, Rank: r, Comm: comms[r],
+					BatchPerDevice: global / 2, DatasetStrategy: splits, Seed: 2, Threads: 1}
+				net, err := New(cfg)
+				if err != nil {
+					return err
+				}
+				defer net.Close()
+				piece, _ := rankBatch(cfg, xs[0], ys[0])
+				ds, _ := DatasetShard(splits, d, r)
+				first := ds.ShardID * global / 2
+				rows, err := tensor.New(global/2, imageChannels, imageSide, imageSide)
+				if err != nil {
+					return err
+				}
+				copy(rows.Data(), whole.Data()[first*imageChannels*imageSide*imageSide:])
+				for _, x := range []*tensor.Tensor{piece, rows} {
+					got, err := net.Predict(context.Background(), x)
+					if err != nil {
+						return err
+					}
+					c := DefaultClasses
+					if rel := relDiff(got.Data(), want.Data()[first*c:first*c+got.Len()]); rel > 1e-6 || !got.HasShape(global/2, c) {
+						return fmt.Errorf("input %v: logits %v differ from one device's rows by %.3g", x.Shape(), got.Shape(), rel)
+					}
+				}
+				return nil
+			}()
+		}(r)
+	}
+	for range d {
+		<-done
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
