@@ -17,7 +17,9 @@ import (
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/trainer"
 )
 
@@ -193,6 +195,15 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	case cfg.FullBatch:
 		// Every device loads the whole global batch.
 		tc.BatchSize = GlobalBatch(cfg.Mode, cfg.BatchSize, size)
+	case cfg.DatasetStrategy != nil:
+		// Each device loads its shard of the samples (the batch split) and
+		// of each image only its window.
+		ds, err := shard.DatasetShard(cfg.DatasetStrategy, size, rank)
+		if err != nil {
+			return trainer.Config{}, fmt.Errorf("dataset_strategy: %w", err)
+		}
+		tc.NumShards, tc.ShardID = ds.Shards, ds.ShardID
+		tc.ImageWindow = data.Window{Offset: ds.Offset, Shape: ds.Shape}
 	case cfg.Mode.ShardsData():
 		tc.NumShards, tc.ShardID = size, rank
 	}

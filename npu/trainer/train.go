@@ -90,6 +90,7 @@ func (j *training) openData() error {
 	}
 	dcfg := data.SeedConfig(cfg.NumShards, cfg.ShardID, cfg.Seed)
 	dcfg.BatchSize = cfg.BatchSize
+	dcfg.Window = cfg.ImageWindow
 	switch {
 	case cfg.ShuffleBuffer < 0:
 		dcfg.ShuffleBuffer = 0

@@ -43,6 +43,9 @@ type Config struct {
 	// NumShards and ShardID select this device's share of the data
 	// (MindSpore's num_shards/shard_id); 0 and 0 mean all of it.
 	NumShards, ShardID int
+	// ImageWindow, when set, keeps only that box of every training image
+	// (a dataset_strategy that cuts images among the devices).
+	ImageWindow data.Window
 	// ShuffleBuffer is dataset.shuffle(buffer_size); 0 means the seeds' 10,
 	// -1 turns it off.
 	ShuffleBuffer int

@@ -13,7 +13,7 @@ import (
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
-var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size"}
+var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size", "dataset_strategy"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -86,13 +86,14 @@ func splitsNetwork(mode string) bool {
 // trainer's default.
 func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	var with struct {
-		Mode         parallel.Mode     `json:"mode"`
-		Model        string            `json:"model"`
-		Strategy     parallel.Strategy `json:"strategy"`
-		BatchSize    int               `json:"batch_size"`
-		DeviceMemory string            `json:"device_memory"`
-		ParallelOpt  bool              `json:"parallel_optimizer"`
-		OptShardSize int               `json:"optimizer_weight_shard_size"`
+		Mode         parallel.Mode            `json:"mode"`
+		Model        string                   `json:"model"`
+		Strategy     parallel.Strategy        `json:"strategy"`
+		BatchSize    int                      `json:"batch_size"`
+		DeviceMemory string                   `json:"device_memory"`
+		ParallelOpt  bool                     `json:"parallel_optimizer"`
+		OptShardSize int                      `json:"optimizer_weight_shard_size"`
+		Dataset      parallel.DatasetStrategy `json:"dataset_strategy"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -109,5 +110,6 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
 		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
 		ParallelOptimizer: with.ParallelOpt, OptimizerShardSize: with.OptShardSize,
+		DatasetStrategy: with.Dataset.Splits,
 	}, nil
 }
