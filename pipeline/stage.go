@@ -120,6 +120,7 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 	r.mu.Lock()
 	ss := r.st.Stages[sid]
 	ss.Status, ss.Started, ss.Reason = StatusRunning, &started, ""
+	ss.Attempts++ // the first attempt is recorded with the start: one save, not two
 	r.saveLocked()
 	r.events.Info().Str("event", "stage_started").Str("stage", sid).Str("uses", s.Uses).Msg("stage started")
 	r.log.Info().Str("event", "stage_started").Str("stage", sid).Str("status", string(ss.Status)).Str("uses", s.Uses).
@@ -131,11 +132,11 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 	attempt := 0
 	for attempt < max(s.Retry.MaxAttempts, 1) {
 		attempt++
-		r.mu.Lock()
-		ss.Attempts++
-		r.saveLocked()
-		r.mu.Unlock()
 		if attempt > 1 {
+			r.mu.Lock()
+			ss.Attempts++
+			r.saveLocked()
+			r.mu.Unlock()
 			r.log.Warn().Str("event", "stage_retry").Str("stage", sid).Int("attempt", attempt).Int("max_attempts", s.Retry.MaxAttempts).
 				Dur("backoff", backoff).AnErr("previous", lastErr).
 				Msgf("[%s] attempt %d of %d after %s: %v", sid, attempt, s.Retry.MaxAttempts, backoff, lastErr)
