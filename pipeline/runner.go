@@ -36,6 +36,8 @@ type runner struct {
 
 	leadMu sync.Mutex
 	lead   map[string]int // per stage, the lowest rank whose steps were seen: its steps are the progress
+
+	digests *digestCache // content digests of files by their stat; nil remembers nothing
 }
 
 func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, resolver *spec.Resolver) *runner {
@@ -46,7 +48,19 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		stageErrs: map[string]*StageError{},
 		blocked:   map[string]bool{},
 		lead:      map[string]int{},
+		digests:   storeDigests(e.Store, false),
 	}
+}
+
+// storeDigests returns the digest cache of a runs directory (nil without
+// one); a read-only one is used but never saved.
+func storeDigests(s *Store, readOnly bool) *digestCache {
+	if s == nil || s.Dir == "" {
+		return nil
+	}
+	c := newDigestCache(filepath.Join(s.Dir, digestCacheFile))
+	c.readOnly = readOnly
+	return c
 }
 
 // saveLocked writes run.json. A run whose state cannot be saved cannot be

@@ -74,7 +74,7 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 	ss.CacheKey, ss.Plugin = key, ident
 	r.mu.Unlock()
 	if !r.e.NoCache {
-		hit, refused := r.lookupCache(ctx, key)
+		hit, refused := r.lookupCache(ctx, sid, key)
 		if hit == nil && refused != "" {
 			r.log.Info().Str("event", "cache_refused").Str("stage", sid).Msgf("[%s] not cached: %s", sid, refused)
 		}
@@ -87,6 +87,9 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 			r.log.Info().Str("event", "stage_cached").Str("stage", sid).Str("status", string(ss.Status)).Str("from", hit.runID).
 				Msgf("[%s] cached: outputs of run %s", sid, hit.runID)
 			r.mu.Unlock()
+			if r.e.Progress != nil {
+				r.e.Progress.Ended(sid, StatusCached) // ends the bar of the outputs' hashing, if any
+			}
 			return
 		}
 	}
@@ -378,7 +381,7 @@ func (r *runner) artifacts(ctx context.Context, s *spec.Stage, outputs map[strin
 		if !ok || p == "" {
 			continue
 		}
-		h, err := hashPath(ctx, p)
+		h, err := r.digest(ctx, s.ID, "output "+n, p)
 		if err != nil {
 			return nil, fmt.Errorf("output %s: %w", n, err)
 		}

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package pipeline
+
+import "io/fs"
+
+// fileStatKey has no key outside Linux (the stat fields differ by
+// system): there every file is hashed in full each time.
+func fileStatKey(fs.FileInfo) (statKey, error) {
+	return statKey{}, errStatKey
+}
