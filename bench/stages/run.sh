@@ -60,7 +60,7 @@ while [ "$r" -lt "$ROUNDS" ]; do
 done
 
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-echo "mspipe $("$MSPIPE" version 2>/dev/null | head -1), $cpu, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$("$MSPIPE" version 2>/dev/null | head -1), $cpu, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$ROUNDS rounds, medians of whole-process figures (/usr/bin/time: wall, user+sys of mspipe and all it waited for)"
 echo
 w1=$(median 1 "$work/t1") c1=$(median 2 "$work/t1")
