@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -363,7 +364,7 @@ type cacheHit struct {
 // plugin): the reason `plan` gives for running a stage again. Nil when
 // there is none.
 func (r *runner) pluginChanged(in cacheKeyInput) *pluginChange {
-	runs, _ := r.e.Store.List()
+	runs := r.runs.list()
 	keys := map[string]string{} // an earlier identity -> the key in would have had with it
 	for _, run := range runs {
 		if run.ID == r.st.ID {
@@ -399,7 +400,7 @@ type pluginChange struct {
 // why the last candidate with these inputs was not used ("" when there
 // was none).
 func (r *runner) lookupCache(ctx context.Context, sid, key string) (hit *cacheHit, refused string) {
-	runs, _ := r.e.Store.List()
+	runs := r.runs.list()
 	for _, run := range runs {
 		if run.ID == r.st.ID {
 			continue
@@ -416,7 +417,8 @@ func (r *runner) lookupCache(ctx context.Context, sid, key string) (hit *cacheHi
 				if ss.CachedFrom != "" {
 					from = ss.CachedFrom
 				}
-				return &cacheHit{runID: from, outputs: ss.Outputs, artifacts: ss.Artifacts}, ""
+				// Copies: the states are shared by every lookup of this run.
+				return &cacheHit{runID: from, outputs: maps.Clone(ss.Outputs), artifacts: maps.Clone(ss.Artifacts)}, ""
 			}
 			refused = fmt.Sprintf("run %s had these inputs, but its %v", run.ID, err)
 		}

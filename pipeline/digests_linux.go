@@ -19,3 +19,11 @@ func fileStatKey(info fs.FileInfo) (statKey, error) {
 		Device:  uint64(st.Dev), //nolint:unconvert // a uint64 on some Linux ports, not on others
 	}, nil
 }
+
+// fileInode returns a file's inode number, 0 when stat does not say.
+func fileInode(info fs.FileInfo) uint64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}

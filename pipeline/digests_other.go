@@ -9,3 +9,6 @@ import "io/fs"
 func fileStatKey(fs.FileInfo) (statKey, error) {
 	return statKey{}, errStatKey
 }
+
+// fileInode is 0 outside Linux: callers then treat the file as changed.
+func fileInode(fs.FileInfo) uint64 { return 0 }

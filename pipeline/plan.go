@@ -41,7 +41,7 @@ func (e *Engine) Plan(ctx context.Context, p *spec.Pipeline, params map[string]a
 	}
 	// The plan reads the digest cache but leaves the runs directory as it was.
 	r := &runner{e: e, p: p, g: g, st: st, resolver: resolver, schemas: map[string]*spec.WithSchema{},
-		digests: storeDigests(e.Store, true)}
+		digests: storeDigests(e.Store, true), runs: newRunStates(e.Store)}
 	var out []PlannedStage
 	for _, sid := range g.Order {
 		s := p.StageByID(sid)

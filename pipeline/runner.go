@@ -38,6 +38,7 @@ type runner struct {
 	lead   map[string]int // per stage, the lowest rank whose steps were seen: its steps are the progress
 
 	digests *digestCache // content digests of files by their stat; nil remembers nothing
+	runs    *runStates   // the store's runs, for cache lookups
 }
 
 func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, resolver *spec.Resolver) *runner {
@@ -49,6 +50,7 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		blocked:   map[string]bool{},
 		lead:      map[string]int{},
 		digests:   storeDigests(e.Store, false),
+		runs:      newRunStates(e.Store),
 	}
 }
 
