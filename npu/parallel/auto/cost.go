@@ -90,11 +90,17 @@ type pricer struct {
 	firstUser map[string]int
 	groups    map[string]group
 	// Caches for the search, which prices the same layouts and pairs of
-	// layouts many times: spreads by layout, one spread per distinct set
-	// of boxes, and redistributions by pair of spreads.
-	spreads   map[string]*spread
-	byBoxes   map[string]*spread
-	transfers map[[2]*spread]Transfer
+	// layouts many times: cuts by layout, redistributions by pair of cuts,
+	// and the groups of linked dimensions [loads] enumerates.
+	cuts      map[*parallel.Layout]cuts
+	transfers map[[2]string]directed
+	groupMemo map[string][]pair
+}
+
+// directed is the cost of one redistribution in one direction.
+type directed struct {
+	seconds float64
+	bytes   int64
 }
 
 type group struct {
@@ -113,7 +119,7 @@ func newPricer(g parallel.Graph, devices int, m Machine) (*pricer, error) {
 		return nil, fmt.Errorf("%w: %s has no operators", ErrGraph, g.Model)
 	}
 	p := &pricer{g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
-		spreads: map[string]*spread{}, byBoxes: map[string]*spread{}, transfers: map[[2]*spread]Transfer{}}
+		cuts: map[*parallel.Layout]cuts{}, transfers: map[[2]string]directed{}, groupMemo: map[string][]pair{}}
 	for i, o := range g.Ops {
 		if len(o.Inputs) == 0 {
 			return nil, fmt.Errorf("%w: operator %s has no inputs", ErrGraph, o.Name)
@@ -147,18 +153,11 @@ func (p *pricer) group(l parallel.Layout, axes []int) (group, error) {
 	for _, a := range axes {
 		g.size *= l.DeviceMatrix[a]
 	}
-	for r := 0; r < l.Devices() && !g.across; r++ {
-		members, err := l.Group(r, axes)
-		if err != nil {
-			return group{}, err
-		}
-		for _, q := range members {
-			if p.m.server(q) != p.m.server(r) {
-				g.across = true
-				break
-			}
-		}
+	across, err := acrossServers(l.DeviceMatrix, axes, p.m.DevicesPerServer)
+	if err != nil {
+		return group{}, err
 	}
+	g.across = across
 	p.groups[key] = g
 	return g, nil
 }
@@ -287,46 +286,43 @@ func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, er
 	if !slices.Equal(prev.Output.Shape, next.Inputs[0].Shape) {
 		return redistribution{}, fmt.Errorf("%w: %s's output %v does not match %s's input %v", ErrGraph, prev.Op, prev.Output.Shape, next.Op, next.Inputs[0].Shape)
 	}
-	out, err := p.spread(prev.Output)
+	out, err := p.cutsOf(&prev.Output)
 	if err != nil {
 		return redistribution{}, fmt.Errorf("%s output: %w", prev.Op, err)
 	}
-	in, err := p.spread(next.Inputs[0])
+	in, err := p.cutsOf(&next.Inputs[0])
 	if err != nil {
 		return redistribution{}, fmt.Errorf("%s input: %w", next.Op, err)
 	}
 	var r redistribution
-	for _, dir := range [2][2]*spread{{out, in}, {in, out}} {
-		t, ok := p.transfers[dir]
+	for _, dir := range [2][2]cuts{{out, in}, {in, out}} {
+		key := [2]string{dir[0].key, dir[1].key}
+		d, ok := p.transfers[key]
 		if !ok {
-			t = p.m.transfer(dir[0], dir[1])
-			p.transfers[dir] = t
+			d.seconds, d.bytes = p.m.cost(loads(dir[0], dir[1], p.m.DevicesPerServer, p.groupMemo))
+			p.transfers[key] = d
 		}
-		if s := t.Seconds(p.m); s > 0 {
-			r.seconds += s
-			r.bytes += t.MaxBytes()
+		if d.seconds > 0 {
+			r.seconds += d.seconds
+			r.bytes += d.bytes
 			r.collectives++
 		}
 	}
 	return r, nil
 }
 
-func (p *pricer) spread(l parallel.Layout) (*spread, error) {
-	key := fmt.Sprint(l.DeviceMatrix, l.TensorMap, l.Shape)
-	if s, ok := p.spreads[key]; ok {
-		return s, nil
+// cutsOf returns the cuts of a layout the search holds (by address: the
+// candidates' layouts live as long as the search).
+func (p *pricer) cutsOf(l *parallel.Layout) (cuts, error) {
+	if c, ok := p.cuts[l]; ok {
+		return c, nil
 	}
-	s, err := p.m.spread(l)
+	c, err := cutsOf(*l)
 	if err != nil {
-		return nil, err
+		return cuts{}, err
 	}
-	if same, ok := p.byBoxes[s.key]; ok {
-		s = same
-	} else {
-		p.byBoxes[s.key] = s
-	}
-	p.spreads[key] = s
-	return s, nil
+	p.cuts[l] = c
+	return c, nil
 }
 
 // plan prices a whole layout of the graph.
