@@ -51,6 +51,7 @@ type cuts struct {
 	shape   []int
 	dims    []cut
 	key     string
+	id      int // the pricer's number for key
 }
 
 func cutsOf(l parallel.Layout) (cuts, error) {
@@ -226,20 +227,20 @@ func groupPairs(from, to cuts, group []int, dps int, bps []int, memo map[string]
 	// Overlaps scale with the slices: dimension g is counted in units of
 	// the greatest common divisor of its old and new slice sizes, which
 	// makes groups that differ only in scale share the memo.
-	var key strings.Builder
+	key := make([]byte, 0, 64)
 	unit := make([]int, len(group))
 	for g, k := range group {
 		f, t := from.shape[k]/from.dims[k].n, from.shape[k]/to.dims[k].n
 		unit[g] = gcd(f, t)
-		fmt.Fprintf(&key, "%d/%d/%d;", f/unit[g], t/unit[g], local[g])
+		key = appendInts(key, f/unit[g], t/unit[g], local[g])
 	}
 	for _, d := range digits {
-		fmt.Fprintf(&key, "%d:%d*%d,%d*%d;", d.size, d.fDim, d.fMul, d.tDim, d.tMul)
+		key = appendInts(key, d.size, d.fDim, d.fMul, d.tDim, d.tMul)
 	}
-	ps, ok := memo[key.String()]
+	ps, ok := memo[string(key)]
 	if !ok {
 		ps = walkPairs(from, to, group, digits, local, unit)
-		memo[key.String()] = ps
+		memo[string(key)] = ps
 	}
 	scale := int64(1)
 	for _, u := range unit {
@@ -252,6 +253,14 @@ func groupPairs(from, to cuts, group []int, dps int, bps []int, memo map[string]
 	return out
 }
 
+func appendInts(b []byte, vs ...int) []byte {
+	for _, v := range vs {
+		b = strconv.AppendInt(b, int64(v), 10)
+		b = append(b, ',')
+	}
+	return append(b, ';')
+}
+
 func gcd(a, b int) int {
 	for b != 0 {
 		a, b = b, a%b
@@ -262,7 +271,24 @@ func gcd(a, b int) int {
 // walkPairs returns the distinct (|T∩F|, |T∩U|) products of a group over
 // its digits, each dimension counted in its unit.
 func walkPairs(from, to cuts, group []int, digits []digit, local, unit []int) []pair {
-	w := &walk{digits: slices.Clone(digits), dims: make([]walkDim, len(group))}
+	// Prime digits: the walk fixes the high part of a long digit first and
+	// stops as soon as that settles the overlaps.
+	var primes []digit
+	for _, d := range digits {
+		size, step := d.size, 1
+		for p := 2; size > 1; p++ {
+			if p*p > size {
+				p = size // size is prime
+			}
+			for size%p == 0 {
+				primes = append(primes, digit{size: p, fDim: d.fDim, fMul: d.fMul * step, tDim: d.tDim, tMul: d.tMul * step})
+				size /= p
+				step *= p
+			}
+		}
+	}
+	digits = primes
+	w := &walk{digits: digits, dims: make([]walkDim, len(group))}
 	for g, k := range group {
 		size, fc, tc := from.shape[k]/unit[g], from.dims[k], to.dims[k]
 		w.dims[g] = walkDim{f: size / fc.n, t: size / tc.n, local: local[g],
@@ -339,19 +365,30 @@ func (w *walk) visit(level int) {
 			w.out = addPair(w.out, pair{0, 0})
 			return
 		}
+		// Each overlap is settled when the bounds fix it for every value
+		// of the remaining digits.
+		flo, fhi := imin*d.f, (imax+1)*d.f
+		tFixed, fFixed := jmin == jmax, imin == imax
+		uFixed := imin-imin%d.local == imax-imax%d.local
 		switch {
-		case imin == imax && jmin == jmax:
-			base := (imin - imin%d.local) * d.f
-			p.own *= overlap1(tlo, thi, imin*d.f, (imin+1)*d.f)
-			p.server *= overlap1(tlo, thi, base, base+d.local*d.f)
-		case jmin == jmax && tlo <= ulo && uhi <= thi:
-			// The new slice holds every old slice the server may hold.
-			p.own *= int64(d.f)
-			p.server *= int64(d.local * d.f)
-		case imin == imax && imin*d.f <= tlo && thi <= (imin+1)*d.f:
-			// Every new slice the rank may hold lies in its old one.
-			p.own *= int64(d.t)
+		case thi <= flo || fhi <= tlo:
+			p.own = 0
+		case fFixed && tFixed:
+			p.own *= overlap1(tlo, thi, flo, fhi)
+		case fFixed && flo <= tlo && thi <= fhi:
+			p.own *= int64(d.t) // every new slice lies in the old one
+		case tFixed && tlo <= flo && fhi <= thi:
+			p.own *= int64(d.f) // the new slice holds every old one
+		default:
+			settled = false
+		}
+		switch {
+		case uFixed && tFixed:
+			p.server *= overlap1(tlo, thi, ulo, uhi)
+		case uFixed && ulo <= tlo && thi <= uhi:
 			p.server *= int64(d.t)
+		case tFixed && tlo <= ulo && uhi <= thi:
+			p.server *= int64(d.local * d.f)
 		default:
 			settled = false
 		}

@@ -93,7 +93,8 @@ type pricer struct {
 	// layouts many times: cuts by layout, redistributions by pair of cuts,
 	// and the groups of linked dimensions [loads] enumerates.
 	cuts      map[*parallel.Layout]cuts
-	transfers map[[2]string]directed
+	cutIDs    map[string]int // a number per distinct cuts, for transfers' keys
+	transfers map[[2]int]directed
 	groupMemo map[string][]pair
 }
 
@@ -119,7 +120,7 @@ func newPricer(g parallel.Graph, devices int, m Machine) (*pricer, error) {
 		return nil, fmt.Errorf("%w: %s has no operators", ErrGraph, g.Model)
 	}
 	p := &pricer{g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
-		cuts: map[*parallel.Layout]cuts{}, transfers: map[[2]string]directed{}, groupMemo: map[string][]pair{}}
+		cuts: map[*parallel.Layout]cuts{}, cutIDs: map[string]int{}, transfers: map[[2]int]directed{}, groupMemo: map[string][]pair{}}
 	for i, o := range g.Ops {
 		if len(o.Inputs) == 0 {
 			return nil, fmt.Errorf("%w: operator %s has no inputs", ErrGraph, o.Name)
@@ -296,7 +297,7 @@ func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, er
 	}
 	var r redistribution
 	for _, dir := range [2][2]cuts{{out, in}, {in, out}} {
-		key := [2]string{dir[0].key, dir[1].key}
+		key := [2]int{dir[0].id, dir[1].id}
 		d, ok := p.transfers[key]
 		if !ok {
 			d.seconds, d.bytes = p.m.cost(loads(dir[0], dir[1], p.m.DevicesPerServer, p.groupMemo))
@@ -321,6 +322,12 @@ func (p *pricer) cutsOf(l *parallel.Layout) (cuts, error) {
 	if err != nil {
 		return cuts{}, err
 	}
+	id, ok := p.cutIDs[c.key]
+	if !ok {
+		id = len(p.cutIDs)
+		p.cutIDs[c.key] = id
+	}
+	c.id = id
 	p.cuts[l] = c
 	return c, nil
 }

@@ -131,11 +131,18 @@ func opSeconds(c OpCost) float64 { return c.ComputeSeconds + c.CommSeconds }
 // sorted by memory; past maxFront it keeps the fastest point and an even
 // spread of the others.
 func pareto(pts []point) []point {
-	slices.SortStableFunc(pts, func(a, b point) int {
-		if a.memory != b.memory {
+	// Ties keep the order the points were made in (by previous candidate
+	// and point), so the plan does not depend on the sort.
+	slices.SortFunc(pts, func(a, b point) int {
+		switch {
+		case a.memory != b.memory:
 			return cmpInt64(a.memory, b.memory)
+		case a.seconds != b.seconds:
+			return cmpFloat(a.seconds, b.seconds)
+		case a.prevCand != b.prevCand:
+			return a.prevCand - b.prevCand
 		}
-		return cmpFloat(a.seconds, b.seconds)
+		return a.prevPoint - b.prevPoint
 	})
 	var out []point
 	for _, q := range pts {
