@@ -463,23 +463,25 @@ func loadsByRank(from, to cuts, dps int) []load {
 }
 
 // cost prices loads on machine m as [Transfer.Seconds] and
-// [Transfer.MaxBytes] do.
-func (m Machine) cost(ls []load) (seconds float64, maxBytes int64) {
+// [Transfer.MaxBytes] do, and gives the most any rank receives over each
+// link.
+func (m Machine) cost(ls []load) (seconds float64, maxBytes, maxIntra, maxInter int64) {
 	var intra, inter bool
 	for _, l := range ls {
 		bi, be := l.intra*BytesPerElement, l.inter*BytesPerElement
 		seconds = max(seconds, float64(bi)/m.IntraServer.Bandwidth+float64(be)/m.InterServer.Bandwidth)
 		maxBytes = max(maxBytes, bi+be)
+		maxIntra, maxInter = max(maxIntra, bi), max(maxInter, be)
 		intra = intra || bi > 0
 		inter = inter || be > 0
 	}
 	switch {
 	case inter:
-		return seconds + m.InterServer.Latency.Seconds(), maxBytes
+		return seconds + m.InterServer.Latency.Seconds(), maxBytes, maxIntra, maxInter
 	case intra:
-		return seconds + m.IntraServer.Latency.Seconds(), maxBytes
+		return seconds + m.IntraServer.Latency.Seconds(), maxBytes, maxIntra, maxInter
 	}
-	return 0, 0
+	return 0, 0, 0, 0
 }
 
 // acrossServers reports whether some group of ranks that differ only in

@@ -111,7 +111,7 @@ func TestLoadsMatchBoxes(t *testing.T) {
 			t.Fatalf("%s, shape %v: per-rank count gives loads %v, the boxes %v", name, shape, got, want)
 		}
 		tr, _ := m.Redistribution(from, to)
-		seconds, bytes := m.cost(loads(fc, tc, m.DevicesPerServer, memo))
+		seconds, bytes, _, _ := m.cost(loads(fc, tc, m.DevicesPerServer, memo))
 		if !near(seconds, tr.Seconds(m)) || bytes != tr.MaxBytes() {
 			t.Fatalf("%s: %v s and %d bytes, the boxes give %v s and %d", name, seconds, bytes, tr.Seconds(m), tr.MaxBytes())
 		}

@@ -27,6 +27,10 @@ type OpCost struct {
 	// (2(g−1)/g·bytes per AllReduce) plus the most any rank receives in
 	// a redistribution.
 	CommBytes int64
+	// IntraBytes and InterBytes split CommBytes by link: within a server
+	// and between servers (a redistribution counts, per link, the most
+	// any rank receives over it).
+	IntraBytes, InterBytes int64
 	// Collectives is the number of collective calls (each costs a
 	// latency).
 	Collectives int
@@ -53,6 +57,9 @@ type Plan struct {
 	// StepSeconds = ComputeSeconds + CommSeconds: the model does not
 	// overlap communication with computation.
 	StepSeconds, ComputeSeconds, CommSeconds float64
+	// IntraBytes and InterBytes are what one rank moves in a step within
+	// its server and between servers (the operators' sums).
+	IntraBytes, InterBytes int64
 	// PeakMemory is the most memory one rank holds: every operator's
 	// Memory, all alive at the end of the forward pass.
 	PeakMemory int64
@@ -100,8 +107,8 @@ type pricer struct {
 
 // directed is the cost of one redistribution in one direction.
 type directed struct {
-	seconds float64
-	bytes   int64
+	seconds             float64
+	bytes, intra, inter int64
 }
 
 type group struct {
@@ -191,7 +198,13 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 			return err
 		}
 		c.CommSeconds += p.m.AllReduceSeconds(bytes, g.size, g.across)
-		c.CommBytes += 2 * int64(g.size-1) * bytes / int64(g.size)
+		ring := 2 * int64(g.size-1) * bytes / int64(g.size)
+		c.CommBytes += ring
+		if g.across {
+			c.InterBytes += ring
+		} else {
+			c.IntraBytes += ring
+		}
 		c.Collectives++
 		return nil
 	}
@@ -278,9 +291,9 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 // input layout in the forward pass and the gradient back in the backward
 // pass.
 type redistribution struct {
-	seconds     float64
-	bytes       int64
-	collectives int
+	seconds             float64
+	bytes, intra, inter int64
+	collectives         int
 }
 
 func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, error) {
@@ -300,12 +313,14 @@ func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, er
 		key := [2]int{dir[0].id, dir[1].id}
 		d, ok := p.transfers[key]
 		if !ok {
-			d.seconds, d.bytes = p.m.cost(loads(dir[0], dir[1], p.m.DevicesPerServer, p.groupMemo))
+			d.seconds, d.bytes, d.intra, d.inter = p.m.cost(loads(dir[0], dir[1], p.m.DevicesPerServer, p.groupMemo))
 			p.transfers[key] = d
 		}
 		if d.seconds > 0 {
 			r.seconds += d.seconds
 			r.bytes += d.bytes
+			r.intra += d.intra
+			r.inter += d.inter
 			r.collectives++
 		}
 	}
@@ -347,12 +362,16 @@ func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
 			}
 			c.CommSeconds += r.seconds
 			c.CommBytes += r.bytes
+			c.IntraBytes += r.intra
+			c.InterBytes += r.inter
 			c.Collectives += r.collectives
 		}
 		plan.Strategy[ol.Op] = ol.Strategy
 		plan.Ops = append(plan.Ops, c)
 		plan.ComputeSeconds += c.ComputeSeconds
 		plan.CommSeconds += c.CommSeconds
+		plan.IntraBytes += c.IntraBytes
+		plan.InterBytes += c.InterBytes
 		plan.PeakMemory += c.Memory
 	}
 	plan.StepSeconds = plan.ComputeSeconds + plan.CommSeconds
