@@ -296,7 +296,17 @@ func walkPairs(from, to cuts, group []int, digits []digit, local, unit []int) []
 	}
 	// Digits that move a slice furthest first, so that the bounds of the
 	// walk close early.
-	slices.SortStableFunc(w.digits, func(a, b digit) int { return w.step(b) - w.step(a) })
+	steps := make([]int, len(w.digits))
+	order := make([]int, len(w.digits))
+	for i, d := range w.digits {
+		steps[i], order[i] = w.step(d), i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return steps[b] - steps[a] })
+	sorted := make([]digit, len(order))
+	for i, j := range order {
+		sorted[i] = w.digits[j]
+	}
+	w.digits = sorted
 	for l := len(w.digits) - 1; l >= 0; l-- {
 		d := w.digits[l]
 		for g := range w.dims {
