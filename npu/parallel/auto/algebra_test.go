@@ -1,7 +1,9 @@
 package auto
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -154,6 +156,105 @@ func TestAcrossServersMatchesGroups(t *testing.T) {
 		}
 		if got != want {
 			t.Fatalf("device matrix %v, axes %v, %d a server: across %v, the groups say %v", l.DeviceMatrix, axes, dps, got, want)
+		}
+	}
+}
+
+// boxSearch is the search as it was before the layout algebra: the same
+// dynamic programme over every pair of candidates, each redistribution
+// priced by intersecting boxes (Machine.Redistribution), no pair skipped,
+// fronts kept as the search keeps them.
+// It returns the least step time of a plan that fits.
+func boxSearch(t *testing.T, g parallel.Graph, devices int, m Machine) float64 {
+	t.Helper()
+	p, err := newPricer(g, devices, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := sharedParams(g)
+	var prev []candidate
+	var fronts [][]point
+	for i, o := range g.Ops {
+		var cands []candidate
+		for _, st := range Candidates(o, devices, whole) {
+			ol, err := o.Shard(st, devices)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := p.op(i, ol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cands = append(cands, candidate{layout: ol, cost: c})
+		}
+		next := make([][]point, len(cands))
+		for c, cand := range cands {
+			if i == 0 {
+				if cand.cost.Memory <= m.Memory {
+					next[c] = []point{{seconds: opSeconds(cand.cost), memory: cand.cost.Memory}}
+				}
+				continue
+			}
+			for pc, pcand := range prev {
+				r := 0.0
+				for _, dir := range [2][2]parallel.Layout{{pcand.layout.Output, cand.layout.Inputs[0]}, {cand.layout.Inputs[0], pcand.layout.Output}} {
+					tr, err := m.Redistribution(dir[0], dir[1])
+					if err != nil {
+						t.Fatal(err)
+					}
+					r += tr.Seconds(m)
+				}
+				for _, q := range fronts[pc] {
+					if mem := q.memory + cand.cost.Memory; mem <= m.Memory {
+						next[c] = append(next[c], point{seconds: q.seconds + opSeconds(cand.cost) + r, memory: mem, prevCand: pc})
+					}
+				}
+			}
+			next[c] = pareto(next[c])
+		}
+		prev, fronts = cands, next
+	}
+	best := math.Inf(1)
+	for _, f := range fronts {
+		for _, q := range f {
+			best = min(best, q.seconds)
+		}
+	}
+	return best
+}
+
+// The search with the layout algebra and its skipped pairs finds plans as
+// fast as the box-intersecting search without skips, on 8 and 64 devices
+// (8 a server, so 64 spans servers), with and without a binding memory cap.
+func TestSearchMatchesBoxSearch(t *testing.T) {
+	for _, tc := range []struct {
+		devices int
+		graphs  []parallel.Graph
+	}{
+		{8, []parallel.Graph{seedsNet(64), wideMLP(64, 1024), cnn(64)}},
+		// The box search is slow at 64 devices: the seeds net only.
+		{64, []parallel.Graph{seedsNet(64)}},
+	} {
+		devices := tc.devices
+		for _, g := range tc.graphs {
+			for _, memory := range []int64{1 << 30, 8 << 20} {
+				m := DefaultMachine()
+				m.Memory = memory
+				want := boxSearch(t, g, devices, m)
+				plan, err := Search(g, devices, m)
+				if math.IsInf(want, 1) {
+					if !errors.Is(err, ErrNoFit) {
+						t.Errorf("%s on %d devices, %d bytes: nothing fits by the boxes, the search says %v", g.Model, devices, memory, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s on %d devices: %v", g.Model, devices, err)
+				}
+				if !near(plan.StepSeconds, want) {
+					t.Errorf("%s on %d devices, %d bytes: search %v s, box search %v s", g.Model, devices, memory, plan.StepSeconds, want)
+				}
+			}
 		}
 	}
 }
