@@ -118,7 +118,7 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 		}
 		defer comm.Close()
 	}
-	if UsesEngine(cfg.Model, cfg.Mode) {
+	if cfg.Engine() {
 		wireEngine(cfg, rank, size, comm, jobDir, &tc)
 	}
 	res, err := trainer.Train(ctx, tc)
@@ -176,7 +176,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	}
 	// A split network evaluates on every rank together (each holds a
 	// part of it); rank 0 reports.
-	evalHere := cfg.Eval && (rank == 0 || UsesEngine(cfg.Model, cfg.Mode) && cfg.Mode.Collective())
+	evalHere := cfg.Eval && (rank == 0 || cfg.Engine() && cfg.Mode.Collective())
 	tc := trainer.Config{
 		DataDir: cfg.DataDir, Model: cfg.Model, Epochs: cfg.Epochs, BatchSize: cfg.BatchSize,
 		LearningRate: cfg.LearningRate, Momentum: cfg.Momentum, NoMomentum: cfg.Momentum == 0,
