@@ -49,6 +49,22 @@ type Layout struct {
 	OptimizerShardSize int
 	// DatasetStrategy is dataset_strategy's tuple form (nil: unset).
 	DatasetStrategy [][]int
+	// Target is the machine to plan for (mspipe plan --machine); nil is
+	// this computer's simulated devices ([Machine]), what a run plans
+	// with. Memory, when set, overrides its device memory.
+	Target *auto.Machine
+}
+
+// machine is the cost model's machine for the layout.
+func (l Layout) machine() auto.Machine {
+	if l.Target == nil {
+		return Machine(l.Devices, l.Memory)
+	}
+	m := *l.Target
+	if l.Memory > 0 {
+		m.Memory = l.Memory
+	}
+	return m
 }
 
 // costOptions are the cost model's options for the layout.
@@ -100,7 +116,7 @@ func Plan(l Layout) (*Planned, error) {
 		}
 		return &Planned{Strategy: l.Strategy}, nil
 	case parallel.AutoParallel:
-		plan, err := auto.Search(g, l.Devices, Machine(l.Devices, l.Memory), l.costOptions()...)
+		plan, err := auto.Search(g, l.Devices, l.machine(), l.costOptions()...)
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}
@@ -178,7 +194,7 @@ func PlanText(out io.Writer, l Layout) error {
 	if plan == nil {
 		// The cost of the given (or the model's own) strategy, by the same
 		// model auto_parallel searches with.
-		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.Devices, Machine(l.Devices, l.Memory), l.costOptions()...); err != nil {
+		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.Devices, l.machine(), l.costOptions()...); err != nil {
 			return err
 		}
 	}
