@@ -182,12 +182,12 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	evalHere := cfg.Eval && (rank == 0 || UsesEngine(cfg.Model, cfg.Mode) && cfg.Mode.Collective())
 	// After each epoch every rank of a job that trains together evaluates
 	// (one rank alone would keep its peers waiting in their next
-	// collective): the data-parallel ranks each score a part of the test
-	// set and add up their counts, a split network's ranks predict
-	// together.
+	// collective): each scores a part of the test set (a split network's
+	// Predict gives the logits of the rank's own batch) and the ranks add
+	// up their counts.
 	evalEach := cfg.Eval && cfg.Epochs > 1 && (evalHere || cfg.Mode.Collective())
 	evalPart, evalParts := 0, 1
-	if evalEach && cfg.Mode.Collective() && !UsesEngine(cfg.Model, cfg.Mode) {
+	if evalEach && cfg.Mode.Collective() {
 		evalPart, evalParts = rank, size
 	}
 	tc := trainer.Config{

@@ -81,8 +81,8 @@ type Config struct {
 	// rank of a job that trains together: with SumAcross set, the ranks
 	// share the test set (rank EvalPart of EvalParts scores every
 	// EvalParts-th batch) and SumAcross adds up their counts; without it
-	// each rank scores the whole set (a split network's ranks predict
-	// together). Training is unchanged by it, bit for bit.
+	// each rank scores the whole set. Training is unchanged by it, bit
+	// for bit.
 	EvalEachEpoch       bool
 	EvalPart, EvalParts int
 	// SumAcross, when set, sums v element-wise over every rank, in place
@@ -305,10 +305,15 @@ func evaluate(ctx context.Context, predict func(context.Context, *tensor.Tensor)
 	return float64(correct) / float64(seen), sum / float64(seen), nil
 }
 
-// evaluatePart scores the batches part, part+parts, part+2·parts, ... of
-// the test split (batches of batchSize, the last one short): the images
-// predicted correctly, the images seen and their summed loss. The parts of
-// parts ranks together score every image exactly once.
+// evaluatePart scores this rank's part of the test split (batches of
+// batchSize, the last one short): the images predicted correctly, the
+// images seen and their summed loss. Batch part, part+parts,
+// part+2·parts, ... is this rank's, so parts ranks together score every
+// image exactly once. Every rank calls predict equally often with
+// batches of one shape, as a split network's collective Predict needs: a
+// rank whose batch is short or missing in a round fills it with images
+// of the first batch and leaves their rows out of its counts (BatchNorm
+// predicts with its moving statistics, so rows do not affect each other).
 func evaluatePart(ctx context.Context, predict func(context.Context, *tensor.Tensor) (*tensor.Tensor, error), dataDir string, batchSize, part, parts int) (correct, seen int, lossSum float64, err error) {
 	set, err := data.ReadDir(dataDir, data.SplitTest)
 	if err != nil {
@@ -319,17 +324,40 @@ func evaluatePart(ctx context.Context, predict func(context.Context, *tensor.Ten
 		return 0, 0, 0, err
 	}
 	loader := pipe.NewLoader()
-	batch := pipe.NewBatch()
+	batch, first := pipe.NewBatch(), pipe.NewBatch()
 	loss := nn.NewSoftmaxCrossEntropyExpand()
 	c, h, w := pipe.ImageShape()
-	for step := part; step < pipe.StepsPerEpoch(); step += parts {
+	img := c * h * w
+	batches := pipe.StepsPerEpoch()
+	if batches == 0 {
+		return 0, 0, 0, nil
+	}
+	if parts > 1 {
+		if err := loader.Fill(first, 0, 0); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	for round := 0; round*parts < batches; round++ {
 		if err := ctx.Err(); err != nil {
 			return 0, 0, 0, err
 		}
-		if err := loader.Fill(batch, 0, step); err != nil {
-			return 0, 0, 0, err
+		n, rows := 0, batch
+		if b := round*parts + part; b < batches {
+			if err := loader.Fill(batch, 0, b); err != nil {
+				return 0, 0, 0, err
+			}
+			n = batch.N
 		}
-		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+		switch {
+		case parts > 1 && n == 0:
+			rows = first // nothing of this rank's: predict, count nothing
+		case parts > 1 && n < first.N:
+			// Pad to the first batch's shape, which every rank uses (the
+			// batch's arrays have room for a full batch).
+			imgs := append(batch.Images[:n*img], first.Images[n*img:first.N*img]...)
+			rows = &data.Batch{Images: imgs, N: first.N}
+		}
+		x, err := tensor.FromSlice(rows.Images[:rows.N*img], rows.N, c, h, w)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -337,14 +365,23 @@ func evaluatePart(ctx context.Context, predict func(context.Context, *tensor.Ten
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		l, err := loss.Forward(logits, batch.Labels[:batch.N])
+		if n == 0 {
+			continue
+		}
+		classes := logits.Dim(1)
+		out := logits.Data()[:n*classes]
+		scored := logits
+		if n < logits.Dim(0) {
+			if scored, err = tensor.FromSlice(out, n, classes); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		l, err := loss.Forward(scored, batch.Labels[:n])
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		lossSum += float64(l) * float64(batch.N)
-		classes := logits.Dim(1)
-		out := logits.Data()
-		for i := 0; i < batch.N; i++ {
+		lossSum += float64(l) * float64(n)
+		for i := 0; i < n; i++ {
 			row := out[i*classes : (i+1)*classes]
 			best := 0
 			for j := range row {
@@ -356,7 +393,7 @@ func evaluatePart(ctx context.Context, predict func(context.Context, *tensor.Ten
 				correct++
 			}
 		}
-		seen += batch.N
+		seen += n
 	}
 	return correct, seen, lossSum, nil
 }
