@@ -111,7 +111,10 @@ func inDir(dir, path string) string {
 // fsync, a starved process) could time its peer out before step 10, and
 // attempt 1 then failed with both ranks at CKP-1_5 and nothing to test.
 // The test now fails, with both ranks' logs, whenever attempt 1 does not
-// end as planned.
+// end as planned. (Its first load run so found the launcher naming rank 0
+// "hung": rank 1's exit, blaming it, was reaped before rank 0's SIGKILL
+// exit. A rank that has died is not hung; launch.Run now waits for its
+// exit, which names the cause.)
 func TestRetriedDataParallelRanksAgreeOnCheckpoint(t *testing.T) {
 	dataDir := synthData(t, 24)
 	with := withBlock(dataDir, map[string]any{
