@@ -43,6 +43,18 @@ type Layout struct {
 	BatchSize int   // per device
 	Memory    int64 // device capacity in bytes; 0: the cost model's default
 	Devices   int
+	// ParallelOptimizer and OptimizerShardSize are Config's: the cost
+	// model then counts each rank's piece of the moments.
+	ParallelOptimizer  bool
+	OptimizerShardSize int
+}
+
+// costOptions are the cost model's options for the layout.
+func (l Layout) costOptions() []auto.Option {
+	if !l.ParallelOptimizer {
+		return nil
+	}
+	return []auto.Option{auto.ParallelOptimizer(l.OptimizerShardSize)}
 }
 
 // GlobalBatch is the layout's batch of one step over all devices.
@@ -75,7 +87,7 @@ func Plan(l Layout) (*Planned, error) {
 		}
 		return &Planned{Strategy: l.Strategy}, nil
 	case parallel.AutoParallel:
-		plan, err := auto.Search(g, l.Devices, Machine(l.Devices, l.Memory))
+		plan, err := auto.Search(g, l.Devices, Machine(l.Devices, l.Memory), l.costOptions()...)
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}
@@ -135,7 +147,7 @@ func PlanText(out io.Writer, l Layout) error {
 	if l.BatchSize == 0 {
 		l.BatchSize = d.BatchSize
 	}
-	if !l.Mode.Sharded() {
+	if !l.Mode.Sharded() && !l.ParallelOptimizer {
 		return nil
 	}
 	p, err := Plan(l)
@@ -150,11 +162,15 @@ func PlanText(out io.Writer, l Layout) error {
 	if plan == nil {
 		// The cost of the given (or the model's own) strategy, by the same
 		// model auto_parallel searches with.
-		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.Devices, Machine(l.Devices, l.Memory)); err != nil {
+		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.Devices, Machine(l.Devices, l.Memory), l.costOptions()...); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(out, "%s in %s on %d devices, global batch %d:\n", l.Model, l.Mode, l.Devices, l.GlobalBatch())
+	opt := ""
+	if l.ParallelOptimizer {
+		opt = " with the parallel optimizer"
+	}
+	fmt.Fprintf(out, "%s in %s%s on %d devices, global batch %d:\n", l.Model, l.Mode, opt, l.Devices, l.GlobalBatch())
 	return plan.Format(out)
 }
 

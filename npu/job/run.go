@@ -121,7 +121,7 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 		}
 		defer comm.Close()
 	}
-	if UsesEngine(cfg.Model, cfg.Mode) {
+	if cfg.Engine() {
 		wireEngine(cfg, rank, size, comm, jobDir, &tc)
 	}
 	res, err := trainer.Train(ctx, tc)
@@ -179,7 +179,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	}
 	// A split network evaluates on every rank together (each holds a
 	// part of it); rank 0 reports.
-	evalHere := cfg.Eval && (rank == 0 || UsesEngine(cfg.Model, cfg.Mode) && cfg.Mode.Collective())
+	evalHere := cfg.Eval && (rank == 0 || cfg.Engine() && cfg.Mode.Collective())
 	// After each epoch every rank of a job that trains together evaluates
 	// (one rank alone would keep its peers waiting in their next
 	// collective): each scores a part of the test set (a split network's

@@ -47,6 +47,7 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 	if known("mode", "full_batch") && w.FullBatch && !w.Mode.Sharded() {
 		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
 	}
+	out = append(out, optimizerProblems(w, cluster, known)...)
 	if known("mode", "model") {
 		if err := shard.CheckModelMode(w.Model, w.Mode); err != nil {
 			out = append(out, plugins.Problem{Path: "/model", Message: err.Error()})
@@ -56,6 +57,31 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 		return out
 	}
 	return strategyProblems(w, cluster.Devices)
+}
+
+// optimizerProblems checks the parallel optimizer's options: the modes
+// it runs in, a shard size only with it, and a shard size that divides the
+// device count (each parameter's data-parallel group is a divisor of it;
+// a group the size does not divide fails when the network is laid out,
+// naming the parameter).
+func optimizerProblems(w With, cluster plugins.Cluster, known func(...string) bool) []plugins.Problem {
+	var out []plugins.Problem
+	if known("mode", "parallel_optimizer") && w.ParallelOptimizer {
+		switch w.Mode {
+		case parallel.StandAlone, parallel.HybridParallel:
+			out = append(out, plugins.Problem{Path: "/parallel_optimizer", Message: fmt.Sprintf("parallel_optimizer splits the update over data-parallel ranks: it is for data_parallel, semi_auto_parallel and auto_parallel, not %s", w.Mode)})
+		}
+	}
+	if !known("parallel_optimizer", "optimizer_weight_shard_size") || w.OptimizerShardSize == 0 {
+		return out
+	}
+	switch {
+	case !w.ParallelOptimizer:
+		out = append(out, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: "optimizer_weight_shard_size needs parallel_optimizer: true"})
+	case cluster.Devices > 0 && cluster.Devices%w.OptimizerShardSize != 0:
+		out = append(out, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: fmt.Sprintf("optimizer_weight_shard_size %d does not divide the stage's %d devices (it splits each parameter over that many of its data-parallel ranks)", w.OptimizerShardSize, cluster.Devices)})
+	}
+	return out
 }
 
 // strategyProblems checks a semi_auto_parallel strategy on devices

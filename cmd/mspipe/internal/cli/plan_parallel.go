@@ -13,7 +13,7 @@ import (
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
-var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory"}
+var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -28,7 +28,8 @@ func planParallel(w io.Writer, p *spec.Pipeline) {
 		if err := s.With.Decode(&raw); err != nil {
 			continue
 		}
-		if mode, _ := raw["mode"].(string); !splitsNetwork(mode) {
+		// The parallel optimizer splits the update even in data_parallel.
+		if mode, _ := raw["mode"].(string); !splitsNetwork(mode) && raw["parallel_optimizer"] != true {
 			continue
 		}
 		fmt.Fprintf(w, "\nparallel plan of %s:\n", s.ID)
@@ -90,6 +91,8 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Strategy     parallel.Strategy `json:"strategy"`
 		BatchSize    int               `json:"batch_size"`
 		DeviceMemory string            `json:"device_memory"`
+		ParallelOpt  bool              `json:"parallel_optimizer"`
+		OptShardSize int               `json:"optimizer_weight_shard_size"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -105,5 +108,6 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	return job.Layout{
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
 		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+		ParallelOptimizer: with.ParallelOpt, OptimizerShardSize: with.OptShardSize,
 	}, nil
 }
