@@ -112,6 +112,9 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 	}
 	if events != nil {
 		tc.OnStep = events.step
+		if rank == 0 { // every rank has the same figures: one reports them
+			tc.OnEval = events.eval
+		}
 	}
 	var comm *collective.Comm
 	if cfg.Mode.Collective() {
@@ -179,6 +182,16 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	// A split network evaluates on every rank together (each holds a
 	// part of it); rank 0 reports.
 	evalHere := cfg.Eval && (rank == 0 || cfg.Engine() && cfg.Mode.Collective())
+	// After each epoch every rank of a job that trains together evaluates
+	// (one rank alone would keep its peers waiting in their next
+	// collective): each scores a part of the test set (a split network's
+	// Predict gives the logits of the rank's own batch) and the ranks add
+	// up their counts.
+	evalEach := cfg.Eval && cfg.Epochs > 1 && (evalHere || cfg.Mode.Collective())
+	evalPart, evalParts := 0, 1
+	if evalEach && cfg.Mode.Collective() {
+		evalPart, evalParts = rank, size
+	}
 	tc := trainer.Config{
 		DataDir: cfg.DataDir, Model: cfg.Model, Epochs: cfg.Epochs, BatchSize: cfg.BatchSize,
 		LearningRate: cfg.LearningRate, Momentum: cfg.Momentum, NoMomentum: cfg.Momentum == 0,
@@ -188,6 +201,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
 		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
+		EvalEachEpoch: evalEach, EvalPart: evalPart, EvalParts: evalParts,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,
 		DeviceMemory: cfg.DeviceMemory,
 	}

@@ -37,7 +37,7 @@ type With struct {
 	CRCCheck            bool                     `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every checkpoint (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf that every MindSpore version reads, and a sidecar {file}.sha256 proves them on resume either way"`
 	IntegratedSave      *bool                    `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
 	DeviceMemory        string                   `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
-	Eval                *bool                    `json:"eval,omitempty" description:"measure held-out accuracy after training; default true"`
+	Eval                *bool                    `json:"eval,omitempty" description:"measure held-out accuracy and loss after each epoch and after training (the eval_accuracy and eval_loss metrics, the accuracy output); default true"`
 	LogSteps            int                      `json:"log_steps,omitempty" jsonschema:"minimum=0" description:"print a LossMonitor line every this many steps (0: once per epoch, as in sink mode)"`
 	Threads             int                      `json:"threads,omitempty" jsonschema:"minimum=0" description:"compute threads per device (0: the machine's cores divided among the devices)"`
 	CollectiveTimeout   sdk.Duration             `json:"collective_timeout,omitempty" description:"how long a rank waits for its peers in a collective before failing (default 60s)"`
