@@ -230,6 +230,10 @@ func (c *Comm) fail(cause error) error {
 		c.failMu.Unlock()
 		return f
 	}
+	var pe *PeerError
+	if c.cfg.Members != nil && errors.As(cause, &pe) {
+		pe.members = c.cfg.Members
+	}
 	c.failure = cause
 	if op := c.curOp.Load(); op >= 0 {
 		c.failedIn = opCode(op).String()

@@ -39,6 +39,12 @@ type Config struct {
 	Threads       int    // worker goroutines of the device (0: GOMAXPROCS)
 	Memory        int64  // device capacity in bytes (0: unlimited)
 	Classes       int    // 0: DefaultClasses
+	// Pipeline, when it has several stages, makes this rank one of stage
+	// Pipeline.Stage's: Devices, Rank and Comm are then those of the
+	// stage's group, BatchPerDevice is per rank of a group, and TrainStep
+	// receives the whole global batch on every rank (the first stage reads
+	// the images, the last the labels).
+	Pipeline Pipeline
 }
 
 // Net is one rank's part of a sharded network.
@@ -60,6 +66,7 @@ type Net struct {
 	// firstParam is the first operator with parameters, where backward
 	// ends.
 	firstParam int
+	pipe       *pipeState // nil without pipeline stages
 }
 
 // stage is one operator on this rank.
@@ -85,6 +92,15 @@ func New(cfg Config) (*Net, error) {
 		return nil, err
 	}
 	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}, strategy: strategy}
+	if cfg.Pipeline.on() {
+		spans, err := def.stages(cfg.Pipeline.Stages, cfg.Pipeline.Assign)
+		if err != nil {
+			return nil, err
+		}
+		micro := max(cfg.Pipeline.Micro, 1)
+		n.pipe = &pipeState{cfg: cfg.Pipeline, micro: micro, span: spans[cfg.Pipeline.Stage],
+			prog: program(cfg.Pipeline.Schedule, cfg.Pipeline.Stage, cfg.Pipeline.Stages, micro)}
+	}
 	if cfg.Comm != nil {
 		n.comm = &timedComm{Comm: cfg.Comm}
 		n.cfg.Comm = n.comm
@@ -106,9 +122,10 @@ func New(cfg Config) (*Net, error) {
 // mode runs it with and lays every operator out over the devices: what New
 // builds and LayoutOf reports.
 func (c *Config) lay() (*modelDef, parallel.Strategy, []*parallel.OpLayout, error) {
-	global := c.BatchPerDevice
-	if !c.FullBatch {
-		global *= c.Devices
+	global := c.global()
+	if c.Pipeline.on() {
+		// Each pass runs one micro-batch.
+		global /= max(c.Pipeline.Micro, 1)
 	}
 	def, err := define(c.Model, global, c.Classes)
 	if err != nil {
@@ -142,7 +159,7 @@ func (c *Config) check() error {
 	case c.Mode == parallel.StandAlone && c.Devices != 1:
 		return fmt.Errorf("%w: stand_alone runs on 1 device, not %d", ErrConfig, c.Devices)
 	}
-	return nil
+	return c.checkPipeline()
 }
 
 // strategy returns the strategy the mode runs def with: the one given
@@ -181,9 +198,13 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	if n.firstParam < 0 {
 		return fmt.Errorf("%s has no parameters to train", n.def.name)
 	}
+	lo, hi := n.opRange()
 	for i, o := range n.def.ops {
 		st := &stage{def: o}
 		n.stages = append(n.stages, st)
+		if i < lo || i >= hi {
+			continue // another pipeline stage's
+		}
 		ol := layouts[i]
 		specs, pls, partial := paramSpecs(o.spec, ol)
 		for k, t := range specs {
@@ -263,6 +284,9 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	}
 	n.main = p
 	n.passes[p.global] = p
+	if n.pipe != nil {
+		return n.buildPipe()
+	}
 	return nil
 }
 

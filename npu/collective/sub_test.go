@@ -1,0 +1,138 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// SendRecv moves a block each way, or one way only, between the two ranks,
+// and the values arrive intact.
+func TestSendRecv(t *testing.T) {
+	comms := group(t, 2, nil)
+	act := []float32{1, 2, 3, 4, 5}
+	grad := []float32{-1, -2}
+	got := [2][]float32{make([]float32, len(grad)), make([]float32, len(act))}
+	mustAll(t, onAll(comms, func(r int, c *Comm) error {
+		ctx := context.Background()
+		if r == 0 {
+			if err := c.SendRecv(ctx, act, nil); err != nil { // forward only
+				return err
+			}
+			return c.SendRecv(ctx, nil, got[0]) // backward only
+		}
+		if err := c.SendRecv(ctx, nil, got[1]); err != nil {
+			return err
+		}
+		return c.SendRecv(ctx, grad, nil)
+	}))
+	if fmt.Sprint(got[1]) != fmt.Sprint(act) || fmt.Sprint(got[0]) != fmt.Sprint(grad) {
+		t.Fatalf("rank 1 received %v (want %v), rank 0 %v (want %v)", got[1], act, got[0], grad)
+	}
+	// Both ways in one call.
+	got = [2][]float32{make([]float32, len(grad)), make([]float32, len(act))}
+	mustAll(t, onAll(comms, func(r int, c *Comm) error {
+		if r == 0 {
+			return c.SendRecv(context.Background(), act, got[0])
+		}
+		return c.SendRecv(context.Background(), grad, got[1])
+	}))
+	if fmt.Sprint(got[1]) != fmt.Sprint(act) || fmt.Sprint(got[0]) != fmt.Sprint(grad) {
+		t.Fatalf("both ways: rank 1 received %v, rank 0 %v", got[1], got[0])
+	}
+}
+
+// A receiver expecting another length fails, naming the sender by its
+// job rank.
+func TestSendRecvLengthMismatch(t *testing.T) {
+	comms := group(t, 2, func(c *Config) { c.Members = []int{4, 6} })
+	errs := onAll(comms, func(r int, c *Comm) error {
+		if r == 0 {
+			// The sender may finish its call before the receiver reads
+			// the length; its next call fails.
+			if err := c.SendRecv(context.Background(), make([]float32, 10), nil); err != nil {
+				return err
+			}
+			return c.Barrier(context.Background())
+		}
+		return c.SendRecv(context.Background(), nil, make([]float32, 9))
+	})
+	if !errors.Is(errs[1], ErrOutOfStep) || !strings.Contains(errs[1].Error(), "rank 4 (") || !strings.Contains(errs[1].Error(), "sends 10 elements") {
+		t.Errorf("rank 1: %v, want rank 4 out of step sending 10 elements", errs[1])
+	}
+	// The sender learns it from the receiver's notice: itself named, by
+	// its job rank, reported by the receiver's.
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 4 (") || !strings.Contains(errs[0].Error(), "reported by rank 6") {
+		t.Errorf("rank 0: %v, want rank 4 named, reported by rank 6", errs[0])
+	}
+}
+
+func TestSendRecvNeedsTwoRanks(t *testing.T) {
+	comms := group(t, 3, nil)
+	errs := onAll(comms, func(r int, c *Comm) error { return c.SendRecv(context.Background(), []float32{1}, nil) })
+	for r, err := range errs {
+		if !errors.Is(err, ErrBuffer) && !errors.Is(err, ErrPeerAborted) {
+			t.Errorf("rank %d: %v, want a refusal", r, err)
+		}
+	}
+	if !strings.Contains(errs[0].Error(), "want 2") {
+		t.Errorf("rank 0: %v", errs[0])
+	}
+}
+
+// Sub numbers the members, moves their ports and keeps the job's rank
+// numbers for messages.
+func TestSub(t *testing.T) {
+	job := Config{Rank: 5, Size: 8, Secret: testSecret(), Hosts: []int{0, 0, 0, 0, 1, 1, 1, 1}}
+	for r := range 8 {
+		job.Addrs = append(job.Addrs, fmt.Sprintf("127.0.0.%d:%d", r+1, 29500+r))
+	}
+	s, err := job.Sub([]int{1, 5}, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Rank != 1 || s.Size != 2 || fmt.Sprint(s.Addrs) != "[127.0.0.2:29525 127.0.0.6:29529]" || fmt.Sprint(s.Hosts) != "[0 1]" || fmt.Sprint(s.Members) != "[1 5]" {
+		t.Errorf("sub config %+v", s)
+	}
+	if err := s.Validate(); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range [][]int{{0, 1}, {5, 5}, {5, 9}} {
+		if _, err := job.Sub(bad, 8); !errors.Is(err, ErrConfig) {
+			t.Errorf("members %v: %v, want ErrConfig", bad, err)
+		}
+	}
+	if _, err := job.Sub([]int{5, 7}, 65535); !errors.Is(err, ErrConfig) {
+		t.Errorf("port out of range: %v", err)
+	}
+}
+
+// Abort fails a communicator because of a failure elsewhere: the running
+// call of this rank and its peers' return, carrying the cause.
+func TestAbortCarriesTheCause(t *testing.T) {
+	comms := group(t, 3, func(c *Config) { c.Timeout = 5 * time.Second; c.Members = []int{2, 3, 4} })
+	cause := errors.New("collective: exchange: rank 6 (127.0.0.1:1) closed the connection")
+	errs := onAll(comms, func(r int, c *Comm) error {
+		if r == 1 {
+			c.Abort(cause)
+			return c.Barrier(context.Background())
+		}
+		return c.Barrier(context.Background())
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 6 (127.0.0.1:1) closed the connection") {
+			t.Errorf("rank %d: %v, want the cause", r, err)
+		}
+	}
+	if !strings.Contains(errs[0].Error(), "rank 3 (") {
+		t.Errorf("rank 0: %v, want rank 3 (job rank of member 1) named as the one that aborted", errs[0])
+	}
+	select {
+	case <-comms[0].Broken():
+	default:
+		t.Error("Broken not closed after a failure")
+	}
+}
