@@ -231,7 +231,8 @@ func (c *Comm) fail(cause error) error {
 		return f
 	}
 	var pe *PeerError
-	if c.cfg.Members != nil && errors.As(cause, &pe) {
+	var ae *abortError
+	if c.cfg.Members != nil && !errors.As(cause, &ae) && errors.As(cause, &pe) {
 		pe.members = c.cfg.Members
 	}
 	c.failure = cause
@@ -262,7 +263,8 @@ func (c *Comm) fail(cause error) error {
 // noticeFor turns a failure into the abort notice peers receive.
 func (c *Comm) noticeFor(cause error) abortNotice {
 	var pe *PeerError
-	if !errors.As(cause, &pe) {
+	var ae *abortError
+	if errors.As(cause, &ae) || !errors.As(cause, &pe) {
 		return abortNotice{culprit: int32(c.rank), code: abortAborted, text: cause.Error()}
 	}
 	a := abortNotice{culprit: int32(pe.Rank), code: abortAborted}

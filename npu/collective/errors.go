@@ -102,6 +102,15 @@ func (e *PeerError) describe() string {
 
 func (e *PeerError) Unwrap() error { return e.Err }
 
+// JobRank is the culprit's rank in the job: Rank, or its job rank in a
+// sub-communicator (Config.Members).
+func (e *PeerError) JobRank() int {
+	if e.Rank >= 0 && e.Rank < len(e.members) {
+		return e.members[e.Rank]
+	}
+	return e.Rank
+}
+
 // name is rank r of the communicator as the message names it.
 func (e *PeerError) name(r int) string {
 	if r >= 0 && r < len(e.members) {

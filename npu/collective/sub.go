@@ -82,8 +82,10 @@ func (c *Comm) Abort(cause error) {
 	c.fail(&abortError{cause: cause})
 }
 
-// abortError is a failure passed on from another communicator. It is no
-// *PeerError: the culprit it names is numbered in the other communicator.
+// abortError is a failure passed on from another communicator. A
+// *PeerError it wraps numbers its culprit in the other communicator, so
+// the abort notice to this one's peers names this rank (noticeFor).
 type abortError struct{ cause error }
 
-func (e *abortError) Error() string { return "aborted: " + e.cause.Error() }
+func (e *abortError) Error() string { return e.cause.Error() }
+func (e *abortError) Unwrap() error { return e.cause }

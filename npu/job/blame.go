@@ -31,7 +31,7 @@ func leaveBlame(err error) {
 	if !errors.As(err, &pe) {
 		return
 	}
-	data, jerr := json.Marshal(blame{Rank: pe.Rank, Error: err.Error()})
+	data, jerr := json.Marshal(blame{Rank: pe.JobRank(), Error: err.Error()})
 	if jerr == nil {
 		_ = os.WriteFile(BlameFile, data, 0o644)
 	}

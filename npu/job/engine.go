@@ -17,7 +17,10 @@ import (
 // the engine builds. Rank 0 writes the strategy file once the network is
 // laid out; with integrated_save, rank 0 saves whole tensors and every rank
 // resumes from its checkpoints.
-func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string, tc *trainer.Config) {
+//
+// With pipeline stages the network is this rank's stage's (pipe), over its
+// stage group: every rank receives the global batch.
+func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeComms, jobDir string, tc *trainer.Config) {
 	sc := shard.Config{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: cfg.Strategy, Devices: size, Rank: rank,
 		BatchPerDevice: tc.BatchSize, FullBatch: cfg.FullBatch,
@@ -31,6 +34,13 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 		sc.Comm = comm
 		tc.Rank = rank
 	}
+	if pipe != nil {
+		sc.Devices, sc.Rank, sc.Comm, sc.Pipeline = pipe.devices, pipe.rank, pipe.stage, pipe.spec
+		sc.BatchPerDevice, sc.FullBatch = tc.BatchSize, true
+		if pipe.devices == 1 {
+			sc.Comm = nil
+		}
+	}
 	// The engine reduces the gradients itself.
 	tc.Reduce, tc.AllocGrads, tc.Broadcast = nil, nil, nil
 	tc.Sharded = func(memory int64) (trainer.ShardedNet, error) {
@@ -39,9 +49,16 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 		if err != nil {
 			return nil, err
 		}
-		if rank == 0 && cfg.StrategyFile != "" {
+		path, first := cfg.StrategyFile, rank == 0
+		if pipe != nil {
+			path, first = StageStrategyFile(cfg.StrategyFile, pipe.spec.Stage), pipe.rank == 0
+		}
+		if first && path != "" {
 			f := strategyFile(net.OpLayouts(), net.Layouts())
-			if err := parallel.WriteStrategyFile(cfg.StrategyFile, f, strategyFormat(cfg.StrategyFile)); err != nil {
+			if pipe != nil {
+				f.Stage = pipe.spec.Stage
+			}
+			if err := parallel.WriteStrategyFile(path, f, strategyFormat(path)); err != nil {
 				net.Close()
 				return nil, fmt.Errorf("strategy file: %w", err)
 			}
@@ -52,6 +69,17 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 		tc.IntegratedSave = true
 		tc.ResumeDir = filepath.Join(launch.DeviceDir(jobDir, 0), "ckpt_0")
 	}
+}
+
+// StageStrategyFile is where the first rank of pipeline stage s writes
+// its stage's strategy file (MindSpore writes one per stage): path itself
+// for stage 0, path with _stage<s> before its extension for the others.
+func StageStrategyFile(path string, s int) string {
+	if path == "" || s == 0 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s_stage%d%s", strings.TrimSuffix(path, ext), s, ext)
 }
 
 // strategyFile builds the strategy file of a split network from the

@@ -44,6 +44,28 @@ type Layout struct {
 	BatchSize int   // per device
 	Memory    int64 // device capacity in bytes; 0: the cost model's default
 	Devices   int
+	// PipelineStages and MicroSize: the pipeline (0 or 1: none). The
+	// strategy then lays each stage out over its Devices/PipelineStages
+	// devices, for one micro-batch.
+	PipelineStages, MicroSize int
+}
+
+// stageDevices is the devices one stage (the whole job without a
+// pipeline) lays its operators out over.
+func (l Layout) stageDevices() int {
+	if l.PipelineStages > 1 {
+		return l.Devices / l.PipelineStages
+	}
+	return l.Devices
+}
+
+// passBatch is the batch one pass of the network runs: the global batch,
+// or a micro-batch of a stage group's.
+func (l Layout) passBatch() int {
+	if l.PipelineStages > 1 {
+		return l.BatchSize * l.stageDevices() / max(l.MicroSize, 1)
+	}
+	return l.GlobalBatch()
 }
 
 // GlobalBatch is the layout's batch of one step over all devices.
@@ -65,18 +87,22 @@ func Plan(l Layout) (*Planned, error) {
 	if !UsesEngine(l.Model, l.Mode) {
 		return &Planned{}, nil
 	}
-	g, err := shard.GraphOf(l.Model, l.GlobalBatch())
+	g, err := shard.GraphOf(l.Model, l.passBatch())
 	if err != nil {
 		return nil, fieldError("model", err)
 	}
+	devices := l.stageDevices()
 	switch l.Mode {
 	case parallel.SemiAutoParallel:
-		if _, err := g.Shard(l.Strategy, l.Devices); err != nil {
+		if _, err := g.Shard(l.Strategy, devices); err != nil {
 			return nil, fieldError("strategy", err)
 		}
 		return &Planned{Strategy: l.Strategy}, nil
 	case parallel.AutoParallel:
-		plan, err := auto.Search(g, l.Devices, Machine(l.Devices, l.Memory))
+		// With a pipeline, every stage's operators are searched over its
+		// group, on the whole chain's graph of one micro-batch (each rank
+		// builds only its stage's).
+		plan, err := auto.Search(g, devices, Machine(devices, l.Memory))
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}

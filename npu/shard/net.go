@@ -352,8 +352,16 @@ func (n *Net) Device() *nn.Device { return n.dev }
 func (n *Net) Layouts() map[string]parallel.Layout { return n.layouts }
 
 // OpLayouts returns how every operator runs over the configured global
-// batch.
-func (n *Net) OpLayouts() []*parallel.OpLayout { return n.main.layouts }
+// batch (a micro-batch with pipeline stages); nil for the operators of
+// other pipeline stages.
+func (n *Net) OpLayouts() []*parallel.OpLayout {
+	if n.pipe == nil {
+		return n.main.layouts
+	}
+	out := make([]*parallel.OpLayout, len(n.main.layouts))
+	copy(out[n.pipe.span.Lo:n.pipe.span.Hi], n.main.layouts[n.pipe.span.Lo:n.pipe.span.Hi])
+	return out
+}
 
 // Gather returns every parameter's whole value on root (nil on the other
 // ranks), for integrated_save. All ranks call it. Each slice is sent by

@@ -310,7 +310,9 @@ func TestPipelineRefusals(t *testing.T) {
 		{func(c *Config) {
 			c.Pipeline = Pipeline{Stages: 2, Stage: 0, Next: nopLink{}, Assign: map[string]int{"pool2": 1, "end_point.matmul": 0}}
 		}, "stages must follow the operators' order"},
-		{func(c *Config) { c.Mode, c.Pipeline = parallel.StandAlone, Pipeline{Stages: 2, Stage: 0, Next: nopLink{}} }, "pipeline stages in mode stand_alone"},
+		{func(c *Config) {
+			c.Mode, c.Pipeline = parallel.StandAlone, Pipeline{Stages: 2, Stage: 0, Next: nopLink{}}
+		}, "pipeline stages in mode stand_alone"},
 	} {
 		cfg := base
 		tc.mod(&cfg)

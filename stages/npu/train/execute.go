@@ -87,6 +87,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	plan, err := job.Plan(job.Layout{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
 		Memory: cfg.DeviceMemory, Devices: devices,
+		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 	})
 	if err != nil {
 		return job.Config{}, nil, err
@@ -120,9 +121,14 @@ func resolve(w With) (job.Config, error) {
 		LearningRate: w.LearningRate, Momentum: w.Momentum, WeightDecay: w.WeightDecay,
 		Schedule: w.LRSchedule, WarmupEpochs: w.WarmupEpochs, Seed: uint64(w.Seed),
 		ShuffleBuffer: w.ShuffleBuffer, Threads: w.Threads,
-		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
+		// With pipeline stages, evaluation and integrated_save are not
+		// built (each rank holds one stage): off unless asked for, which
+		// checkCluster refuses.
+		Eval: w.Eval == nil && w.PipelineStages <= 1 || w.Eval != nil && *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
-		IntegratedSave:     w.IntegratedSave == nil || *w.IntegratedSave,
+		IntegratedSave: w.IntegratedSave == nil && w.PipelineStages <= 1 || w.IntegratedSave != nil && *w.IntegratedSave,
+		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
+		PipelineSchedule: w.PipelineSchedule, PipelineStage: w.PipelineStage,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
 		ParameterBroadcast: w.ParameterBroadcast,
 		CollectiveTimeout:  timeout, Transport: job.Transport(transport),

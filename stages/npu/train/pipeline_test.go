@@ -1,0 +1,169 @@
+package train_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// assembleStages puts the checkpoints of a pipeline job's ranks back
+// together: every rank saved its stage's slices, laid out as its stage's
+// strategy file says (moments as their parameters). It returns whole
+// tensors of parameters and moments, and checks that no two stages saved
+// the same parameter.
+func assembleStages(t *testing.T, jobDir string, devices, stages int, strategyFile string) map[string]ckpt.Tensor {
+	t.Helper()
+	per := devices / stages
+	whole := map[string][]float32{}
+	dims := map[string][]int64{}
+	owner := map[string]int{}
+	for s := range stages {
+		sf, err := parallel.ReadStrategyFile(job.StageStrategyFile(filepath.Join(jobDir, strategyFile), s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sf.Stage != s {
+			t.Errorf("stage %d's strategy file says current_stage %d", s, sf.Stage)
+		}
+		for i := range per {
+			rank := s*per + i
+			for name, tensor := range readTensors(t, lastCheckpoint(t, jobDir, rank)) {
+				if !isParameter(name) && !strings.HasPrefix(name, "moments.") {
+					continue
+				}
+				if o, ok := owner[name]; ok && o != s {
+					t.Fatalf("%s saved by stages %d and %d", name, o, s)
+				}
+				owner[name] = s
+				layout, ok := sf.Layouts[strings.TrimPrefix(name, "moments.")]
+				if !ok {
+					t.Fatalf("stage %d's strategy file has no layout of %s", s, name)
+				}
+				shape := layout.Shape
+				if len(shape) == 0 {
+					t.Fatalf("%s: the layout has no tensor shape", name)
+				}
+				boxes, err := layout.Boxes(shape)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, err := tensor.Float32s()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if whole[name] == nil {
+					n := 1
+					for _, d := range shape {
+						n *= d
+						dims[name] = append(dims[name], int64(d))
+					}
+					whole[name] = make([]float32, n)
+				}
+				b := boxes[i]
+				parallel.CopyBox(whole[name], shape, b.Offset, v, b.Shape, nil, b.Shape)
+			}
+		}
+	}
+	out := map[string]ckpt.Tensor{}
+	for name, v := range whole {
+		tt, err := ckpt.NewFloat32(name, dims[name], v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = tt
+	}
+	return out
+}
+
+// TestPipelineStageEqualsStandAlone runs the real stage with pipeline
+// stages on rank processes and compares the assembled stage checkpoints,
+// parameters and moments, with stand_alone on the same global batch after
+// 10 steps:
+//   - 4 devices, 2 stages of 2 (data parallel inside each), 2 micro-batches;
+//   - 8 devices, 2 stages of 2×2 (batch and operators split by the
+//     strategy), 4 micro-batches, GPipe.
+func TestPipelineStageEqualsStandAlone(t *testing.T) {
+	dataDir := synthData(t, 16) // 80 images: 10 steps of 8
+	aloneDir := t.TempDir()
+	mustRun(t, aloneDir, 1, withBlock(dataDir, map[string]any{"mode": "stand_alone", "batch_size": 8}))
+	want := readTensors(t, lastCheckpoint(t, aloneDir, 0))
+	keep := func(name string) bool { return isParameter(name) || strings.HasPrefix(name, "moments.") }
+	for _, tc := range []struct {
+		devices int
+		with    map[string]any
+	}{
+		{4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 2}},
+		{8, map[string]any{"mode": "semi_auto_parallel", "batch_size": 2, "pipeline_stages": 2, "micro_size": 4, "pipeline_schedule": "gpipe",
+			"strategy": map[string]any{
+				"conv1":            []any{[]any{2, 1, 1, 1}, []any{2, 1, 1, 1}},
+				"conv2":            []any{[]any{2, 1, 1, 1}, []any{2, 1, 1, 1}},
+				"end_point.matmul": []any{[]any{2, 2}, []any{1, 2}},
+			}}},
+	} {
+		t.Run(fmt.Sprintf("%d devices", tc.devices), func(t *testing.T) {
+			dir := t.TempDir()
+			tc.with["strategy_ckpt_save_file"] = "strategy.json" // the JSON form records tensor shapes
+			r := mustRun(t, dir, tc.devices, withBlock(dataDir, tc.with))
+			if got := fmt.Sprint(r.outputs["global_step"]); got != "10" {
+				t.Errorf("global_step %s, want 10", got)
+			}
+			got := assembleStages(t, dir, tc.devices, 2, "strategy.json")
+			var names []string
+			for name := range want {
+				if keep(name) {
+					names = append(names, name)
+				}
+			}
+			if len(got) != len(names) {
+				t.Errorf("the stages saved %d parameters and moments, stand_alone %d", len(got), len(names))
+			}
+			t.Logf("largest relative difference from stand_alone %.3g", compareTensors(t, got, want, keep))
+			// The last stage's loss reaches the lead rank (stage 0).
+			if l, _ := r.outputs["loss"].(float64); !(l > 0) {
+				t.Errorf("loss output %v", r.outputs["loss"])
+			}
+		})
+	}
+}
+
+// TestPipelineKilledRankFailsEveryStage kills rank 0 (stage 0) of a
+// 2-stage job on 4 devices after its third step: every other rank, in
+// its stage group or the other stage, fails naming rank 0, through the
+// job's communicator when rank 0 is not its direct peer.
+func TestPipelineKilledRankFailsEveryStage(t *testing.T) {
+	dataDir := synthData(t, 24)
+	jobDir := t.TempDir()
+	t.Setenv(crashAtEnv, "epoch: 1 step: 3,")
+	r := runStage(t.Context(), jobDir, 4, 1, withBlock(dataDir, map[string]any{
+		"mode": "semi_auto_parallel", "epochs": 100, "log_steps": 1, "pipeline_stages": 2, "micro_size": 2,
+		"collective_timeout": "6s",
+	}))
+	os.Unsetenv(crashAtEnv)
+	if r.err == nil || !errors.Is(r.err, launch.ErrRankFailed) {
+		t.Fatalf("stage returned %v, want a failed rank", r.err)
+	}
+	for rank := 1; rank < 4; rank++ {
+		log, err := os.ReadFile(launch.LogPath(jobDir, rank))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(log), "rank 0 (") || !strings.Contains(string(log), "closed the connection") {
+			t.Errorf("train.log%d does not name rank 0 as gone:\n%s", rank, tail(string(log)))
+		}
+		t.Logf("train.log%d ends: %s", rank, tail(string(log)))
+	}
+	t.Logf("stage error: %.300s", r.err)
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(len(lines)-5, 0):], "\n")
+}
