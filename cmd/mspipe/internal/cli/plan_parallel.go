@@ -13,7 +13,8 @@ import (
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
-var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory"}
+var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory",
+	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -90,6 +91,10 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Strategy     parallel.Strategy `json:"strategy"`
 		BatchSize    int               `json:"batch_size"`
 		DeviceMemory string            `json:"device_memory"`
+		Stages       int               `json:"pipeline_stages"`
+		Micro        int               `json:"micro_size"`
+		Schedule     string            `json:"pipeline_schedule"`
+		StageOf      map[string]int    `json:"pipeline_stage"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -105,5 +110,6 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	return job.Layout{
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
 		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+		PipelineStages: with.Stages, MicroSize: with.Micro, PipelineSchedule: with.Schedule, PipelineStage: with.StageOf,
 	}, nil
 }
