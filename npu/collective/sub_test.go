@@ -136,3 +136,28 @@ func TestAbortCarriesTheCause(t *testing.T) {
 		t.Error("Broken not closed after a failure")
 	}
 }
+
+// A failure passed on from another communicator names a rank numbered
+// there: the peers are told this rank aborted (they must not read the
+// other communicator's rank number as one of theirs), and this rank's
+// call returns the original failure.
+func TestAbortWithAnotherCommsPeerError(t *testing.T) {
+	comms := group(t, 3, func(c *Config) { c.Timeout = 5 * time.Second })
+	cause := &PeerError{Op: "exchange", Rank: 6, Addr: "127.0.0.1:7", Err: ErrPeerClosed, Via: -1}
+	errs := onAll(comms, func(r int, c *Comm) error {
+		if r == 2 {
+			c.Abort(cause)
+		}
+		return c.Barrier(context.Background())
+	})
+	var pe *PeerError
+	if !errors.As(errs[2], &pe) || pe.Rank != 6 || !strings.Contains(errs[2].Error(), "rank 6 (127.0.0.1:7) closed the connection") {
+		t.Errorf("rank 2: %v, want the cause", errs[2])
+	}
+	for r := range 2 {
+		wantPeer(t, fmt.Sprintf("rank %d", r), errs[r], 2, ErrPeerAborted)
+		if !strings.Contains(errs[r].Error(), "rank 6 (127.0.0.1:7) closed the connection") {
+			t.Errorf("rank %d: %v, want the cause quoted", r, errs[r])
+		}
+	}
+}
