@@ -75,6 +75,41 @@ type Engine struct {
 	// Sleep waits d or until ctx is done, between the attempts of a
 	// retried stage; nil means a timer.
 	Sleep func(ctx context.Context, d time.Duration)
+	// CleanupTimeout bounds the stages that still run after the run was
+	// interrupted (those whose `if` is true with cancelled(), such as
+	// always()), as GitHub Actions bounds them with cancel-timeout-minutes;
+	// 0 means DefaultCleanupTimeout.
+	CleanupTimeout time.Duration
+}
+
+// DefaultCleanupTimeout is GitHub Actions' default cancel-timeout-minutes.
+const DefaultCleanupTimeout = 5 * time.Minute
+
+type forceKey struct{}
+
+// WithForceStop returns ctx carrying force. Cancelling the context given to
+// Run interrupts the run: running stages are cancelled, and pending stages
+// whose `if` is true once cancelled() is (always(), cancelled()) still run,
+// as GitHub Actions runs them after a workflow is cancelled. Cancelling
+// force stops those too (a second Ctrl-C).
+func WithForceStop(ctx, force context.Context) context.Context {
+	return context.WithValue(ctx, forceKey{}, force)
+}
+
+// cleanupContext is the context of the stages that run after ctx was
+// cancelled: not cancelled with ctx, but by the force-stop context carried
+// in ctx, if any, and after the cleanup timeout.
+func (e *Engine) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := e.CleanupTimeout
+	if limit <= 0 {
+		limit = DefaultCleanupTimeout
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	if force, ok := ctx.Value(forceKey{}).(context.Context); ok {
+		stop := context.AfterFunc(force, cancel)
+		return c, func() { stop(); cancel() }
+	}
+	return c, cancel
 }
 
 // Run starts a new run of a validated pipeline. specData is the spec file's

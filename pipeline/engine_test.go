@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,22 +96,32 @@ func TestCancelWithStagesWaitingForASlot(t *testing.T) {
 }
 
 // TestJobsLimitsParallelism: four independent stages with --jobs 2 never
-// run more than two at a time, and all succeed.
+// run more than two at a time, two do run at once, and all succeed. The
+// first stages wait for a second one to be running (not for a time), so
+// the figure does not depend on the machine's load.
 func TestJobsLimitsParallelism(t *testing.T) {
 	p := load(t, "version: 1\nname: four\nstages:\n  a: {uses: work}\n  b: {uses: work}\n  c: {uses: work}\n  d: {uses: work}\n")
-	var mu = make(chan struct{}, 1)
+	var mu sync.Mutex
 	running, peak := 0, 0
+	two := make(chan struct{})
+	var once sync.Once
 	eng := &Engine{
 		Store: &Store{Dir: t.TempDir()}, Catalog: fakeCatalog{}, Jobs: 2, NoCache: true,
 		Launcher: fakeLauncher{run: func(ctx context.Context, id string) (map[string]any, error) {
-			mu <- struct{}{}
+			mu.Lock()
 			running++
 			peak = max(peak, running)
-			<-mu
-			time.Sleep(50 * time.Millisecond)
-			mu <- struct{}{}
+			if running == 2 {
+				once.Do(func() { close(two) })
+			}
+			mu.Unlock()
+			select {
+			case <-two:
+			case <-time.After(30 * time.Second): // the engine never ran two at once
+			}
+			mu.Lock()
 			running--
-			<-mu
+			mu.Unlock()
 			return map[string]any{"n": 1}, nil
 		}},
 	}

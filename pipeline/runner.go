@@ -30,6 +30,11 @@ type runner struct {
 	saveErr   error                  // the first failed save of run.json
 	stageErrs map[string]*StageError // why each failed stage failed
 	blocked   map[string]bool        // pending stages that will not run: a need failed, was cancelled or is blocked
+	// interrupted is set once the run's context is cancelled: cancelled()
+	// is then true for every stage, and only stages whose `if` is true
+	// with it still start (see schedule).
+	interrupted bool
+	announced   map[string]bool // stages said to run after the interruption
 
 	schemaMu sync.Mutex
 	schemas  map[string]*spec.WithSchema // compiled `with` schemas by plugin identity
@@ -45,6 +50,7 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		schemas:   map[string]*spec.WithSchema{},
 		stageErrs: map[string]*StageError{},
 		blocked:   map[string]bool{},
+		announced: map[string]bool{},
 		lead:      map[string]int{},
 	}
 }

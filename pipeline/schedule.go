@@ -3,19 +3,33 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/mspipe/mspipe/spec"
 )
 
 // schedule starts stages as their needs finish, at most Jobs at once, and
-// returns when nothing more can run. After cancellation or a failed save of
-// run.json nothing new starts; running stages are waited for.
+// returns when nothing more can run. After a failed save of run.json
+// nothing new starts; running stages are waited for. After cancellation
+// running stages are cancelled and only the stages whose `if` is true with
+// cancelled() (always(), cancelled()) still start, under the engine's
+// cleanup context, as GitHub Actions runs them after a workflow is
+// cancelled; every other pending stage stays pending, so resume runs it.
 func (r *runner) schedule(ctx context.Context) {
 	jobs := max(r.e.Jobs, 1)
 	done := make(chan string)
 	running := map[string]bool{}
+	stageCtx := ctx
 	for {
-		stop := ctx.Err() != nil || r.saveFailed()
+		if ctx.Err() != nil && stageCtx == ctx {
+			cleanup, cancel := r.e.cleanupContext(ctx)
+			defer cancel()
+			stageCtx = cleanup
+			r.mu.Lock()
+			r.interrupted = true
+			r.mu.Unlock()
+		}
+		stop := r.saveFailed() || stageCtx.Err() != nil
 		var ready []string
 		if !stop {
 			ready = r.readyStages(running)
@@ -29,7 +43,7 @@ func (r *runner) schedule(ctx context.Context) {
 				}
 				running[sid] = true
 				go func(sid string) {
-					r.runStage(ctx, sid)
+					r.runStage(stageCtx, sid)
 					done <- sid
 				}(sid)
 			}
@@ -58,6 +72,9 @@ func (r *runner) schedule(ctx context.Context) {
 func (r *runner) readyStages(running map[string]bool) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.interrupted {
+		return r.cleanupStages(running)
+	}
 	var ready []string
 	for _, sid := range r.st.Order {
 		ss := r.st.Stages[sid]
@@ -81,6 +98,53 @@ func (r *runner) readyStages(running map[string]bool) []string {
 		default:
 			ready = append(ready, sid)
 		}
+	}
+	return ready
+}
+
+// cleanupStages is readyStages after the run was interrupted: the pending
+// stages, not running, whose `if` reads outcomes and is true now that
+// cancelled() is, once their needs have ended. Every other pending stage
+// is marked as one that will not run (it stays pending, so resume runs
+// it); stages are visited in dependency order, so a need that still may
+// run is either running or ready, and its dependants wait for it. The
+// caller holds r.mu.
+func (r *runner) cleanupStages(running map[string]bool) []string {
+	var ready []string
+	for _, sid := range r.st.Order {
+		ss := r.st.Stages[sid]
+		if ss.Status != StatusPending || running[sid] || r.blocked[sid] {
+			continue
+		}
+		s := r.p.StageByID(sid)
+		if !spec.UsesStatusFuncs(s) {
+			r.blocked[sid] = true
+			continue
+		}
+		if _, _, wait := r.needsEnded(sid); wait {
+			continue
+		}
+		sc, err := r.scope(s)
+		if err == nil {
+			var runIt bool
+			if runIt, err = r.resolver.If(s, sc); err == nil && !runIt {
+				r.blocked[sid] = true
+				continue
+			}
+		}
+		// True, or an error runStage reports as the stage's failure.
+		ready = append(ready, sid)
+	}
+	var fresh []string
+	for _, sid := range ready {
+		if !r.announced[sid] {
+			r.announced[sid] = true
+			fresh = append(fresh, sid)
+		}
+	}
+	if len(fresh) > 0 {
+		r.log.Warn().Str("event", "run_interrupted").Strs("stages", fresh).
+			Msgf("interrupted: %s still run (their if reads always() or cancelled()); interrupt again to stop them", strings.Join(fresh, ", "))
 	}
 	return ready
 }

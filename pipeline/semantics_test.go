@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/spec"
@@ -127,5 +129,100 @@ stages:
 	errs = append(errs, spec.Validate(p, testCatalog{}, spec.Options{})...)
 	if len(errs) != 1 || errs[0].Where() != path+":4:34" || !strings.Contains(errs[0].Message, "failure() is a condition on the outcome") {
 		t.Fatalf("got %v", errs)
+	}
+}
+
+const interruptSpec = `version: 1
+name: interrupted
+stages:
+  a: {uses: work}
+  always: {uses: work, needs: [a], if: always()}
+  cancelled: {uses: work, needs: [a], if: cancelled()}
+  plain: {uses: work, needs: [a]}
+  failed: {uses: work, needs: [a], if: failure()}
+  succeeded: {uses: work, needs: [a], if: success()}
+  last: {uses: work, needs: [plain, always], if: "${{ always() }}"}
+`
+
+// TestInterruptRunsCleanupStages: as in GitHub Actions after a workflow is
+// cancelled, the running stage is cancelled, the stages whose if is true
+// with cancelled() still run with a live context (also one that needs a
+// stage that will never run now), and the others stay pending for resume.
+func TestInterruptRunsCleanupStages(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	liveCtx := map[string]bool{}
+	run := func(sctx context.Context, c call, _ func(plugins.Event)) (map[string]any, error) {
+		if c.stage == "a" {
+			cancel() // Ctrl-C while a runs
+			<-sctx.Done()
+			return nil, sctx.Err()
+		}
+		mu.Lock()
+		liveCtx[c.stage] = sctx.Err() == nil
+		mu.Unlock()
+		return map[string]any{"n": 1}, nil
+	}
+	w := newWorkspace(t)
+	e := w.engine(&scriptLauncher{run: run})
+	e.NoCache = true
+	p := w.load(interruptSpec)
+	st, err := e.Run(ctx, p, []byte(interruptSpec), nil)
+	if !errors.Is(err, context.Canceled) || st.Status != StatusCancelled {
+		t.Fatalf("err %v, run %s; want the run cancelled", err, st.Status)
+	}
+	want := map[string]Status{"a": StatusCancelled, "always": StatusSucceeded, "cancelled": StatusSucceeded,
+		"plain": StatusPending, "failed": StatusPending, "succeeded": StatusPending, "last": StatusSucceeded}
+	if got := statuses(st); !reflect.DeepEqual(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+	wantLive := map[string]bool{"always": true, "cancelled": true, "last": true}
+	if !reflect.DeepEqual(liveCtx, wantLive) {
+		t.Errorf("stages run after the interrupt, with a live context: %v, want %v", liveCtx, wantLive)
+	}
+	for _, sid := range []string{"plain", "failed", "succeeded"} {
+		if r := st.Stages[sid].Reason; r != "not run: interrupted" {
+			t.Errorf("%s: reason %q, want not run: interrupted", sid, r)
+		}
+	}
+}
+
+// TestForceStopEndsCleanupStages: a second interrupt (the force-stop
+// context) cancels the stages that run after the first.
+func TestForceStopEndsCleanupStages(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	force, forceStop := context.WithCancel(context.Background())
+	defer forceStop()
+	run := func(sctx context.Context, c call, _ func(plugins.Event)) (map[string]any, error) {
+		switch c.stage {
+		case "a":
+			cancel()
+		case "always":
+			forceStop() // Ctrl-C again while the cleanup stage runs
+		default:
+			return map[string]any{"n": 1}, nil
+		}
+		<-sctx.Done()
+		return nil, sctx.Err()
+	}
+	const src = "version: 1\nname: force\nstages:\n  a: {uses: work}\n  always: {uses: work, needs: [a], if: always()}\n"
+	w := newWorkspace(t)
+	e := w.engine(&scriptLauncher{run: run})
+	p := w.load(src)
+	done := make(chan struct{})
+	var st *RunState
+	go func() {
+		st, _ = e.Run(WithForceStop(ctx, force), p, []byte(src), nil)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the force stop")
+	}
+	if got := statuses(st); got["a"] != StatusCancelled || got["always"] != StatusCancelled {
+		t.Errorf("statuses %v, want a and always cancelled", got)
 	}
 }

@@ -263,6 +263,9 @@ func (r *runner) scope(s *spec.Stage) (*spec.Scope, error) {
 			sc.Cancelled = true
 		}
 	}
+	if r.interrupted {
+		sc.Cancelled = true // the whole run was cancelled, as in GitHub Actions
+	}
 	c := r.p.EffectiveCluster(s)
 	devices, err := r.resolver.Devices(c, sc)
 	if err != nil {

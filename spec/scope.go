@@ -18,15 +18,16 @@ type Scope struct {
 	Run     RunValue
 	// Failed is whether a stage this one needs (directly or through
 	// others) failed: failure() in a condition. Cancelled is the same for
-	// a cancelled stage: cancelled(). success() is neither.
+	// a cancelled stage, or true for every stage once the run was
+	// interrupted: cancelled(). success() is neither.
 	Failed, Cancelled bool
 }
 
 // StatusFuncs are the functions a stage's `if` may call, with GitHub
 // Actions' names and meanings: success() (every stage it needs, directly or
 // not, succeeded or was cached; what a condition without them adds),
-// failure() (one of them failed), cancelled() (one was cancelled) and
-// always().
+// failure() (one of them failed), cancelled() (one was cancelled, or the
+// run was interrupted) and always().
 var StatusFuncs = []string{"success", "failure", "always", "cancelled"}
 
 func isStatusFunc(name string) bool {

@@ -250,6 +250,67 @@ stages:
 	}
 }
 
+// TestInterruptRunsAlwaysStagesUntilSecondInterrupt: after the first
+// SIGINT a stage with if: always() still runs (as in GitHub Actions after
+// a cancel); a second SIGINT stops it, mspipe exits 130 and no process it
+// started survives.
+func TestInterruptRunsAlwaysStagesUntilSecondInterrupt(t *testing.T) {
+	w := newWorkspace(t)
+	w.write("cleanup.yaml", `version: 1
+name: cleanup
+stages:
+  slow: {uses: exec, with: {command: "touch ../../../../slow-started; sleep 60"}}
+  notify:
+    uses: exec
+    needs: slow
+    if: always()
+    with: {command: "echo ${{ stages.slow.status }} > ../../../../notified; sleep 60"}
+  after: {uses: exec, needs: slow, with: {command: "echo after"}}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := w.command(ctx, "run", "cleanup.yaml")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile := func(name string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(w.dir, name)); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never appeared", name)
+			}
+		}
+	}
+	waitFile("slow-started")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitFile("notified")
+	if b, err := os.ReadFile(filepath.Join(w.dir, "notified")); err != nil || strings.TrimSpace(string(b)) != "cancelled" {
+		t.Errorf("notify read stages.slow.status %q (%v), want cancelled", b, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Fatalf("exit %d (%v), want 130", code, err)
+	}
+	if pids := w.waitNoProcesses(3 * time.Second); len(pids) > 0 {
+		t.Fatalf("processes left behind after the second SIGINT: %v", pids)
+	}
+	id := strings.TrimSpace(out.String())
+	want := map[string]string{"slow": "cancelled", "notify": "cancelled", "after": "pending"}
+	if got := w.statuses(id); !equalMaps(got, want) {
+		t.Errorf("stages %v, want %v", got, want)
+	}
+}
+
 func TestResumeAfterFailureRerunsOnlyFailedAndDependents(t *testing.T) {
 	w := newWorkspace(t)
 	w.write("f.yaml", `version: 1

@@ -8,12 +8,13 @@ import (
 func TestParse(t *testing.T) {
 	for in, want := range map[string]int64{
 		"1": 1, "512MiB": 512 << 20, "2 GiB": 2 << 30, "3KB": 3000, "1TiB": 1 << 40, "64MiB": 64 << 20, "7B": 7, "5 MB": 5e6, "1 KB": 1000, "3TB": 3e12, "100": 100,
+		"1.5GiB": 3 << 29, "1.5 MiB": 1536 << 10, "0.5KB": 500, "2.0 GiB": 2 << 30,
 	} {
 		if got, err := Parse(in); err != nil || got != want {
 			t.Errorf("Parse(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "0", "-1MiB", "1.5GiB", "12 parsecs", "99999999999TiB", "5XB", "lots", "MiB", "1 mib"} {
+	for _, bad := range []string{"", "0", "-1MiB", "1.5B", "1.5", "0.0001KiB", ".5GiB", "5.GiB", "1e3", "1/2GiB", "1.2.3MiB", "12 parsecs", "99999999999TiB", "5XB", "lots", "MiB", "1 mib"} {
 		if got, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) = %d, want an error", bad, got)
 		}

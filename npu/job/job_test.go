@@ -185,7 +185,8 @@ func TestParseDeviceMemory(t *testing.T) {
 	}{
 		{"", 0, false}, {"32GiB", 32 << 30, false}, {"1.5GiB", 3 << 29, false}, {"512MiB", 512 << 20, false},
 		{"1048576", 1 << 20, false}, {"2097152B", 2 << 20, false},
-		{"100KiB", 0, true}, {"lots", 0, true}, {"-1GiB", 0, true}, {"32GB", 0, true},
+		{"32GB", 32e9, false},
+		{"100KiB", 0, true}, {"lots", 0, true}, {"-1GiB", 0, true}, {"2048TiB", 0, true}, {"1.5B", 0, true},
 	} {
 		got, err := ParseDeviceMemory(tc.in)
 		if tc.bad != (err != nil) || got != tc.want {

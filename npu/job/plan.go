@@ -5,8 +5,6 @@ import (
 	"io"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/mspipe/mspipe/internal/bytesize"
@@ -244,26 +242,16 @@ func pipelineText(out io.Writer, l Layout, plan *auto.Plan) error {
 	return err
 }
 
-// ParseDeviceMemory reads the device_memory option: bytes, or a number
-// with KiB, MiB, GiB or TiB ("32GiB", "1.5GiB"); "" means the default, 0.
+// ParseDeviceMemory reads the device_memory option as bytesize.Parse reads
+// sizes ("32GiB", "1.5GiB", "512MiB"), from 1 MiB to 1024 TiB; "" means
+// the default, 0.
 func ParseDeviceMemory(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	num, mult := s, 1.0
-	for _, u := range []struct {
-		suffix string
-		mult   float64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			num, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	n := v * mult
+	n, err := bytesize.Parse(s)
 	if err != nil || n < 1<<20 || n > 1<<50 {
 		return 0, fmt.Errorf("device memory %q: want a size from 1MiB to 1024TiB, like 32GiB or 512MiB", s)
 	}
-	return int64(n), nil
+	return n, nil
 }

@@ -57,9 +57,13 @@ type Momentum struct {
 	lr         []float32
 	momentum   []float32 // one element, saved as "momentum"
 	globalStep []int32   // one element, saved as "global_step"
-	wd         float32
-	nesterov   bool
-	state      []StateTensor
+	// scheduleFrom is the global step at which the schedule's first rate
+	// applies: 0, or the step a training started from a checkpoint
+	// continues (see ScheduleFrom).
+	scheduleFrom int
+	wd           float32
+	nesterov     bool
+	state        []StateTensor
 }
 
 // NewMomentum builds the optimizer over trainable params (pass
@@ -123,9 +127,16 @@ func NewMomentum(params []*nn.Param, cfg MomentumConfig) (*Momentum, error) {
 
 // LR returns the learning rate the next Step uses.
 func (o *Momentum) LR() float32 {
-	i := int(max(o.globalStep[0], 0))
+	i := max(int(o.globalStep[0])-o.scheduleFrom, 0)
 	return o.lr[min(i, len(o.lr)-1)]
 }
+
+// ScheduleFrom makes the learning-rate schedule start at global step
+// step: a training that continues another's global step (started from its
+// checkpoint) applies its own schedule from its own first step, as a
+// MindSpore script that slices its dynamic rate from the step it resumes
+// at does.
+func (o *Momentum) ScheduleFrom(step int) { o.scheduleFrom = max(step, 0) }
 
 // GlobalStep returns the number of steps taken (or restored).
 func (o *Momentum) GlobalStep() int { return int(o.globalStep[0]) }

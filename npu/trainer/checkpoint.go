@@ -79,6 +79,11 @@ type RestoreOptions struct {
 	// RequireOptimizer fails when the checkpoint has no optimizer state
 	// (resuming an interrupted run needs it; starting from weights does not).
 	RequireOptimizer bool
+	// OwnHyperparameters keeps the optimizer's learning_rate and momentum:
+	// a new training started from another's checkpoint applies the rates
+	// it was configured with, not the checkpoint's (whose schedule may
+	// have another length). The moments and global_step are still loaded.
+	OwnHyperparameters bool
 	// Layouts, for a sharded network, are its parameters' whole-tensor
 	// layouts: a checkpoint tensor holding a whole parameter (or moment)
 	// is then cut to Rank's slice.
@@ -165,6 +170,9 @@ func Restore(m Parameterized, tensors []ckpt.Tensor, opts RestoreOptions) error 
 	if hasState {
 		for _, s := range state {
 			s := s
+			if opts.OwnHyperparameters && (s.Name == "learning_rate" || s.Name == "momentum") {
+				continue
+			}
 			switch {
 			case s.F32 != nil:
 				load(s.Name, s.Shape, ckpt.DTypeFloat32, func(t ckpt.Tensor) error { return copyFloats(s.F32, t) })

@@ -203,7 +203,8 @@ func (j *training) restoreStart(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
-		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, Recut: func(name string) { j.res.Recut = append(j.res.Recut, name) }})
+		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, OwnHyperparameters: true,
+			Recut: func(name string) { j.res.Recut = append(j.res.Recut, name) }})
 		if err := Restore(j.net, tensors, opts); err != nil {
 			return fmt.Errorf("init from %s: %w", cfg.Init, err)
 		}
@@ -217,6 +218,7 @@ func (j *training) restoreStart(ctx context.Context) error {
 			}
 		}
 		j.base = j.opt.GlobalStep()
+		j.opt.ScheduleFrom(j.base)
 	}
 	if cfg.CkptDir != "" {
 		every := cfg.SaveCheckpointSteps

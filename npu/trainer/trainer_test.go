@@ -366,3 +366,55 @@ func TestEvaluationIsAnnounced(t *testing.T) {
 		}
 	}
 }
+
+// TestInitAppliesItsOwnLearningRate: a training started from another's
+// checkpoint applies the learning rate and schedule it was configured
+// with, from its own first step, not the checkpoint's (a cosine schedule
+// of another length used to fail: "learning_rate: shape [10], the model
+// wants [1]"); its checkpoints hold its own schedule.
+func TestInitAppliesItsOwnLearningRate(t *testing.T) {
+	dataDir := tinyData(t, 8) // 5 steps per epoch
+	first := tinyConfig(dataDir, t.TempDir())
+	first.Schedule = "cosine" // 10 rates from 0.05
+	a, err := Train(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		schedule string
+		lr       float32
+	}{{"constant", 0.2}, {"cosine", 0.2}} {
+		cfg := tinyConfig(dataDir, t.TempDir())
+		cfg.Init, cfg.LearningRate, cfg.Schedule, cfg.Epochs = a.Checkpoint, float64(tc.lr), tc.schedule, 1
+		var rates []float32
+		cfg.OnStep = func(s StepInfo) { rates = append(rates, s.LearningRate) }
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("%s retrain from a cosine checkpoint: %v", tc.schedule, err)
+		}
+		if len(rates) != 5 || math.Abs(float64(rates[0]-tc.lr)) > 1e-5 {
+			t.Fatalf("%s: rates %v, want 5 starting at %g", tc.schedule, rates, tc.lr)
+		}
+		if tc.schedule == "constant" && rates[4] != tc.lr || tc.schedule == "cosine" && !(rates[4] < rates[0]) {
+			t.Errorf("%s: rates %v", tc.schedule, rates)
+		}
+		tensors, err := ckpt.Read(res.Checkpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range tensors {
+			if x.Name == "learning_rate" {
+				want := int64(1)
+				if tc.schedule == "cosine" {
+					want = 5
+				}
+				if len(x.Dims) != 1 || x.Dims[0] != want {
+					t.Errorf("%s: saved learning_rate dims %v, want [%d]", tc.schedule, x.Dims, want)
+				}
+			}
+		}
+		if res.GlobalStep != 15 {
+			t.Errorf("%s: global step %d, want 15 (10 + 5)", tc.schedule, res.GlobalStep)
+		}
+	}
+}
