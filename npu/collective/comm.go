@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -264,10 +265,25 @@ func (c *Comm) fail(cause error) error {
 func (c *Comm) noticeFor(cause error) abortNotice {
 	var pe *PeerError
 	var ae *abortError
-	if errors.As(cause, &ae) || !errors.As(cause, &pe) {
-		return abortNotice{culprit: int32(c.rank), code: abortAborted, text: cause.Error()}
+	culprit := -1
+	if errors.As(cause, &ae) {
+		// Passed on from another communicator of this rank: name its
+		// culprit if it is one of this communicator's ranks too, else
+		// this rank.
+		if errors.As(ae.cause, &pe) {
+			culprit = c.memberIndex(pe.JobRank())
+		}
+	} else if errors.As(cause, &pe) {
+		culprit = pe.Rank
 	}
-	a := abortNotice{culprit: int32(pe.Rank), code: abortAborted}
+	if culprit < 0 {
+		text := cause.Error()
+		if ae != nil {
+			text = relayedPrefix + text
+		}
+		return abortNotice{culprit: int32(c.rank), code: abortAborted, text: text}
+	}
+	a := abortNotice{culprit: int32(culprit), code: abortAborted}
 	detail := pe.Err.Error()
 	switch {
 	case errors.Is(pe.Err, ErrPeerTimeout):
@@ -286,6 +302,18 @@ func (c *Comm) noticeFor(cause error) abortNotice {
 		a.text = detail
 	}
 	return a
+}
+
+// memberIndex returns the rank of this communicator that is rank job of
+// the job (Config.Members), or -1.
+func (c *Comm) memberIndex(job int) int {
+	if c.cfg.Members == nil {
+		if job < 0 || job >= c.size {
+			return -1
+		}
+		return job
+	}
+	return slices.Index(c.cfg.Members, job)
 }
 
 // trimSentinel removes the "sentinel: " prefix a detail was wrapped with,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // Sub returns the configuration of this rank in a communicator over some
@@ -80,6 +81,18 @@ func (c *Comm) Abort(cause error) {
 		cause = errors.New("aborted")
 	}
 	c.fail(&abortError{cause: cause})
+}
+
+// relayedPrefix starts the text of an abort notice that passes on a
+// failure of another communicator, one the sender did not cause.
+const relayedPrefix = "passed on: "
+
+// Relayed reports whether err is a peer's abort that passed on a failure
+// of another of its communicators (Abort) naming no rank of this one: the
+// peer is no culprit, it only reported one this rank cannot name.
+func Relayed(err error) bool {
+	var pe *PeerError
+	return errors.As(err, &pe) && errors.Is(pe.Err, ErrPeerAborted) && strings.Contains(pe.Err.Error(), relayedPrefix)
 }
 
 // abortError is a failure passed on from another communicator. A

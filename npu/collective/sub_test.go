@@ -110,6 +110,28 @@ func TestSub(t *testing.T) {
 	}
 }
 
+// An abort whose cause names a rank of this communicator too (by its
+// job rank) tells the peers that rank's failure, not the relaying rank's.
+func TestAbortNamesAMemberCulprit(t *testing.T) {
+	comms := group(t, 3, func(c *Config) { c.Timeout = 5 * time.Second; c.Members = []int{4, 5, 6} })
+	cause := &PeerError{Op: "allreduce", Rank: 4, Addr: "127.0.0.1:9", Err: ErrPeerClosed, Via: -1} // job rank 4: member 0
+	errs := onAll(comms, func(r int, c *Comm) error {
+		if r == 2 {
+			c.Abort(cause)
+		}
+		return c.Barrier(context.Background())
+	})
+	// Member 0 is alive here, so it learns that it was named: the point is
+	// what member 1 hears.
+	var pe *PeerError
+	if !errors.As(errs[1], &pe) || pe.Rank != 0 || !errors.Is(errs[1], ErrPeerClosed) || !strings.Contains(errs[1].Error(), "rank 4 (") || !strings.Contains(errs[1].Error(), "reported by rank 6") {
+		t.Errorf("rank 1: %v, want job rank 4 closed, reported by 6", errs[1])
+	}
+	if Relayed(errs[1]) {
+		t.Errorf("rank 1: %v reported as relayed", errs[1])
+	}
+}
+
 // Abort fails a communicator because of a failure elsewhere: the running
 // call of this rank and its peers' return, carrying the cause.
 func TestAbortCarriesTheCause(t *testing.T) {
@@ -154,8 +176,14 @@ func TestAbortWithAnotherCommsPeerError(t *testing.T) {
 	if !errors.As(errs[2], &pe) || pe.Rank != 6 || !strings.Contains(errs[2].Error(), "rank 6 (127.0.0.1:7) closed the connection") {
 		t.Errorf("rank 2: %v, want the cause", errs[2])
 	}
+	if Relayed(errs[2]) {
+		t.Errorf("rank 2's own error %v reported as relayed", errs[2])
+	}
 	for r := range 2 {
 		wantPeer(t, fmt.Sprintf("rank %d", r), errs[r], 2, ErrPeerAborted)
+		if !Relayed(errs[r]) {
+			t.Errorf("rank %d: %v not reported as relayed", r, errs[r])
+		}
 		if !strings.Contains(errs[r].Error(), "rank 6 (127.0.0.1:7) closed the connection") {
 			t.Errorf("rank %d: %v, want the cause quoted", r, errs[r])
 		}

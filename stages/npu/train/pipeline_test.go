@@ -208,3 +208,45 @@ func TestPipelineResumeIsBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// Pipeline options that cannot run are refused, naming the key, at
+// validation when they do not depend on the cluster and at Run on a
+// 2-device cluster; a refused job leaves nothing behind.
+func TestPipelineRefusals(t *testing.T) {
+	dataDir := synthData(t, 4)
+	for _, tc := range []struct {
+		name, path, what string
+		with             map[string]any
+		atValidate       bool
+	}{
+		{"micro_size without stages", "/micro_size", "micro_size is for pipeline parallel",
+			map[string]any{"mode": "semi_auto_parallel", "micro_size": 2}, true},
+		{"data_parallel", "/pipeline_stages", "pipeline_stages is for modes semi_auto_parallel and auto_parallel",
+			map[string]any{"mode": "data_parallel", "pipeline_stages": 2}, true},
+		{"too many stages for the model", "/pipeline_stages", "semi_auto_net can be cut into at most 3 pipeline stages (before end_point.matmul, end_point.bias_add), not 4",
+			map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "pipeline_stages": 4}, true},
+		{"unknown operator", "/pipeline_stage", `pipeline_stage names "conv3", not an operator of cnn`,
+			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 2, "pipeline_stage": map[string]any{"conv3": 1}}, true},
+		{"eval", "/eval", "eval with pipeline_stages is not supported yet",
+			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 2, "eval": true}, true},
+		{"stages do not divide devices", "/pipeline_stages", "4 pipeline stages do not split 2 devices",
+			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 4}, false},
+		{"micro_size does not divide the batch", "/micro_size", "micro_size 3 does not divide the global batch of 4",
+			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 2, "micro_size": 3}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			problems := validate(t, withBlock(dataDir, tc.with))
+			if tc.atValidate && (len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.what)) {
+				t.Errorf("problems %+v, want one at %s saying %s", problems, tc.path, tc.what)
+			}
+			work := t.TempDir()
+			r := runStage(t.Context(), work, 2, 1, withBlock(dataDir, tc.with))
+			if r.err == nil || !strings.Contains(r.err.Error(), tc.what) || !strings.Contains(r.err.Error(), tc.path) {
+				t.Errorf("Run: %v, want an error at %s saying %s", r.err, tc.path, tc.what)
+			}
+			if entries, _ := os.ReadDir(work); len(entries) != 0 {
+				t.Errorf("a refused job left %d entries in its work dir", len(entries))
+			}
+		})
+	}
+}
