@@ -29,6 +29,12 @@ func PortBlocks(stages int) int {
 	return 1
 }
 
+// Port blocks of a pipeline rank's sub-communicators (see PortBlocks).
+const stageBlock = 1
+
+// linkBlock is the port block of the link between stages s and s+1.
+func linkBlock(s int) int { return 2 + s%2 }
+
 // pipeComms are a pipeline rank's communicators besides the job's.
 type pipeComms struct {
 	stage, prev, next *collective.Comm // prev, next: nil at the ends
@@ -70,20 +76,20 @@ func joinPipeline(ctx context.Context, cfg Config, cc collective.Config, job *co
 	for j := range group {
 		group[j] = s*per + j
 	}
-	if p.stage, err = join(fmt.Sprintf("stage %d group", s), group, 1); err != nil {
+	if p.stage, err = join(fmt.Sprintf("stage %d group", s), group, stageBlock); err != nil {
 		return nil, err
 	}
 	// Each link is set up by its two ends in stage order, so the chain
 	// connects from the last stage down.
 	if s < k-1 {
-		if p.next, err = join(fmt.Sprintf("link to stage %d", s+1), []int{rank, rank + per}, 2+s%2); err != nil {
+		if p.next, err = join(fmt.Sprintf("link to stage %d", s+1), []int{rank, rank + per}, linkBlock(s)); err != nil {
 			p.close()
 			return nil, err
 		}
 		p.spec.Next = p.next
 	}
 	if s > 0 {
-		if p.prev, err = join(fmt.Sprintf("link to stage %d", s-1), []int{rank - per, rank}, 2+(s-1)%2); err != nil {
+		if p.prev, err = join(fmt.Sprintf("link to stage %d", s-1), []int{rank - per, rank}, linkBlock(s-1)); err != nil {
 			p.close()
 			return nil, err
 		}

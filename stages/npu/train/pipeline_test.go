@@ -89,6 +89,7 @@ func assembleStages(t *testing.T, jobDir string, devices, stages int, strategyFi
 // parameters and moments, with stand_alone on the same global batch after
 // 10 steps:
 //   - 4 devices, 2 stages of 2 (data parallel inside each), 2 micro-batches;
+//   - 4 devices, 4 stages of 1, 8 micro-batches of one image;
 //   - 8 devices, 2 stages of 2×2 (batch and operators split by the
 //     strategy), 4 micro-batches, GPipe.
 func TestPipelineStageEqualsStandAlone(t *testing.T) {
@@ -98,25 +99,26 @@ func TestPipelineStageEqualsStandAlone(t *testing.T) {
 	want := readTensors(t, lastCheckpoint(t, aloneDir, 0))
 	keep := func(name string) bool { return isParameter(name) || strings.HasPrefix(name, "moments.") }
 	for _, tc := range []struct {
-		devices int
-		with    map[string]any
+		devices, stages int
+		with            map[string]any
 	}{
-		{4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 2}},
-		{8, map[string]any{"mode": "semi_auto_parallel", "batch_size": 2, "pipeline_stages": 2, "micro_size": 4, "pipeline_schedule": "gpipe",
+		{4, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 2}},
+		{4, 4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 4, "micro_size": 8}},
+		{8, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 2, "pipeline_stages": 2, "micro_size": 4, "pipeline_schedule": "gpipe",
 			"strategy": map[string]any{
 				"conv1":            []any{[]any{2, 1, 1, 1}, []any{2, 1, 1, 1}},
 				"conv2":            []any{[]any{2, 1, 1, 1}, []any{2, 1, 1, 1}},
 				"end_point.matmul": []any{[]any{2, 2}, []any{1, 2}},
 			}}},
 	} {
-		t.Run(fmt.Sprintf("%d devices", tc.devices), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d devices %d stages", tc.devices, tc.stages), func(t *testing.T) {
 			dir := t.TempDir()
 			tc.with["strategy_ckpt_save_file"] = "strategy.json" // the JSON form records tensor shapes
 			r := mustRun(t, dir, tc.devices, withBlock(dataDir, tc.with))
 			if got := fmt.Sprint(r.outputs["global_step"]); got != "10" {
 				t.Errorf("global_step %s, want 10", got)
 			}
-			got := assembleStages(t, dir, tc.devices, 2, "strategy.json")
+			got := assembleStages(t, dir, tc.devices, tc.stages, "strategy.json")
 			var names []string
 			for name := range want {
 				if keep(name) {
