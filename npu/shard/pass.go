@@ -170,7 +170,7 @@ func (n *Net) passFor(rows int) (*pass, error) {
 		return nil, fmt.Errorf("%w: empty batch", ErrConfig)
 	}
 	global := rows
-	if !n.cfg.FullBatch {
+	if !n.cfg.FullBatch && n.pipe == nil { // a pipeline stage receives the whole batch
 		global *= n.cfg.Devices
 	}
 	if p, ok := n.passes[global]; ok {

@@ -500,3 +500,59 @@ func (n *Net) pipeStep(ctx context.Context, x *tensor.Tensor, labels []int32) (f
 	}
 	return float32(total / float64(rows)), nil
 }
+
+// pipePredict is Predict for a pipeline stage: x, the whole batch, runs
+// through the stages in one piece (no micro-batches: nothing to
+// accumulate), and the last stage's whole logits travel back to every
+// stage, so every rank returns them.
+func (n *Net) pipePredict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	pp := n.pipe
+	p, err := n.passFor(x.Dim(0))
+	if err != nil {
+		return nil, err
+	}
+	last := len(n.stages) - 1
+	in := x
+	if pp.span.Lo > 0 {
+		shape, err := p.layouts[pp.span.Lo-1].Output.SliceShape()
+		if err != nil {
+			return nil, err
+		}
+		if in, err = tensor.New(shape...); err != nil {
+			return nil, err
+		}
+		if err := pp.cfg.Prev.SendRecv(ctx, nil, in.Data()); err != nil {
+			return nil, fmt.Errorf("pipeline: with stage %d: %w", pp.cfg.Stage-1, err)
+		}
+	}
+	y, err := n.runOps(ctx, p, in, pp.span.Lo, min(pp.span.Hi, last), false)
+	if err != nil {
+		return nil, err
+	}
+	out, err := tensor.New(x.Dim(0), p.layouts[last].Inputs[0].Shape[1])
+	if err != nil {
+		return nil, err
+	}
+	if pp.span.Hi <= last {
+		// Activations on, then the logits back, in two exchanges: the
+		// next stage computes in between.
+		if err := pp.cfg.Next.SendRecv(ctx, y.Data(), nil); err != nil {
+			return nil, fmt.Errorf("pipeline: with stage %d: %w", pp.cfg.Stage+1, err)
+		}
+		if err := pp.cfg.Next.SendRecv(ctx, nil, out.Data()); err != nil {
+			return nil, fmt.Errorf("pipeline: with stage %d: %w", pp.cfg.Stage+1, err)
+		}
+	} else {
+		logits, err := p.logits.run(ctx, n.cfg.Comm, y)
+		if err != nil {
+			return nil, fmt.Errorf("logits: %w", err)
+		}
+		copy(out.Data(), logits.Data())
+	}
+	if pp.span.Lo > 0 {
+		if err := pp.cfg.Prev.SendRecv(ctx, out.Data(), nil); err != nil {
+			return nil, fmt.Errorf("pipeline: with stage %d: %w", pp.cfg.Stage-1, err)
+		}
+	}
+	return out, nil
+}

@@ -23,6 +23,7 @@ type pipeRun struct {
 	nets     []*Net
 	losses   [][]float32
 	gathered map[string][]float32 // every stage's parameters, whole
+	logits   [][]float32          // per rank: Predict of the last step's batch after training
 }
 
 // trainPipe trains cfg (one stage group's config: Devices = P ranks per
@@ -48,7 +49,7 @@ func trainPipe(t *testing.T, cfg Config, k int, xs [][]float32, ys [][]int32) *p
 			links[s] = append(links[s], &[2]Link{g[0], g[1]})
 		}
 	}
-	res := &pipeRun{nets: make([]*Net, d), losses: make([][]float32, d), gathered: map[string][]float32{}}
+	res := &pipeRun{nets: make([]*Net, d), losses: make([][]float32, d), gathered: map[string][]float32{}, logits: make([][]float32, d)}
 	errs := make([]error, d)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -88,6 +89,12 @@ func trainPipe(t *testing.T, cfg Config, k int, xs [][]float32, ys [][]int32) *p
 					res.losses[g] = append(res.losses[g], loss)
 					opt.Step()
 				}
+				x, _ := rankBatch(Config{FullBatch: true}, xs[len(xs)-1], ys[len(ys)-1])
+				logits, err := net.Predict(context.Background(), x)
+				if err != nil {
+					return fmt.Errorf("predict: %w", err)
+				}
+				res.logits[g] = logits.Data()
 				vals, err := net.Gather(context.Background(), 0)
 				mu.Lock()
 				maps.Copy(res.gathered, vals)
@@ -196,6 +203,25 @@ func checkPipeLosses(t *testing.T, got *pipeRun, want []float32) {
 	}
 }
 
+// checkPipeLogits checks that every rank's Predict after training gives
+// the whole logits, equal to stand_alone's net's on the same batch.
+func checkPipeLogits(t *testing.T, res *pipeRun, alone *Net, x []float32) {
+	t.Helper()
+	xt, _ := rankBatch(Config{FullBatch: true}, x, make([]int32, len(x)/(imageChannels*imageSide*imageSide)))
+	want, err := alone.Predict(context.Background(), xt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, l := range res.logits {
+		if len(l) != want.Len() {
+			t.Fatalf("rank %d: %d logits, want %d", g, len(l), want.Len())
+		}
+		if rel := relDiff(l, want.Data()); rel > 1e-4 {
+			t.Errorf("rank %d: logits %.3g from stand_alone's", g, rel)
+		}
+	}
+}
+
 // TestPipelineEqualsStandAlone trains cnn (no BatchNorm) in 2 and 4
 // stages of one rank with 1, 2, 4 and 8 micro-batches: every parameter
 // equals stand_alone's on the full batch after 10 steps.
@@ -215,6 +241,7 @@ func TestPipelineEqualsStandAlone(t *testing.T) {
 				res := trainPipe(t, cfg, k, xs, ys)
 				t.Logf("largest relative difference %.3g", compare(t, res.gathered, alone.gathered, 2e-5))
 				checkPipeLosses(t, res, alone.losses[0])
+				checkPipeLogits(t, res, alone.nets[0], xs[steps-1])
 			})
 		}
 	}
@@ -281,6 +308,7 @@ func TestPipelineTimesOperatorTimesData(t *testing.T) {
 	res := trainPipe(t, cfg, 2, xs, ys)
 	t.Logf("largest relative difference %.3g", compare(t, res.gathered, alone.gathered, 2e-5))
 	checkPipeLosses(t, res, alone.losses[0])
+	checkPipeLogits(t, res, alone.nets[0], xs[steps-1])
 	// The split layouts were used: conv2.weight is sliced on stage 0.
 	if l := res.nets[0].Layouts()["conv1.weight"]; !strings.Contains(fmt.Sprint(l.TensorMap), "1") {
 		t.Errorf("conv1.weight layout %+v, want it split", l)

@@ -199,16 +199,14 @@ func (n *Net) runBack(ctx context.Context, p *pass, d *tensor.Tensor, hi, lo int
 }
 
 // Predict returns the logits [rows classes] of x, this rank's batch as
-// the data pipeline delivers it, with the moving statistics of BatchNorm.
-// Every rank calls it.
+// the data pipeline delivers it (the whole batch for a pipeline stage),
+// with the moving statistics of BatchNorm. Every rank calls it.
 func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
 	if err := n.checkInput(x); err != nil {
 		return nil, err
 	}
 	if n.pipe != nil {
-		// Not built yet: evaluation would run the batch through the stages
-		// and bring the logits back to every rank.
-		return nil, fmt.Errorf("%w: %s: evaluation with pipeline stages is not supported", ErrConfig, n.cfg.Model)
+		return n.pipePredict(ctx, x)
 	}
 	p, err := n.passFor(x.Dim(0))
 	if err != nil {

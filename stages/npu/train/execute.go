@@ -121,10 +121,7 @@ func resolve(w With) (job.Config, error) {
 		LearningRate: w.LearningRate, Momentum: w.Momentum, WeightDecay: w.WeightDecay,
 		Schedule: w.LRSchedule, WarmupEpochs: w.WarmupEpochs, Seed: uint64(w.Seed),
 		ShuffleBuffer: w.ShuffleBuffer, Threads: w.Threads,
-		// With pipeline stages, evaluation and integrated_save are not
-		// built (each rank holds one stage): off unless asked for, which
-		// checkCluster refuses.
-		Eval: w.Eval == nil && w.PipelineStages <= 1 || w.Eval != nil && *w.Eval, LogSteps: w.LogSteps,
+		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		IntegratedSave: w.IntegratedSave == nil && w.PipelineStages <= 1 || w.IntegratedSave != nil && *w.IntegratedSave,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,

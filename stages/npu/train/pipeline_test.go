@@ -102,7 +102,7 @@ func TestPipelineStageEqualsStandAlone(t *testing.T) {
 		devices, stages int
 		with            map[string]any
 	}{
-		{4, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 2}},
+		{4, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 2, "eval": true}},
 		{4, 4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 4, "micro_size": 8}},
 		{8, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 2, "pipeline_stages": 2, "micro_size": 4, "pipeline_schedule": "gpipe",
 			"strategy": map[string]any{
@@ -129,9 +129,16 @@ func TestPipelineStageEqualsStandAlone(t *testing.T) {
 				t.Errorf("the stages saved %d parameters and moments, stand_alone %d", len(got), len(names))
 			}
 			t.Logf("largest relative difference from stand_alone %.3g", compareTensors(t, got, want, keep))
-			// The last stage's loss reaches the lead rank (stage 0).
+			// The last stage's loss reaches the lead rank (stage 0), and
+			// so do the logits of evaluation.
 			if l, _ := r.outputs["loss"].(float64); !(l > 0) {
 				t.Errorf("loss output %v", r.outputs["loss"])
+			}
+			if tc.with["eval"] == true {
+				if a, _ := r.outputs["accuracy"].(float64); !(a >= 0 && a <= 1) {
+					t.Errorf("accuracy output %v, want one from evaluation", r.outputs["accuracy"])
+				}
+				t.Logf("accuracy %v", r.outputs["accuracy"])
 			}
 		})
 	}
@@ -229,8 +236,8 @@ func TestPipelineRefusals(t *testing.T) {
 			map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "pipeline_stages": 4}, true},
 		{"unknown operator", "/pipeline_stage", `pipeline_stage names "conv3", not an operator of cnn`,
 			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 2, "pipeline_stage": map[string]any{"conv3": 1}}, true},
-		{"eval", "/eval", "eval with pipeline_stages is not supported yet",
-			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 2, "eval": true}, true},
+		{"integrated_save", "/integrated_save", "integrated_save with pipeline_stages is not supported yet",
+			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 2, "integrated_save": true}, true},
 		{"stages do not divide devices", "/pipeline_stages", "4 pipeline stages do not split 2 devices",
 			map[string]any{"mode": "semi_auto_parallel", "pipeline_stages": 4}, false},
 		{"micro_size does not divide the batch", "/micro_size", "micro_size 3 does not divide the global batch of 4",
