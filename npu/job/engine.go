@@ -15,8 +15,9 @@ import (
 // wireEngine makes tc train this rank's part of a network on the
 // operator-parallel engine (npu/shard): the split modes, and models only
 // the engine builds. Rank 0 writes the strategy file once the network is
-// laid out; with integrated_save, rank 0 saves whole tensors and every rank
-// resumes from its checkpoints.
+// laid out; with integrated_save, rank 0 (with a pipeline, each stage's
+// first rank) saves whole tensors and every rank resumes from its
+// checkpoints.
 //
 // With pipeline stages the network is this rank's stage's (pipe), over its
 // stage group: every rank receives the global batch.
@@ -35,6 +36,9 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 		tc.Rank = rank
 	}
 	if pipe != nil {
+		// A whole checkpoint restores into the slices of this rank's
+		// place in its stage group.
+		tc.Rank = pipe.rank
 		sc.Devices, sc.Rank, sc.Comm, sc.Pipeline = pipe.devices, pipe.rank, pipe.stage, pipe.spec
 		sc.BatchPerDevice, sc.FullBatch = tc.BatchSize, true
 		if pipe.devices == 1 {
@@ -67,7 +71,13 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 	}
 	if comm != nil && cfg.IntegratedSave {
 		tc.IntegratedSave = true
-		tc.ResumeDir = filepath.Join(launch.DeviceDir(jobDir, 0), "ckpt_0")
+		// The first rank of the group saves whole tensors (of its stage,
+		// with a pipeline); every rank of the group resumes from them.
+		first := 0
+		if pipe != nil {
+			first = rank - pipe.rank
+		}
+		tc.ResumeDir = filepath.Join(launch.DeviceDir(jobDir, first), fmt.Sprintf("ckpt_%d", first))
 	}
 }
 

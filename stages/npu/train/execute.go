@@ -123,7 +123,7 @@ func resolve(w With) (job.Config, error) {
 		ShuffleBuffer: w.ShuffleBuffer, Threads: w.Threads,
 		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
-		IntegratedSave: w.IntegratedSave == nil && w.PipelineStages <= 1 || w.IntegratedSave != nil && *w.IntegratedSave,
+		IntegratedSave: w.IntegratedSave == nil || *w.IntegratedSave,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		PipelineSchedule: w.PipelineSchedule, PipelineStage: w.PipelineStage,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
