@@ -28,44 +28,78 @@ type Set struct {
 // tensor the set does not hold.
 var ErrLayoutMismatch = errors.New("strategy file does not match the checkpoint")
 
-// Open indexes rank 0's file (no tensor data is read) and lays the
+// Open indexes the rank files (no tensor data is read) and lays the
 // strategy file sf over the set: every tensor with a layout gets a
-// placement whose whole shape is the one the layout records, or rank 0's
-// slice times the layout's splits. sf nil means every tensor is replicated
-// (a data-parallel set). The engine checks each rank's slices against the
-// boxes when it runs.
+// placement whose whole shape is the one the layout records, or the first
+// holder's slice times the layout's splits. sf nil means every tensor is
+// replicated (a data-parallel set). The engine checks each rank's slices
+// against the boxes when it runs.
+//
+// A pipeline-parallel set has K stages of sf.Devices() ranks each (ranks
+// s*D to s*D+D-1 are stage s), and each rank's file holds only the
+// tensors of its stage (and those every stage has, such as global_step).
+// sf must then describe stages 0 to K-1 (a merged file, or the per-stage
+// files merged by parallel.ReadStrategies). A tensor is found in the
+// stage(s) whose ranks hold it, and every rank of such a stage must hold
+// it; its layout's boxes repeat in each of those stages.
 func Open(files []string, sf *parallel.StrategyFile) (*Set, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("checkpoint set: no rank files")
 	}
-	idx, err := indexFile(files[0])
-	if err != nil {
-		return nil, err
+	stageDevices, stages := len(files), 1
+	if sf != nil {
+		var err error
+		if stageDevices, stages, err = pipelineShape(sf, len(files)); err != nil {
+			return nil, err
+		}
+	}
+	indexed := 1
+	if stages > 1 {
+		indexed = len(files)
+	}
+	idx := make([]*ckpt.Index, indexed)
+	for r := range idx {
+		x, err := indexFile(files[r])
+		if err != nil {
+			return nil, err
+		}
+		idx[r] = x
 	}
 	s := &Set{
 		Source: reshard.Source{Files: slices.Clone(files), Placements: map[string]reshard.Placement{}},
 		Shapes: map[string][]int{},
 		DTypes: map[string]string{},
 	}
-	for _, t := range idx.Tensors {
-		s.Names = append(s.Names, t.Name)
-		s.Shapes[t.Name] = toInts(t.Dims)
-		s.DTypes[t.Name] = t.DType
+	s.Names = reshard.TensorOrder(idx)
+	held := map[string]*ckpt.IndexedTensor{} // each tensor's entry in its first holder's file
+	for _, x := range idx {
+		for i := range x.Tensors {
+			t := &x.Tensors[i]
+			if _, ok := held[t.Name]; !ok {
+				held[t.Name] = t
+				s.Shapes[t.Name] = toInts(t.Dims)
+				s.DTypes[t.Name] = t.DType
+			}
+		}
 	}
 	if sf == nil {
 		return s, nil
 	}
-	if d := sf.Devices(); d != len(files) {
-		return nil, fmt.Errorf("strategy file is for %d devices, the set has %d ranks", d, len(files))
+	ranks := map[string][]int{} // the holders of tensors only some stages hold
+	if stages > 1 {
+		var err error
+		if ranks, err = stageHolders(files, idx, s.Names, stageDevices, stages, sf); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range sortedKeys(sf.Layouts) {
 		l := sf.Layouts[name]
-		t, ok := idx.Lookup(name)
+		t, ok := held[name]
 		if !ok {
 			// A layout for nothing is a strategy file of another network
 			// (or a renamed parameter): using the rest of it would merge
 			// with the wrong shapes.
-			return nil, fmt.Errorf("strategy layout of %q: no such tensor in %s (%d tensors): %w", name, files[0], len(idx.Tensors), ErrLayoutMismatch)
+			return nil, fmt.Errorf("strategy layout of %q: no such tensor in %s (%d tensors): %w", name, heldWhere(files, indexed), len(held), ErrLayoutMismatch)
 		}
 		whole, err := WholeShape(l, t.Dims)
 		if err != nil {
@@ -75,20 +109,121 @@ func Open(files []string, sf *parallel.StrategyFile) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("strategy layout of %q for shape %v: %w", name, whole, err)
 		}
-		s.Source.Placements[name] = reshard.Placement{Shape: whole, Boxes: boxes}
+		p := reshard.Placement{Shape: whole, Boxes: boxes, Ranks: ranks[name]}
+		if stages > 1 {
+			// The stage's boxes again for every stage: ranks of the stages
+			// that do not hold the tensor have theirs ignored.
+			p.Boxes = make([]parallel.Box, len(files))
+			for r := range p.Boxes {
+				p.Boxes[r] = boxes[r%stageDevices]
+			}
+		}
+		s.Source.Placements[name] = p
 		s.Shapes[name] = whole
 	}
-	// Optimizer state without a layout of its own follows its parameter
-	// in the engine; its whole shape does too.
 	for _, name := range s.Names {
 		if _, placed := s.Source.Placements[name]; placed {
 			continue
 		}
+		// Optimizer state without a layout of its own follows its
+		// parameter in the engine; its whole shape does too.
 		if p, ok := followedPlacement(s.Source.Placements, name); ok {
 			s.Shapes[name] = slices.Clone(p.Shape)
+			continue
+		}
+		if r, ok := ranks[name]; ok {
+			s.Source.Placements[name] = reshard.Placement{Ranks: r} // replicated within its stage(s)
 		}
 	}
 	return s, nil
+}
+
+func heldWhere(files []string, indexed int) string {
+	if indexed == 1 {
+		return files[0]
+	}
+	return fmt.Sprintf("any of the %d rank files", indexed)
+}
+
+// pipelineShape returns the devices per stage and the number of stages of
+// a set of n ranks the strategy sf describes: one stage of n devices, or K
+// stages of sf.Devices() when sf describes stages 0 to K-1.
+func pipelineShape(sf *parallel.StrategyFile, n int) (stageDevices, stages int, err error) {
+	d := sf.Devices()
+	described := sf.Stages()
+	if d == n || d == 0 {
+		if len(described) > 1 {
+			return 0, 0, fmt.Errorf("the strategy describes pipeline stages %v of %d devices each, the set has %d ranks; a pipeline set has stages times devices ranks", described, d, n)
+		}
+		return n, 1, nil
+	}
+	if n%d != 0 || len(described) == 1 {
+		hint := ""
+		if n%d == 0 {
+			hint = fmt.Sprintf(" (or %d pipeline stages of %d: give every stage's strategy file, or a directory of them; this one describes stage %d only)", n/d, d, described[0])
+		}
+		return 0, 0, fmt.Errorf("strategy file is for %d devices, the set has %d ranks%s", d, n, hint)
+	}
+	k := n / d
+	want := make([]int, k)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(described, want) {
+		return 0, 0, fmt.Errorf("the set has %d ranks, %d pipeline stages of the strategy's %d devices, but the strategy describes stages %v: give every stage's strategy file", n, k, d, described)
+	}
+	return d, k, nil
+}
+
+// stageHolders finds which stages hold each tensor of a pipeline set: a
+// stage holds a tensor when all its ranks' files do, and a stage where some
+// ranks hold it and others not is an error naming a rank without it. A
+// stage the strategy (merged from per-stage files) gives a parameter to
+// must hold it, and no other may. It returns the holding ranks of every
+// tensor not every stage holds.
+func stageHolders(files []string, idx []*ckpt.Index, names []string, d, k int, sf *parallel.StrategyFile) (map[string][]int, error) {
+	has := make([]map[string]bool, len(idx))
+	for r, x := range idx {
+		has[r] = make(map[string]bool, len(x.Tensors))
+		for _, t := range x.Tensors {
+			has[r][t.Name] = true
+		}
+	}
+	out := map[string][]int{}
+	for _, name := range names {
+		var stages []int
+		for s := range k {
+			count, with, without := 0, -1, -1
+			for r := s * d; r < (s+1)*d; r++ {
+				if has[r][name] {
+					count, with = count+1, r
+				} else {
+					without = r
+				}
+			}
+			switch count {
+			case 0:
+			case d:
+				stages = append(stages, s)
+			default:
+				return nil, fmt.Errorf("%s (rank %d, pipeline stage %d): tensor %q is missing; rank %d of the same stage (%s) holds it", files[without], without, s, name, with, files[with])
+			}
+		}
+		if want, ok := sf.ParamStages[name]; ok && !slices.Equal(want, stages) {
+			return nil, fmt.Errorf("parameter %q: the strategy files put it in stages %v, the checkpoints of stages %v hold it: %w", name, want, stages, ErrLayoutMismatch)
+		}
+		if len(stages) == k {
+			continue
+		}
+		var ranks []int
+		for _, s := range stages {
+			for r := s * d; r < (s+1)*d; r++ {
+				ranks = append(ranks, r)
+			}
+		}
+		out[name] = ranks
+	}
+	return out, nil
 }
 
 // optimizerPrefixes name optimizer state that follows its parameter's
@@ -150,10 +285,31 @@ func WholeShape(l parallel.TensorLayout, slice []int64) ([]int, error) {
 // Target returns the target set for a target strategy file: every tensor
 // it has a layout for is split as the layout says (its whole shape from
 // the source), every other one replicated on the layout's devices.
+//
+// A strategy of K pipeline stages (the per-stage files of a pipeline job,
+// merged by parallel.ReadStrategies) makes a target of K times its
+// devices, each parameter only in the ranks of the stages whose files
+// hold its layout. A merged file read back does not say which stage holds
+// a parameter, so it is refused as a pipeline target.
 func (s *Set) Target(sf *parallel.StrategyFile) (reshard.Target, error) {
-	t := reshard.Target{Ranks: sf.Devices(), Placements: map[string]reshard.Placement{}}
-	if t.Ranks < 1 {
+	d := sf.Devices()
+	t := reshard.Target{Ranks: d, Placements: map[string]reshard.Placement{}}
+	if d < 1 {
 		return t, fmt.Errorf("target strategy file has no layouts, so no device count")
+	}
+	stages := sf.Stages()
+	k := len(stages)
+	if k > 1 {
+		if stages[k-1] != k-1 {
+			return t, fmt.Errorf("target strategy describes pipeline stages %v: a pipeline's stages are 0 to K-1, give every stage's strategy file", stages)
+		}
+		if sf.ParamStages == nil {
+			return t, fmt.Errorf("target strategy describes pipeline stages %v, but a merged strategy file does not say which stage holds each parameter: give the per-stage strategy files (or a directory of them) as the target", stages)
+		}
+		t.Ranks = d * k
+		if err := reshard.CheckRanks(t.Ranks); err != nil {
+			return t, err
+		}
 	}
 	for _, name := range sortedKeys(sf.Layouts) {
 		shape, ok := s.Shapes[name]
@@ -164,7 +320,21 @@ func (s *Set) Target(sf *parallel.StrategyFile) (reshard.Target, error) {
 		if err != nil {
 			return t, fmt.Errorf("target layout of %q for shape %v: %w", name, shape, err)
 		}
-		t.Placements[name] = reshard.Placement{Shape: slices.Clone(shape), Boxes: boxes}
+		p := reshard.Placement{Shape: slices.Clone(shape), Boxes: boxes}
+		if k > 1 {
+			p.Boxes = make([]parallel.Box, t.Ranks)
+			for r := range p.Boxes {
+				p.Boxes[r] = boxes[r%d]
+			}
+			if in := sf.ParamStages[name]; len(in) < k {
+				for _, st := range in {
+					for r := st * d; r < (st+1)*d; r++ {
+						p.Ranks = append(p.Ranks, r)
+					}
+				}
+			}
+		}
+		t.Placements[name] = p
 	}
 	return t, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
@@ -15,14 +16,20 @@ import (
 // directory, in order: the protobuf form, then the JSON form.
 var StrategyNames = []string{"strategy.ckpt", "strategy.json"}
 
-// FindStrategy returns the strategy file saved with the set at root, or ""
-// when there is none.
+// StrategyDirName is the directory of per-stage strategy files (one per
+// pipeline stage or per rank, as MindSpore writes them) FindStrategy looks
+// for in a set's directory when it has no strategy file.
+const StrategyDirName = "strategy"
+
+// FindStrategy returns the strategy saved with the set at root (a file
+// of StrategyNames, else a StrategyDirName directory of per-stage files,
+// which parallel.ReadStrategies merges), or "" when there is none.
 func FindStrategy(root string) (string, error) {
-	for _, name := range StrategyNames {
+	for _, name := range append(slices.Clone(StrategyNames), StrategyDirName) {
 		p := filepath.Join(root, name)
 		st, err := os.Stat(p)
 		switch {
-		case err == nil && st.Mode().IsRegular():
+		case err == nil && (st.Mode().IsRegular() || name == StrategyDirName && st.IsDir()):
 			return p, nil
 		case err == nil:
 			return "", fmt.Errorf("%s is not a regular file", p)
@@ -84,7 +91,7 @@ func Load(args []string, prefix, strategy string) (*Set, Input, error) {
 	}
 	var sf *parallel.StrategyFile
 	if in.Strategy != "" {
-		if sf, err = parallel.ReadStrategyFile(in.Strategy); err != nil {
+		if sf, err = parallel.ReadStrategies(in.Strategy); err != nil {
 			return nil, in, err
 		}
 	}

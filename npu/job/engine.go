@@ -60,7 +60,7 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 		if first && path != "" {
 			f := strategyFile(net.OpLayouts(), net.Layouts())
 			if pipe != nil {
-				f.Stage = pipe.spec.Stage
+				f.CurrentStage = pipe.spec.Stage
 			}
 			if err := parallel.WriteStrategyFile(path, f, strategyFormat(path)); err != nil {
 				net.Close()
@@ -96,7 +96,7 @@ func StageStrategyFile(path string, s int) string {
 // layouts its engine runs: every operator's strategy and every
 // parameter's layout.
 func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout) *parallel.StrategyFile {
-	f := &parallel.StrategyFile{Stage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
+	f := &parallel.StrategyFile{CurrentStage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
 	for _, ol := range ops {
 		if ol != nil {
 			f.Operators[ol.Op] = ol.Strategy

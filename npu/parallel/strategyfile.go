@@ -17,13 +17,49 @@ import (
 // operator and the layout of every parameter, as MindSpore's
 // strategy_ckpt_save_file holds them.
 //
-// MindSpore also records a pipeline stage per operator; it is read but not
-// kept, and every operator is written with the file's Stage (mspipe runs
-// no pipeline parallelism, so they are all the same).
+// With pipeline parallelism MindSpore writes one file per stage (each rank
+// writes its stage's): CurrentStage is that stage, every operator carries
+// it, and the layouts are those of the stage's parameters only, on the
+// stage's devices. A merged file (MergeStrategies, MindSpore's
+// merge_pipeline_strategys) holds every stage's operators, each with its
+// own stage (OperatorStages), and every stage's layouts.
 type StrategyFile struct {
-	Stage     int                     // current_stage: the pipeline stage that wrote the file
-	Operators map[string][][]int      // parallel_strategy_item: operator name -> strategy (one list per input)
-	Layouts   map[string]TensorLayout // parallel_layout_item: parameter name -> layout
+	CurrentStage int                     // current_stage: the pipeline stage that wrote the file
+	Operators    map[string][][]int      // parallel_strategy_item: operator name -> strategy (one list per input)
+	Layouts      map[string]TensorLayout // parallel_layout_item: parameter name -> layout
+	// OperatorStages is the stage (ParallelStrategys.stage) of the
+	// operators whose stage is not CurrentStage; nil or absent entries
+	// mean CurrentStage, as in every file a single stage writes.
+	OperatorStages map[string]int
+	// ParamStages, set by MergeStrategies only, lists the stages whose
+	// files held each parameter's layout (two for a parameter stages
+	// share). The file formats have no place for it: a merged file read
+	// back has none, and a parameter's stage is then found from which
+	// ranks' checkpoints hold it, as MindSpore finds it.
+	ParamStages map[string][]int
+}
+
+// OperatorStage returns the pipeline stage of operator op.
+func (f *StrategyFile) OperatorStage(op string) int {
+	if s, ok := f.OperatorStages[op]; ok {
+		return s
+	}
+	return f.CurrentStage
+}
+
+// Stages returns the pipeline stages the file describes, ascending: its
+// current stage, its operators' and its parameters'.
+func (f *StrategyFile) Stages() []int {
+	set := map[int]bool{f.CurrentStage: true}
+	for op := range f.Operators {
+		set[f.OperatorStage(op)] = true
+	}
+	for _, stages := range f.ParamStages {
+		for _, s := range stages {
+			set[s] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // StrategyFormat is the encoding of a strategy file on disk.
@@ -161,8 +197,16 @@ func (f *StrategyFile) Devices() int {
 // the devices of one stage). Errors name the operator or parameter; the
 // first problem in name order is returned.
 func (f *StrategyFile) Validate() error {
-	if f.Stage < 0 || int64(f.Stage) > math.MaxUint32 {
-		return fmt.Errorf("%w: current_stage %d is outside 0 to %d", ErrStrategyFile, f.Stage, uint32(math.MaxUint32))
+	if err := checkStage("current_stage", f.CurrentStage); err != nil {
+		return err
+	}
+	for _, op := range slices.Sorted(maps.Keys(f.OperatorStages)) {
+		if _, ok := f.Operators[op]; !ok {
+			return fmt.Errorf("%w: a stage for operator %s, which has no strategy", ErrStrategyFile, op)
+		}
+		if err := checkStage("operator "+op+" stage", f.OperatorStages[op]); err != nil {
+			return err
+		}
 	}
 	devices, first := 0, ""
 	for _, name := range slices.Sorted(maps.Keys(f.Layouts)) {
@@ -187,6 +231,17 @@ func (f *StrategyFile) Validate() error {
 		if err := validateOperator(op, f.Operators[op], devices); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// maxStage bounds a pipeline stage: MindSpore's field is a uint32, and no
+// job has more stages than devices.
+const maxStage = maxDevices
+
+func checkStage(what string, stage int) error {
+	if stage < 0 || stage > maxStage {
+		return fmt.Errorf("%w: %s %d is outside 0 to %d", ErrStrategyFile, what, stage, maxStage)
 	}
 	return nil
 }
@@ -217,4 +272,19 @@ func validateOperator(op string, strategy [][]int, devices int) error {
 		}
 	}
 	return nil
+}
+
+// setOperatorStages keeps, of the stages read for each operator, those
+// that differ from the file's current stage, so that a file one stage
+// wrote reads with no OperatorStages at all.
+func (f *StrategyFile) setOperatorStages(stages map[string]int) {
+	for op, s := range stages {
+		if s == f.CurrentStage {
+			continue
+		}
+		if f.OperatorStages == nil {
+			f.OperatorStages = map[string]int{}
+		}
+		f.OperatorStages[op] = s
+	}
 }

@@ -28,6 +28,8 @@ func FuzzReadStrategy(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add(append(append([]byte{}, mindSporeBytes...), oldMindSporeLayout...))
+	// A merged pipeline file: operators of stages other than current_stage.
+	f.Add([]byte(`{"current_stage":0,"parallel_strategy_item":{"a":{"stage":0,"parallel_strategy":[[2]]},"b":{"stage":3,"parallel_strategy":[[1]]}},"parallel_layout_item":{}}`))
 	for _, s := range []string{``, `{}`, `{"current_stage":0}`, `[]`, "\x08\x00", `{"current_stage":0,"parallel_layout_item":{"a":{"dev_matrix":[1048576],"tensor_map":[0],"tensor_shape":[1048576],"field":0,"opt_weight_shard_step":0,"opt_weight_shard_size":0}}}`} {
 		f.Add([]byte(s))
 	}

@@ -21,17 +21,19 @@ import (
 func decodeStrategyJSON(data []byte) (*StrategyFile, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	f := &StrategyFile{Operators: map[string][][]int{}, Layouts: map[string]TensorLayout{}}
+	stages := map[string]int{}
 	seen, err := decodeObject(dec, "the file", func(key string) error {
 		switch key {
 		case "current_stage":
-			return decodeValue(dec, "current_stage", &f.Stage)
+			return decodeValue(dec, "current_stage", &f.CurrentStage)
 		case "parallel_strategy_item":
 			_, err := decodeObject(dec, key, func(op string) error {
 				if op == "" {
 					return fmt.Errorf("%w: an operator without a name", ErrStrategyFile)
 				}
-				shards, err := decodeOperatorJSON(dec, op)
+				shards, stage, err := decodeOperatorJSON(dec, op)
 				f.Operators[op] = shards
+				stages[op] = stage
 				return err
 			})
 			return err
@@ -57,15 +59,16 @@ func decodeStrategyJSON(data []byte) (*StrategyFile, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: data after the JSON object", ErrStrategyFile)
 	}
+	f.setOperatorStages(stages)
 	return f, nil
 }
 
-func decodeOperatorJSON(dec *json.Decoder, op string) ([][]int, error) {
+func decodeOperatorJSON(dec *json.Decoder, op string) ([][]int, int, error) {
 	var shards [][]int
+	var stage int
 	seen, err := decodeObject(dec, "operator "+op, func(key string) error {
 		switch key {
 		case "stage":
-			var stage int
 			return decodeValue(dec, "operator "+op+" stage", &stage)
 		case "parallel_strategy":
 			return decodeValue(dec, "operator "+op+" parallel_strategy", &shards)
@@ -73,17 +76,17 @@ func decodeOperatorJSON(dec *json.Decoder, op string) ([][]int, error) {
 		return fmt.Errorf("%w: operator %s: unknown key %q", ErrStrategyFile, op, key)
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for _, key := range []string{"stage", "parallel_strategy"} {
 		if !seen[key] {
-			return nil, fmt.Errorf("%w: operator %s: %s missing", ErrStrategyFile, op, key)
+			return nil, 0, fmt.Errorf("%w: operator %s: %s missing", ErrStrategyFile, op, key)
 		}
 	}
 	if shards == nil {
 		shards = [][]int{}
 	}
-	return shards, nil
+	return shards, stage, nil
 }
 
 func decodeLayoutJSON(dec *json.Decoder, name string) (TensorLayout, error) {
@@ -233,13 +236,13 @@ func jsonError(what string, err error) error {
 func encodeStrategyJSON(f *StrategyFile) []byte {
 	var b bytes.Buffer
 	b.WriteString("{\n  \"current_stage\": ")
-	b.WriteString(strconv.Itoa(f.Stage))
+	b.WriteString(strconv.Itoa(f.CurrentStage))
 	b.WriteString(",\n  \"parallel_strategy_item\": {")
 	for i, op := range slices.Sorted(maps.Keys(f.Operators)) {
 		item := struct {
 			Stage    int     `json:"stage"`
 			Strategy [][]int `json:"parallel_strategy"`
-		}{f.Stage, f.Operators[op]}
+		}{f.OperatorStage(op), f.Operators[op]}
 		if item.Strategy == nil {
 			item.Strategy = [][]int{}
 		}

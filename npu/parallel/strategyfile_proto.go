@@ -28,7 +28,8 @@ func decodeStrategyProto(data []byte) (*StrategyFile, error) {
 	if m.CurrentStage == nil {
 		return nil, fmt.Errorf("%w: current_stage missing", ErrStrategyFile)
 	}
-	f := &StrategyFile{Stage: int(m.GetCurrentStage()), Operators: map[string][][]int{}, Layouts: map[string]TensorLayout{}}
+	f := &StrategyFile{CurrentStage: int(m.GetCurrentStage()), Operators: map[string][][]int{}, Layouts: map[string]TensorLayout{}}
+	stages := map[string]int{}
 	for i, item := range m.GetParallelStrategyItem() {
 		name := item.GetNodeName()
 		where := fmt.Sprintf("parallel_strategy_item %d (operator %q)", i, name)
@@ -56,7 +57,9 @@ func decodeStrategyProto(data []byte) (*StrategyFile, error) {
 			inputs = append(inputs, uintsToInts(s.GetDim()))
 		}
 		f.Operators[name] = inputs
+		stages[name] = int(ss.GetStage())
 	}
+	f.setOperatorStages(stages)
 	for i, item := range m.GetParallelLayoutItem() {
 		name := item.GetParamName()
 		if item.ParamName == nil || name == "" {
@@ -134,10 +137,9 @@ func layoutFromProto(item *straspb.ParallelLayoutItem) (TensorLayout, error) {
 // items in name order, every layout with one dev_matrix, one tensor_map and
 // one (possibly empty) param_split_shape and indices_offset.
 func encodeStrategyProto(f *StrategyFile) ([]byte, error) {
-	stage := uint32(f.Stage)
-	m := &straspb.ParallelStrategyMap{CurrentStage: &stage}
+	m := &straspb.ParallelStrategyMap{CurrentStage: proto.Uint32(uint32(f.CurrentStage))}
 	for _, op := range slices.Sorted(maps.Keys(f.Operators)) {
-		ss := &straspb.ParallelStrategys{Stage: proto.Uint32(stage)}
+		ss := &straspb.ParallelStrategys{Stage: proto.Uint32(uint32(f.OperatorStage(op)))}
 		for _, shard := range f.Operators[op] {
 			s := &straspb.ParallelStrategy{}
 			for _, d := range shard {

@@ -50,8 +50,8 @@ const strategyMessage = "mindspore.straspb.ParallelStrategyMap"
 func TestStockProtocDecodesStrategyFile(t *testing.T) {
 	strategyProtoc(t)
 	f := &StrategyFile{
-		Stage:     0,
-		Operators: map[string][][]int{"MatMul-op0": {{1, 1}, {1, 2}}},
+		CurrentStage: 0,
+		Operators:    map[string][][]int{"MatMul-op0": {{1, 1}, {1, 2}}},
 		Layouts: map[string]TensorLayout{
 			"fc.weight": {DeviceMatrix: []int{2, 1, 1, 2}, TensorMap: []int{1, 0}},
 			"embedding": {DeviceMatrix: []int{2, 2}, TensorMap: []int{0, -1}, ParamSplitShape: []int{3, 5}, IndicesOffset: []int{0, 3}},

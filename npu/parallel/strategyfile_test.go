@@ -14,7 +14,7 @@ import (
 // uneven (manual split), optimizer-sharded, and a scalar.
 func sampleStrategyFile() *StrategyFile {
 	return &StrategyFile{
-		Stage: 0,
+		CurrentStage: 0,
 		Operators: map[string][][]int{
 			"Default/network-SemiAutoParallelNet/MatMul-op0": {{1, 1}, {1, 2}},
 			"Default/network-SemiAutoParallelNet/Gather-op1": {{4, 1}, {1, 1}},
@@ -30,7 +30,7 @@ func sampleStrategyFile() *StrategyFile {
 
 // withoutShapes is f as the protobuf form keeps it: no tensor shapes.
 func withoutShapes(f *StrategyFile) *StrategyFile {
-	out := &StrategyFile{Stage: f.Stage, Operators: f.Operators, Layouts: map[string]TensorLayout{}}
+	out := &StrategyFile{CurrentStage: f.CurrentStage, Operators: f.Operators, OperatorStages: f.OperatorStages, Layouts: map[string]TensorLayout{}}
 	for name, l := range f.Layouts {
 		l.Shape = nil
 		out.Layouts[name] = l
@@ -80,8 +80,8 @@ func TestStrategyFileRoundTrip(t *testing.T) {
 
 func TestStrategyJSONIsMindSporeShaped(t *testing.T) {
 	f := &StrategyFile{
-		Stage:     1,
-		Operators: map[string][][]int{"MatMul-op0": {{1, 1}, {1, 2}}},
+		CurrentStage: 1,
+		Operators:    map[string][][]int{"MatMul-op0": {{1, 1}, {1, 2}}},
 		Layouts: map[string]TensorLayout{
 			"emb": {DeviceMatrix: []int{2}, TensorMap: []int{0, -1}, ParamSplitShape: []int{3, 5}, IndicesOffset: []int{0, 3}, Shape: []int{8, 4}},
 			"w":   {DeviceMatrix: []int{2}, TensorMap: []int{-1, 0}},
@@ -153,8 +153,8 @@ func TestDecodeMindSporeBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &StrategyFile{
-		Stage:     0,
-		Operators: map[string][][]int{"MatMul-op0": {{1, 1}, {1, 2}}},
+		CurrentStage: 0,
+		Operators:    map[string][][]int{"MatMul-op0": {{1, 1}, {1, 2}}},
 		Layouts: map[string]TensorLayout{
 			"fc.weight": {DeviceMatrix: []int{4, 1, 1, 2}, TensorMap: []int{-1, 0}},
 			"embedding": {DeviceMatrix: []int{4, 2}, TensorMap: []int{0, -1}, ParamSplitShape: []int{3, 5}, IndicesOffset: []int{0, 3}},
@@ -217,7 +217,7 @@ func TestStrategyFileValidate(t *testing.T) {
 		{"operator zero split", StrategyFile{Operators: map[string][][]int{"Mul-op1": {{0}}}},
 			"operator Mul-op1 input 0", ErrStrategy},
 		{"unnamed layout", StrategyFile{Layouts: map[string]TensorLayout{"": even}}, "without a parameter name", ErrStrategyFile},
-		{"negative stage", StrategyFile{Stage: -1}, "current_stage -1", ErrStrategyFile},
+		{"negative stage", StrategyFile{CurrentStage: -1}, "current_stage -1", ErrStrategyFile},
 		{"empty device matrix", StrategyFile{Layouts: map[string]TensorLayout{"a": {}}}, "parameter a: invalid layout: device matrix []", ErrLayout},
 		{"tensor map axis twice", StrategyFile{Layouts: map[string]TensorLayout{"a": {DeviceMatrix: []int{2, 2}, TensorMap: []int{0, 0}}}}, "splits two dimensions", ErrLayout},
 		{"uneven overlap", StrategyFile{Layouts: map[string]TensorLayout{"e": {DeviceMatrix: []int{2}, TensorMap: []int{0}, ParamSplitShape: []int{3, 5}, IndicesOffset: []int{0, 2}}}},

@@ -182,9 +182,12 @@ type ManifestTensor struct {
 	// Rule says where the values came from: "split" for a placed tensor,
 	// "rank0" or "mean" for a replicated one.
 	Rule string `json:"rule"`
-	// Boxes holds each rank's box; absent when every rank holds the whole
-	// tensor.
+	// Boxes holds each rank's box (each listed rank's, when Ranks is
+	// given); absent when every rank holds the whole tensor.
 	Boxes []manifestBox `json:"boxes,omitempty"`
+	// Ranks lists the ranks whose files hold the tensor (a pipeline
+	// stage's), ascending; absent when every rank's does.
+	Ranks []int `json:"ranks,omitempty"`
 }
 
 // manifestBox is a parallel.Box with lower-case JSON names.
@@ -201,14 +204,28 @@ type RunStats struct {
 	PeakMemory  int64 `json:"peak_memory"` // most tensor data held at once
 }
 
-// Placement returns the tensor's placement in the set.
-func (t ManifestTensor) Placement() Placement {
-	p := Placement{Shape: slices.Clone(t.Shape)}
+// Placement returns the tensor's placement in a set of n ranks. Boxes
+// that do not match Ranks are kept as they are, for Plan or Verify to
+// refuse.
+func (t ManifestTensor) Placement(n int) Placement {
+	p := Placement{Shape: slices.Clone(t.Shape), Ranks: slices.Clone(t.Ranks)}
+	var boxes []parallel.Box
 	for _, b := range t.Boxes {
-		p.Boxes = append(p.Boxes, parallel.Box{Offset: slices.Clone(b.Offset), Shape: slices.Clone(b.Shape)})
+		boxes = append(boxes, parallel.Box{Offset: slices.Clone(b.Offset), Shape: slices.Clone(b.Shape)})
+	}
+	if t.Ranks == nil || len(boxes) != len(t.Ranks) || p.checkRanks(n) != nil {
+		p.Boxes = boxes
+		return p
+	}
+	p.Boxes = make([]parallel.Box, n)
+	for i, r := range t.Ranks {
+		p.Boxes[r] = boxes[i]
 	}
 	return p
 }
+
+// holds reports whether rank r's file holds the tensor.
+func (t ManifestTensor) holds(r int) bool { return Placement{Ranks: t.Ranks}.holds(r) }
 
 // Source returns the set described by m in dir as a Source, to reshard it
 // again.
@@ -218,8 +235,8 @@ func (m *Manifest) Source(dir string) Source {
 		s.Files = append(s.Files, filepath.Join(dir, filepath.FromSlash(f.Path)))
 	}
 	for _, t := range m.Tensors {
-		if t.Boxes != nil {
-			s.Placements[t.Name] = t.Placement()
+		if t.Boxes != nil || t.Ranks != nil {
+			s.Placements[t.Name] = t.Placement(len(m.Files))
 		}
 	}
 	return s
@@ -295,6 +312,9 @@ type openedSet struct {
 	paths []string
 	files []*os.File
 	index []*ckpt.Index
+	// positions maps, for a rank holding only some of the set's tensors,
+	// each name to its position in the rank's file; nil for the others.
+	positions []map[string]int
 }
 
 func (s *openedSet) close() {
@@ -320,7 +340,8 @@ func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*op
 		paths[r] = p
 	}
 	files := make([]*os.File, n)
-	set := &openedSet{paths: paths, files: files}
+	positions := make([]map[string]int, n)
+	set := &openedSet{paths: paths, files: files, positions: positions}
 	index := make([]*ckpt.Index, n)
 	set.index = index
 	err := forEach(ctx, n, opt.Workers, func(r int) error {
@@ -346,15 +367,30 @@ func verifyFiles(ctx context.Context, dir string, m *Manifest, opt Options) (*op
 		if err != nil {
 			return err
 		}
-		if len(x.Tensors) != len(m.Tensors) {
-			return fmt.Errorf("%s: %d tensors, the manifest lists %d: %w", paths[r], len(x.Tensors), len(m.Tensors), ErrVerify)
+		var want []string
+		for _, t := range m.Tensors {
+			if t.holds(r) {
+				want = append(want, t.Name)
+			}
+		}
+		if len(x.Tensors) != len(want) {
+			return fmt.Errorf("%s: %d tensors, the manifest gives rank %d %d: %w", paths[r], len(x.Tensors), r, len(want), ErrVerify)
 		}
 		for i, t := range x.Tensors {
-			if t.Name != m.Tensors[i].Name {
-				return fmt.Errorf("%s: tensor %d is %q, the manifest says %q: %w", paths[r], i, t.Name, m.Tensors[i].Name, ErrVerify)
+			if t.Name != want[i] {
+				return fmt.Errorf("%s: tensor %d is %q, the manifest says %q: %w", paths[r], i, t.Name, want[i], ErrVerify)
 			}
 		}
 		index[r] = x
+		if len(want) != len(m.Tensors) {
+			// Rank r holds only some tensors (a pipeline stage's):
+			// verifyTensor finds them by name.
+			at := make(map[string]int, len(want))
+			for i, name := range want {
+				at[name] = i
+			}
+			positions[r] = at
+		}
 		return nil
 	})
 	if err != nil {
@@ -375,7 +411,7 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 		return err
 	}
 	defer set.close()
-	paths, files, index := set.paths, set.files, set.index
+	paths, files, index, positions := set.paths, set.files, set.index, set.positions
 	// Tensors are checked in parallel, each worker with an equal share of
 	// the memory, unless a tensor's rows need more than a share.
 	var widest, biggest int64 // row and tensor bytes
@@ -401,19 +437,25 @@ func verifySet(ctx context.Context, dir string, m *Manifest, opt Options, arena 
 	share := int64(len(arena)) / int64(workers)
 	return forEachWorker(ctx, len(m.Tensors), workers, func(w, i int) error {
 		mine := arena[int64(w)*share : int64(w+1)*share]
-		return verifyTensor(ctx, i, m.Tensors[i], paths, index, files, mine[:share/2], mine[share/2:], opt)
+		return verifyTensor(ctx, i, m.Tensors[i], paths, index, positions, files, mine[:share/2], mine[share/2:], opt)
 	})
 }
 
 // verifyTensor checks tensor i of the set, reading bands into band; scratch
 // is as large.
-func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, files []*os.File, band, scratch []byte, opt Options) error {
+func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, index []*ckpt.Index, positions []map[string]int, files []*os.File, band, scratch []byte, opt Options) error {
 	n := len(paths)
 	elem, ok := ckpt.DTypeSize(t.DType)
 	if !ok {
 		return fmt.Errorf("manifest tensor %q: dtype %q: %w", t.Name, t.DType, ErrVerify)
 	}
-	p := t.Placement()
+	p := t.Placement(n)
+	if err := p.checkRanks(n); err != nil {
+		return fmt.Errorf("manifest tensor %q: %w", t.Name, err)
+	}
+	if t.Ranks != nil && t.Boxes != nil && len(t.Boxes) != len(t.Ranks) {
+		return fmt.Errorf("manifest tensor %q: %d boxes for %d ranks: %w", t.Name, len(t.Boxes), len(t.Ranks), ErrVerify)
+	}
 	if p.Boxes == nil {
 		for range n {
 			p.Boxes = append(p.Boxes, wholeBox(t.Shape))
@@ -422,13 +464,19 @@ func verifyTensor(ctx context.Context, i int, t ManifestTensor, paths []string, 
 	if len(p.Boxes) != n {
 		return fmt.Errorf("manifest tensor %q: %d boxes for %d files: %w", t.Name, len(p.Boxes), n, ErrVerify)
 	}
-	distinct, err := checkTiling(t.Shape, p.Boxes)
+	distinct, err := checkTiling(t.Shape, p.Boxes, p.Ranks)
 	if err != nil {
 		return fmt.Errorf("manifest tensor %q: %w", t.Name, err)
 	}
 	var reads, copies []piece
-	for r := range n {
-		x := &index[r].Tensors[i]
+	for _, r := range p.holders(n) {
+		// Tensor i is at position i of every file that holds all of
+		// them; verifyFiles checked that rank r holds it.
+		at := i
+		if positions[r] != nil {
+			at = positions[r][t.Name]
+		}
+		x := &index[r].Tensors[at]
 		if x.DType != t.DType || !slices.Equal(intShape(x.Dims), p.Boxes[r].Shape) {
 			return fmt.Errorf("%s: tensor %q is %s %v, the manifest says %s %v: %w", paths[r], t.Name, x.DType, x.Dims, t.DType, p.Boxes[r].Shape, ErrVerify)
 		}

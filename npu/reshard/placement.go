@@ -11,9 +11,54 @@ import (
 // Placement is where one logical tensor lives: its whole shape and, for
 // each rank in rank order, the box that rank holds. Nil Boxes means every
 // rank holds the whole tensor.
+//
+// Ranks, when not nil, lists (ascending) the only ranks whose files hold
+// the tensor: the ranks of the pipeline stage(s) the parameter belongs
+// to. Boxes still has one entry per rank of the set; the entries of the
+// other ranks are ignored. With nil Boxes, each listed rank holds the
+// whole tensor.
 type Placement struct {
 	Shape []int
 	Boxes []parallel.Box
+	Ranks []int
+}
+
+// holds reports whether rank r holds the tensor.
+func (p Placement) holds(r int) bool {
+	if p.Ranks == nil {
+		return true
+	}
+	_, found := slices.BinarySearch(p.Ranks, r)
+	return found
+}
+
+// holders returns the ranks of a set of n ranks that hold the tensor.
+func (p Placement) holders(n int) []int {
+	if p.Ranks != nil {
+		return p.Ranks
+	}
+	all := make([]int, n)
+	for r := range all {
+		all[r] = r
+	}
+	return all
+}
+
+// checkRanks checks that Ranks, when given, lists at least one rank of
+// the n, ascending, each once.
+func (p Placement) checkRanks(n int) error {
+	if p.Ranks == nil {
+		return nil
+	}
+	if len(p.Ranks) == 0 {
+		return fmt.Errorf("placement lists no rank that holds the tensor: %w", ErrPlacement)
+	}
+	for i, r := range p.Ranks {
+		if r < 0 || r >= n || i > 0 && r <= p.Ranks[i-1] {
+			return fmt.Errorf("placement ranks %v: want ascending ranks of 0 to %d, each once: %w", clip(p.Ranks, 16), n-1, ErrPlacement)
+		}
+	}
+	return nil
 }
 
 // Source is a checkpoint set to read: one file per rank, in rank order, and
@@ -72,20 +117,28 @@ const (
 // optimizerPrefixes name optimizer state that shares its parameter's layout.
 var optimizerPrefixes = []string{"moments.", "adam_m.", "adam_v.", "accum."}
 
-// lookupPlacement returns the placement of name, or of the parameter it
-// is optimizer state of; ok is false for a replicated tensor.
-func lookupPlacement(placements map[string]Placement, name string) (Placement, bool) {
+// placementOf returns the placement of name, or of the parameter it is
+// optimizer state of; the zero Placement (replicated on every rank) when
+// there is none.
+func placementOf(placements map[string]Placement, name string) Placement {
 	if p, ok := placements[name]; ok {
-		return p, p.Boxes != nil
+		return p
 	}
 	for _, prefix := range optimizerPrefixes {
 		if param, found := strings.CutPrefix(name, prefix); found {
 			if p, ok := placements[param]; ok {
-				return p, p.Boxes != nil
+				return p
 			}
 		}
 	}
-	return Placement{}, false
+	return Placement{}
+}
+
+// lookupPlacement is placementOf; ok is false for a replicated tensor
+// (which may still be held by some ranks only: see Placement.Ranks).
+func lookupPlacement(placements map[string]Placement, name string) (Placement, bool) {
+	p := placementOf(placements, name)
+	return p, p.Boxes != nil
 }
 
 // TargetForDevices is the target for m devices when no target strategy is
@@ -168,17 +221,22 @@ func sameBox(a, b parallel.Box) bool {
 	return slices.Equal(a.Offset, b.Offset) && slices.Equal(a.Shape, b.Shape)
 }
 
-// checkTiling checks that boxes, one per rank, tile a tensor of shape:
-// inside it, overlapping only when identical, covering every element. It
-// returns for every distinct box the lowest rank holding it, in rank order.
-func checkTiling(shape []int, boxes []parallel.Box) (distinct []int, err error) {
+// checkTiling checks that the boxes of ranks (one box per rank of the set;
+// nil ranks means all of them) tile a tensor of shape: inside it,
+// overlapping only when identical, covering every element. It returns for
+// every distinct box the lowest rank holding it, in rank order.
+func checkTiling(shape []int, boxes []parallel.Box, ranks []int) (distinct []int, err error) {
 	for _, d := range shape {
 		if d < 0 {
 			return nil, fmt.Errorf("shape %v has a negative dimension: %w", shape, ErrPlacement)
 		}
 	}
+	if ranks == nil {
+		ranks = Placement{}.holders(len(boxes))
+	}
 	var covered int64
-	for r, b := range boxes {
+	for _, r := range ranks {
+		b := boxes[r]
 		if len(b.Offset) != len(shape) || len(b.Shape) != len(shape) {
 			return nil, fmt.Errorf("rank %d: box offset %v shape %v does not have the %d dimensions of %v: %w", r, b.Offset, b.Shape, len(shape), shape, ErrPlacement)
 		}
@@ -203,7 +261,7 @@ func checkTiling(shape []int, boxes []parallel.Box) (distinct []int, err error) 
 		}
 	}
 	if total := volume(shape); covered != total {
-		return nil, fmt.Errorf("the boxes of %d ranks cover %d of the %d elements of %v (a hole): %w", len(boxes), covered, total, shape, ErrPlacement)
+		return nil, fmt.Errorf("the boxes of %d ranks cover %d of the %d elements of %v (a hole): %w", len(ranks), covered, total, shape, ErrPlacement)
 	}
 	return distinct, nil
 }

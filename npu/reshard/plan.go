@@ -210,9 +210,41 @@ type job struct {
 	copies      []piece        // the other ranks' copies of a replicated tensor, compared with rank 0's
 	dst         []parallel.Box // per target rank, in geometry form
 	dstShapes   [][]int        // per target rank, the shape recorded in its file
+	held        []bool         // per target rank, whether its file gets the tensor; nil: all do
 	bandRows    int
 	rowBytes    int64
 	rowCost     int64 // memory per band row
+}
+
+// holds reports whether target rank r's file gets the tensor.
+func (j *job) holds(r int) bool { return j.held == nil || j.held[r] }
+
+// TensorOrder is the order of the output's tensors (the order Run
+// writes them in): every rank's tensors
+// in that rank's order. A tensor only later ranks hold (a later pipeline
+// stage's) goes before the first tensor after it in its rank's file that
+// an earlier rank holds, so that each output rank holding the same
+// tensors as a source rank writes them in the same order.
+func TensorOrder(index []*ckpt.Index) []string {
+	var order []string
+	known := map[string]bool{}
+	for _, x := range index {
+		var pending []string
+		for _, t := range x.Tensors {
+			if !known[t.Name] {
+				known[t.Name] = true
+				pending = append(pending, t.Name)
+				continue
+			}
+			if len(pending) > 0 {
+				at := slices.Index(order, t.Name)
+				order = slices.Insert(order, at, pending...)
+				pending = nil
+			}
+		}
+		order = append(order, pending...)
+	}
+	return order
 }
 
 // geom returns the shape used for band geometry: a scalar is one row of
@@ -260,25 +292,16 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 		if p.Boxes != nil && len(p.Boxes) != n {
 			return nil, nil, fmt.Errorf("tensor %q: placement has %d boxes for %d source files: %w", name, len(p.Boxes), n, ErrPlacement)
 		}
+		if err := p.checkRanks(n); err != nil {
+			return nil, nil, fmt.Errorf("tensor %q: source %w", name, err)
+		}
 	}
 	for name, p := range target.Placements {
 		if p.Boxes != nil && len(p.Boxes) != target.Ranks {
 			return nil, nil, fmt.Errorf("tensor %q: target placement has %d boxes for %d ranks: %w", name, len(p.Boxes), target.Ranks, ErrPlacement)
 		}
-	}
-	// Every rank must hold the same tensors; rank 0's order is the output's.
-	for r := 1; r < n; r++ {
-		if len(s.index[r].Tensors) != len(s.index[0].Tensors) {
-			for _, t := range s.index[0].Tensors {
-				if _, ok := s.index[r].Lookup(t.Name); !ok {
-					return nil, nil, fmt.Errorf("%s (rank %d): tensor %q of %s is missing: %w", s.paths[r], r, t.Name, s.paths[0], ErrSource)
-				}
-			}
-			for _, t := range s.index[r].Tensors {
-				if _, ok := s.index[0].Lookup(t.Name); !ok {
-					return nil, nil, fmt.Errorf("%s (rank %d): tensor %q is not in %s: %w", s.paths[r], r, t.Name, s.paths[0], ErrSource)
-				}
-			}
+		if err := p.checkRanks(target.Ranks); err != nil {
+			return nil, nil, fmt.Errorf("tensor %q: target %w", name, err)
 		}
 	}
 	byName := make([]map[string]*ckpt.IndexedTensor, n)
@@ -288,20 +311,41 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 			byName[r][x.Tensors[i].Name] = &x.Tensors[i]
 		}
 	}
+	order := TensorOrder(s.index)
+	// Every rank holds the tensors its placements give it, and no other:
+	// all of them unless a placement lists its ranks (a pipeline stage's).
+	for _, name := range order {
+		p := placementOf(src.Placements, name)
+		holder := -1
+		for r := range n {
+			_, has := byName[r][name]
+			switch {
+			case has && holder < 0:
+				holder = r
+			case has && !p.holds(r):
+				return nil, nil, fmt.Errorf("%s (rank %d): holds tensor %q, which its placement gives to ranks %v only: %w", s.paths[r], r, name, clip(p.Ranks, 16), ErrSource)
+			}
+		}
+		for _, r := range p.holders(n) {
+			if _, has := byName[r][name]; !has {
+				return nil, nil, fmt.Errorf("%s (rank %d): tensor %q of %s is missing: %w", s.paths[r], r, name, s.paths[holder], ErrSource)
+			}
+		}
+	}
 	for name := range src.Placements {
-		if _, ok := byName[0][name]; !ok {
-			return nil, nil, fmt.Errorf("tensor %q has a placement but is not in %s: %w", name, s.paths[0], ErrPlacement)
+		if !slices.ContainsFunc(byName, func(m map[string]*ckpt.IndexedTensor) bool { _, ok := m[name]; return ok }) {
+			return nil, nil, fmt.Errorf("tensor %q has a placement but is in no source file: %w", name, ErrPlacement)
 		}
 	}
 	for name := range target.Placements {
-		if _, ok := byName[0][name]; !ok {
-			return nil, nil, fmt.Errorf("tensor %q has a target placement but is not in %s: %w", name, s.paths[0], ErrPlacement)
+		if !slices.ContainsFunc(byName, func(m map[string]*ckpt.IndexedTensor) bool { _, ok := m[name]; return ok }) {
+			return nil, nil, fmt.Errorf("tensor %q has a target placement but is in no source file: %w", name, ErrPlacement)
 		}
 	}
 
 	var jobs []*job
-	for _, first := range s.index[0].Tensors {
-		j, err := resolveTensor(s, byName, first.Name, src, target, opt)
+	for _, name := range order {
+		j, err := resolveTensor(s, byName, name, src, target, opt)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -319,27 +363,25 @@ func resolve(s *sources, src Source, target Target, opt Options) ([]*job, *PlanR
 
 func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name string, src Source, target Target, opt Options) (*job, error) {
 	n := len(s.paths)
-	t0 := byName[0][name]
+	p := placementOf(src.Placements, name)
+	holders := p.holders(n)
+	first := holders[0]
+	t0 := byName[first][name]
 	j := &job{name: name, dtype: t0.DType}
 	j.elem, _ = ckpt.DTypeSize(t0.DType)
-	for r := range n {
-		t, ok := byName[r][name]
-		if !ok {
-			return nil, fmt.Errorf("%s (rank %d): tensor %q of %s is missing: %w", s.paths[r], r, name, s.paths[0], ErrSource)
-		}
-		if t.DType != t0.DType {
-			return nil, fmt.Errorf("%s (rank %d): tensor %q is %s, rank 0 has %s: %w", s.paths[r], r, name, t.DType, t0.DType, ErrSource)
+	for _, r := range holders {
+		if t := byName[r][name]; t.DType != t0.DType {
+			return nil, fmt.Errorf("%s (rank %d): tensor %q is %s, rank %d has %s: %w", s.paths[r], r, name, t.DType, first, t0.DType, ErrSource)
 		}
 	}
-	p, placed := lookupPlacement(src.Placements, name)
-	if placed {
+	if p.Boxes != nil {
 		j.rule = RuleSplit
 		j.shape = slices.Clone(p.Shape)
-		distinct, err := checkTiling(p.Shape, p.Boxes)
+		distinct, err := checkTiling(p.Shape, p.Boxes, p.Ranks)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: source %w", name, err)
 		}
-		for r := range n {
+		for _, r := range holders {
 			if got := intShape(byName[r][name].Dims); !slices.Equal(got, p.Boxes[r].Shape) {
 				return nil, fmt.Errorf("%s (rank %d): tensor %q has shape %v, its placement says box %v at %v of %v: %w", s.paths[r], r, name, got, p.Boxes[r].Shape, p.Boxes[r].Offset, p.Shape, ErrPlacement)
 			}
@@ -349,46 +391,62 @@ func resolveTensor(s *sources, byName []map[string]*ckpt.IndexedTensor, name str
 		}
 	} else {
 		j.shape = intShape(t0.Dims)
-		for r := range n {
+		for _, r := range holders {
 			if got := intShape(byName[r][name].Dims); !slices.Equal(got, j.shape) {
-				return nil, fmt.Errorf("%s (rank %d): replicated tensor %q has shape %v, rank 0 has %v (a split tensor needs a placement): %w", s.paths[r], r, name, got, j.shape, ErrPlacement)
+				return nil, fmt.Errorf("%s (rank %d): replicated tensor %q has shape %v, rank %d has %v (a split tensor needs a placement): %w", s.paths[r], r, name, got, first, j.shape, ErrPlacement)
 			}
 		}
 		j.rule = opt.ReplicatedRule
-		if j.rule == RuleMean && !ckpt.IsFloat(j.dtype) || n == 1 {
+		if j.rule == RuleMean && !ckpt.IsFloat(j.dtype) || len(holders) == 1 {
 			j.rule = RuleRank0 // integers (global_step) and a single source have one value
 		}
 		if j.rule == RuleMean && j.dtype != ckpt.DTypeFloat32 && j.dtype != ckpt.DTypeFloat64 {
 			return nil, fmt.Errorf("tensor %q: the mean rule supports Float32 and Float64, not %s", name, j.dtype)
 		}
 		whole := geomBox(wholeBox(j.shape))
-		for r := range n {
+		for _, r := range holders {
 			switch {
-			case r == 0 || j.rule == RuleMean:
+			case r == first || j.rule == RuleMean:
 				j.reads = append(j.reads, piece{rank: r, box: whole, t: byName[r][name]})
 			case !PerRankStatistic(name):
 				// Only statistics may differ between ranks; any other
 				// replicated tensor is read from every rank and compared,
 				// so a set missing its strategy file (or a damaged rank)
-				// is not merged from rank 0's copy alone.
+				// is not merged from the first holder's copy alone.
 				j.copies = append(j.copies, piece{rank: r, box: whole, t: byName[r][name]})
 			}
 		}
 	}
-	tp, tplaced := lookupPlacement(target.Placements, name)
-	if tplaced {
+	tp := placementOf(target.Placements, name)
+	if tp.Ranks != nil {
+		j.held = make([]bool, target.Ranks)
+		for _, r := range tp.Ranks {
+			j.held[r] = true
+		}
+	}
+	if tp.Boxes != nil {
 		if !slices.Equal(tp.Shape, j.shape) {
 			return nil, fmt.Errorf("tensor %q: target placement is for shape %v, the source holds %v: %w", name, tp.Shape, j.shape, ErrPlacement)
 		}
-		if _, err := checkTiling(tp.Shape, tp.Boxes); err != nil {
+		if _, err := checkTiling(tp.Shape, tp.Boxes, tp.Ranks); err != nil {
 			return nil, fmt.Errorf("tensor %q: target %w", name, err)
 		}
 		for _, b := range tp.Boxes {
 			j.dst = append(j.dst, geomBox(b))
 			j.dstShapes = append(j.dstShapes, slices.Clone(b.Shape))
 		}
+		for r := range j.dst {
+			if !j.holds(r) {
+				j.dst[r], j.dstShapes[r] = parallel.Box{}, nil
+			}
+		}
 	} else {
-		for range target.Ranks {
+		for r := range target.Ranks {
+			if !j.holds(r) {
+				j.dst = append(j.dst, parallel.Box{})
+				j.dstShapes = append(j.dstShapes, nil)
+				continue
+			}
 			j.dst = append(j.dst, geomBox(wholeBox(j.shape)))
 			j.dstShapes = append(j.dstShapes, slices.Clone(j.shape))
 		}
@@ -448,6 +506,9 @@ func planMemory(jobs []*job, files []string, sourceRanks, targetRanks int, opt O
 			tp.ReadBytes += volume(p.box.Shape) * int64(j.elem)
 		}
 		for r, d := range j.dst {
+			if !j.holds(r) {
+				continue
+			}
 			bytes := volume(d.Shape) * int64(j.elem)
 			tp.WriteBytes += bytes
 			plan.FileBytes[r] += encodedSize(j.name, j.dstShapes[r], j.dtype, bytes, opt.SliceBytes)

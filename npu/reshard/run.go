@@ -99,8 +99,11 @@ func Run(ctx context.Context, src Source, target Target, outDir string, opt Opti
 			return nil, err
 		}
 		mt := ManifestTensor{Name: j.name, DType: j.dtype, Shape: j.shape, Bytes: volume(j.shape) * int64(j.elem), SHA256: sum, Rule: j.rule}
-		if _, placed := lookupPlacement(target.Placements, j.name); placed {
+		if tp := placementOf(target.Placements, j.name); tp.Boxes != nil {
 			mt.Boxes = j.dstShapesBoxes()
+		}
+		if j.held != nil {
+			mt.Ranks = placementOf(target.Placements, j.name).Ranks
 		}
 		manifest.Tensors = append(manifest.Tensors, mt)
 	}
@@ -189,16 +192,18 @@ func Merge(ctx context.Context, src Source, outDir, name string, opt Options) (*
 	return Run(ctx, src, Target{Ranks: 1, Files: []string{name}}, outDir, opt)
 }
 
-// dstShapesBoxes returns the target boxes in logical form (a scalar's box
-// has no dimensions).
+// dstShapesBoxes returns the boxes of the target ranks that hold the
+// tensor, in logical form (a scalar's box has no dimensions).
 func (j *job) dstShapesBoxes() []manifestBox {
-	out := make([]manifestBox, len(j.dst))
+	out := make([]manifestBox, 0, len(j.dst))
 	for r, d := range j.dst {
-		if len(j.shape) == 0 {
-			out[r] = manifestBox{Offset: []int{}, Shape: []int{}}
-			continue
+		switch {
+		case !j.holds(r):
+		case len(j.shape) == 0:
+			out = append(out, manifestBox{Offset: []int{}, Shape: []int{}})
+		default:
+			out = append(out, manifestBox{Offset: d.Offset, Shape: d.Shape})
 		}
-		out[r] = manifestBox{Offset: d.Offset, Shape: d.Shape}
 	}
 	return out
 }
@@ -226,6 +231,9 @@ type filledBand struct {
 func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile, bufs *buffers, progress func(), opt Options) (string, error) {
 	h := newTensorHash(j.dtype, j.shape)
 	for r, o := range outs {
+		if !j.holds(r) {
+			continue
+		}
 		if err := o.begin(j.name, j.dstShapes[r], j.dtype, volume(j.dst[r].Shape)*int64(j.elem), opt.SliceBytes); err != nil {
 			return "", err
 		}
@@ -290,7 +298,10 @@ func streamTensor(ctx context.Context, j *job, files []*os.File, outs []*outFile
 			return "", readErr
 		}
 	}
-	for _, o := range outs {
+	for r, o := range outs {
+		if !j.holds(r) {
+			continue
+		}
 		if err := o.end(); err != nil {
 			return "", err
 		}
@@ -346,6 +357,9 @@ func writeBand(ctx context.Context, j *job, box parallel.Box, buf []byte, outs [
 	}()
 	e := int64(j.elem)
 	err := forEach(ctx, len(outs), workers, func(r int) error {
+		if !j.holds(r) {
+			return nil
+		}
 		common, ok := j.dst[r].Intersect(box)
 		if !ok {
 			return nil

@@ -41,7 +41,7 @@ const version = "1.1.0"
 // With is the stage's `with` block.
 type With struct {
 	From      string `json:"from" jsonschema:"minLength=1,format=path" description:"directory with device{i}/ckpt_{i}/ per rank (stages.train.outputs.checkpoints)"`
-	Strategy  string `json:"strategy,omitempty" jsonschema:"format=path" description:"strategy file of the training (default: strategy.ckpt or strategy.json in from; none: every tensor replicated)"`
+	Strategy  string `json:"strategy,omitempty" jsonschema:"format=path" description:"strategy file of the training, or a directory of its per-stage strategy files, merged (default: strategy.ckpt, strategy.json or strategy/ in from; none: every tensor replicated)"`
 	Format    string `json:"format,omitempty" jsonschema:"enum=ckpt|safetensors" description:"ckpt, or safetensors: the verified .ckpt is converted (in memory) and kept beside it"`
 	Prefix    string `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the training"`
 	BNStats   string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every rank holds whole with different values (data-parallel BatchNorm statistics): rank 0's, or the mean"`

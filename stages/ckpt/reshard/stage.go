@@ -52,8 +52,8 @@ const version = "1.2.0"
 type With struct {
 	From           string             `json:"from" jsonschema:"minLength=1,format=path" description:"an integrated checkpoint (stages.integrate.outputs.checkpoint), or a directory of per-rank slices (device{i}/ckpt_{i}/, or a reshard output)"`
 	Devices        int                `json:"devices" jsonschema:"minimum=1,maximum=4096" description:"devices of the target cluster (at most 4096: each is an output file to plan and write)"`
-	TargetStrategy string             `json:"target_strategy,omitempty" jsonschema:"format=path" description:"strategy file of the target cluster (its device count must equal devices); default: the devices rule"`
-	SourceStrategy string             `json:"source_strategy,omitempty" jsonschema:"format=path" description:"strategy file of a from directory (default: strategy.ckpt or strategy.json in it)"`
+	TargetStrategy string             `json:"target_strategy,omitempty" jsonschema:"format=path" description:"strategy file of the target cluster, or a directory of its per-stage files for a pipeline target (its device count must equal devices); default: the devices rule"`
+	SourceStrategy string             `json:"source_strategy,omitempty" jsonschema:"format=path" description:"strategy file of a from directory, or a directory of per-stage strategy files, merged (default: strategy.ckpt, strategy.json or strategy/ in it)"`
 	Model          string             `json:"model,omitempty" jsonschema:"enum=resnet20|resnet50|cnn|semi_auto_net|hybrid_net|wide_net" description:"the next training's model: with mode (and strategy), the target is exactly the layout that training's ranks hold, derived as npu/train derives it, and its strategy file is written"`
 	Mode           parallel.Mode      `json:"mode,omitempty" description:"the next training's parallel mode (with model); auto_parallel is refused: its strategy is searched when the job starts (mspipe plan prints it; give it as strategy with semi_auto_parallel)"`
 	Strategy       map[string][][]int `json:"strategy,omitempty" description:"the next training's shard strategy per operator (semi_auto_parallel, with model), as npu/train's strategy"`
@@ -152,7 +152,7 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 			sc.Info(fmt.Sprintf("%d tensors split unevenly (%s): the manifest records their slices; no strategy file, which cannot describe them", len(uneven), strings.Join(uneven, ", ")))
 		}
 	default:
-		if layout, err = parallel.ReadStrategyFile(w.TargetStrategy); err != nil {
+		if layout, err = parallel.ReadStrategies(w.TargetStrategy); err != nil {
 			return nil, fmt.Errorf("target_strategy: %w", err)
 		}
 		if target, err = set.Target(layout); err != nil {

@@ -31,8 +31,8 @@ func assembleStages(t *testing.T, jobDir string, devices, stages int, strategyFi
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sf.Stage != s {
-			t.Errorf("stage %d's strategy file says current_stage %d", s, sf.Stage)
+		if sf.CurrentStage != s {
+			t.Errorf("stage %d's strategy file says current_stage %d", s, sf.CurrentStage)
 		}
 		for i := range per {
 			rank := s*per + i

@@ -21,7 +21,7 @@ func newCkptCmd() *cobra.Command {
 		Use:   "ckpt",
 		Short: "Work with MindSpore checkpoint (.ckpt) files and per-rank checkpoint sets",
 	}
-	cmd.AddCommand(newCkptInspectCmd(), newCkptMergeCmd(), newCkptReshardCmd(), newCkptVerifyCmd(), newCkptConvertCmd())
+	cmd.AddCommand(newCkptInspectCmd(), newCkptMergeCmd(), newCkptReshardCmd(), newCkptVerifyCmd(), newCkptConvertCmd(), newCkptStrategyCmd())
 	return cmd
 }
 
@@ -75,7 +75,7 @@ file that cannot be read.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
-	cmd.Flags().StringVar(&strategy, "strategy", "", "strategy file giving the layout of the set's tensors")
+	cmd.Flags().StringVar(&strategy, "strategy", "", "strategy file giving the layout of the set's tensors, or a directory of per-stage strategy files (merged)")
 	cmd.Flags().StringVar(&prefix, "prefix", ckpt.DefaultPrefix, "checkpoint file prefix in a set directory")
 	return cmd
 }

@@ -35,7 +35,7 @@ type engineFlags struct {
 
 func (f *engineFlags) add(cmd *cobra.Command, source bool) {
 	if source {
-		cmd.Flags().StringVar(&f.strategy, "strategy", "", "strategy file of the source set (default: strategy.ckpt or strategy.json in the set directory; none: every tensor replicated)")
+		cmd.Flags().StringVar(&f.strategy, "strategy", "", "strategy file of the source set, or a directory of per-stage strategy files (merged; default: strategy.ckpt, strategy.json or strategy/ in the set directory; none: every tensor replicated)")
 		cmd.Flags().StringVar(&f.prefix, "prefix", ckpt.DefaultPrefix, "checkpoint file prefix in a set directory")
 		cmd.Flags().StringVar(&f.bnStats, "bn-stats", reshard.RuleRank0, "value of a tensor every rank holds whole but with different values (data-parallel BatchNorm statistics): rank0 or mean")
 		cmd.Flags().BoolVar(&f.crc, "crc", false, "append MindSpore's crc_num trailer to every file written (save_checkpoint crc_check=True); without it the files are plain protobuf, MindSpore's default")
@@ -91,10 +91,17 @@ loading the set into memory. Optimizer state (moments.X) follows X's layout.
 The set is a directory holding device{i}/ckpt_{i}/ per rank (the newest
 checkpoint of --prefix in each), a reshard output directory (its manifest
 gives the layout), or the rank files in rank order. The layout of the
-slices comes from --strategy, else from strategy.ckpt or strategy.json in
-the set directory; without one every tensor is taken as replicated (a
-data-parallel set), and --bn-stats says what to do with tensors whose copies
-differ.
+slices comes from --strategy, else from strategy.ckpt, strategy.json or a
+strategy/ directory in the set directory; without one every tensor is taken
+as replicated (a data-parallel set), and --bn-stats says what to do with
+tensors whose copies differ.
+
+--strategy may name a directory of per-stage strategy files (a pipeline
+job's, one per stage or per rank), merged in memory as mspipe ckpt strategy
+merge does. A set of K x D ranks whose strategy has K stages on D devices is
+a pipeline set: each rank's file holds its stage's parameters only, and each
+parameter is read from the ranks of its stage(s). Optimizer-sharded layouts
+(opt_weight_shard_step/size) are read as the slices the ranks hold.
 
 OUT is written atomically as MindSpore's save_checkpoint writes by default
 (plain protobuf; --crc appends the crc_num trailer), with manifest.json
@@ -178,8 +185,9 @@ its --mode, --op-strategy (npu/train's strategy, one operator per flag) and
 --batch-size; mspipe derives where each of its ranks holds which slice as
 that training does, writes the strategy file it would write, and the
 training starts from its own slices with nothing to re-cut. Else the target
-is --target-strategy FILE (a MindSpore strategy file for the new cluster)
-or --devices M alone, which follows one rule: a tensor the source splits
+is --target-strategy FILE (a MindSpore strategy file for the new cluster;
+a directory of per-stage files makes a pipeline target, each parameter only
+in its stage's ranks, which a merged file cannot say) or --devices M alone, which follows one rule: a tensor the source splits
 is split into M equal slices along its first split dimension; replicated
 tensors stay replicated; optimizer state follows its parameter. When that
 dimension does not divide by M, --indivisible decides: refuse (the default;
@@ -257,7 +265,7 @@ that cannot be read.`,
 					return engineErr(err)
 				}
 			} else if targetStrategy != "" {
-				if layout, err = parallel.ReadStrategyFile(targetStrategy); err != nil {
+				if layout, err = parallel.ReadStrategies(targetStrategy); err != nil {
 					return engineErr(err)
 				}
 				if target, err = set.Target(layout); err != nil {
@@ -296,7 +304,7 @@ that cannot be read.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "directory for the resharded set (new or empty)")
 	cmd.Flags().BoolVar(&force, "force", false, "replace a non-empty OUT_DIR whole")
 	cmd.Flags().IntVar(&devices, "devices", 0, "target device count (layout rule in the help above)")
-	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster")
+	cmd.Flags().StringVar(&targetStrategy, "target-strategy", "", "strategy file of the target cluster, or a directory of its per-stage files (a pipeline target)")
 	cmd.Flags().StringVar(&job.Model, "model", "", "the next training's model: the target is its layout on --devices")
 	cmd.Flags().StringVar(&mode, "mode", "", "the next training's parallel mode (with --model; default stand_alone)")
 	cmd.Flags().StringArrayVar(&opStrategies, "op-strategy", nil, "the next training's shard strategy of one operator, OP=[[splits...],...] as in npu/train's strategy (repeat per operator)")

@@ -15,7 +15,7 @@ import (
 type strategyLayouts struct{ file *parallel.StrategyFile }
 
 func readLayouts(path string) (strategyLayouts, error) {
-	f, err := parallel.ReadStrategyFile(path)
+	f, err := parallel.ReadStrategies(path)
 	if err != nil {
 		return strategyLayouts{}, err
 	}
@@ -43,11 +43,14 @@ func (s strategyLayouts) layout(name string, rankShapes [][]int64) *layoutInfo {
 		return nil
 	}
 	info := &layoutInfo{DeviceMatrix: l.DeviceMatrix, TensorMap: l.TensorMap, ParamSplitShape: l.ParamSplitShape}
-	if rankShapes[0] == nil {
-		info.Err = "rank 0 does not hold the tensor"
+	// In a pipeline set (stages of the layout's devices) only the ranks of
+	// the tensor's stage(s) hold it; the first of them gives the slice.
+	first := slices.IndexFunc(rankShapes, func(s []int64) bool { return s != nil })
+	if first < 0 {
+		info.Err = "no rank holds the tensor"
 		return info
 	}
-	whole, err := ckptset.WholeShape(l, rankShapes[0])
+	whole, err := ckptset.WholeShape(l, rankShapes[first])
 	if err != nil {
 		info.Err = err.Error()
 		return info
@@ -60,12 +63,24 @@ func (s strategyLayouts) layout(name string, rankShapes [][]int64) *layoutInfo {
 	switch {
 	case err != nil:
 		info.Err = err.Error()
-	case len(boxes) != len(rankShapes):
+	case len(boxes)*len(s.file.Stages()) != len(rankShapes):
 		info.Err = fmt.Sprintf("the layout has %d devices, the set %d ranks", len(boxes), len(rankShapes))
+		if n := len(s.file.Stages()); n > 1 {
+			info.Err = fmt.Sprintf("the layout has %d pipeline stages of %d devices, the set %d ranks", n, len(boxes), len(rankShapes))
+		}
 	default:
-		for r, b := range boxes {
-			if !slices.Equal(toInt64s(b.Shape), rankShapes[r]) {
-				info.Err = fmt.Sprintf("rank %d holds %s, the layout gives it %s", r, pyShape(rankShapes[r]), pyShape(toInt64s(b.Shape)))
+		stageDevices := len(boxes)
+		for r, shape := range rankShapes {
+			stageHolds := slices.ContainsFunc(rankShapes[r-r%stageDevices:r-r%stageDevices+stageDevices], func(s []int64) bool { return s != nil })
+			if !stageHolds {
+				continue // another pipeline stage's tensor
+			}
+			if want := toInt64s(boxes[r%stageDevices].Shape); !slices.Equal(want, shape) {
+				held := "holds " + pyShape(shape)
+				if shape == nil {
+					held = "does not hold it"
+				}
+				info.Err = fmt.Sprintf("rank %d %s, the layout gives it %s", r, held, pyShape(want))
 				break
 			}
 		}

@@ -108,7 +108,7 @@ func Load(ctx context.Context, runsDir, runDir string, st *pipeline.RunState) (*
 			path, err := inside(runsDir, p)
 			if err == nil {
 				var f *parallel.StrategyFile
-				if f, err = parallel.ReadStrategyFile(path); err == nil {
+				if f, err = parallel.ReadStrategies(path); err == nil {
 					r.Strategies = append(r.Strategies, StageStrategy{Stage: sid, Path: p, File: f})
 				}
 			}
