@@ -38,6 +38,7 @@ func linkBlock(s int) int { return 2 + s%2 }
 // pipeComms are a pipeline rank's communicators besides the job's.
 type pipeComms struct {
 	stage, prev, next *collective.Comm // prev, next: nil at the ends
+	job               *collective.Comm // the job's, closed by its owner
 	spec              shard.Pipeline
 	devices, rank     int // in the stage group
 	done, watched     chan struct{}
@@ -59,7 +60,7 @@ func joinPipeline(ctx context.Context, cfg Config, cc collective.Config, job *co
 		return nil, err
 	}
 	cc.Transport = collective.TransportTCP
-	p := &pipeComms{devices: per, rank: i, done: make(chan struct{}), watched: make(chan struct{}),
+	p := &pipeComms{job: job, devices: per, rank: i, done: make(chan struct{}), watched: make(chan struct{}),
 		spec: shard.Pipeline{Stages: k, Stage: s, Micro: max(cfg.MicroSize, 1), Schedule: sched, Assign: cfg.PipelineStage}}
 	join := func(what string, members []int, block int) (*collective.Comm, error) {
 		sub, err := cc.Sub(members, block*size)
@@ -128,12 +129,29 @@ func (p *pipeComms) watch(job *collective.Comm) {
 	}
 }
 
-// close stops the watch and closes the stage group and the links.
+// close stops the watch and closes the stage group and the links. A
+// failure on one of them is first passed on to the others (the watch
+// may not have done it yet), so that peers hear the cause, not a
+// goodbye.
 func (p *pipeComms) close() {
 	select {
 	case <-p.done:
 	default:
 		close(p.done)
+	}
+	comms := []*collective.Comm{p.job, p.stage, p.prev, p.next}
+	for _, c := range comms {
+		if c == nil {
+			continue
+		}
+		if err := c.Err(); err != nil && !errors.Is(err, collective.ErrClosed) {
+			for _, o := range comms {
+				if o != nil && o != c {
+					o.Abort(err)
+				}
+			}
+			break
+		}
 	}
 	for _, c := range []*collective.Comm{p.stage, p.prev, p.next} {
 		if c != nil {

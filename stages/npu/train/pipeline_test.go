@@ -188,7 +188,7 @@ func TestPipelineResumeIsBitIdentical(t *testing.T) {
 	dataDir := synthData(t, 24) // 120 images: 15 steps of 8 per epoch
 	with := withBlock(dataDir, map[string]any{
 		"mode": "semi_auto_parallel", "epochs": 2, "save_checkpoint_steps": 5, "log_steps": 1,
-		"pipeline_stages": 2, "micro_size": 2, "collective_timeout": "10s",
+		"pipeline_stages": 2, "micro_size": 2, "collective_timeout": "10s", "integrated_save": false,
 	})
 	whole := t.TempDir()
 	mustRun(t, whole, 4, with)
