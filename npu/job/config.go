@@ -53,6 +53,12 @@ type Config struct {
 	MicroSize        int            `json:"micro_size,omitempty"`
 	PipelineSchedule string         `json:"pipeline_schedule,omitempty"`
 	PipelineStage    map[string]int `json:"pipeline_stage,omitempty"`
+	// ParallelOptimizer splits the weight update and the optimizer
+	// moments over each parameter's data-parallel ranks (MindSpore's
+	// enable_parallel_optimizer); OptimizerShardSize is
+	// optimizer_weight_shard_size (0: the whole data-parallel group).
+	ParallelOptimizer  bool `json:"enable_parallel_optimizer,omitempty"`
+	OptimizerShardSize int  `json:"optimizer_weight_shard_size,omitempty"`
 	// DeviceMemory is each device's capacity in bytes (0: the trainer's
 	// default).
 	DeviceMemory int64 `json:"device_memory,omitempty"`
@@ -131,6 +137,13 @@ func (t *Transport) UnmarshalText(text []byte) error {
 	}
 	*t = Transport(v)
 	return nil
+}
+
+// Engine reports whether the job runs on the operator-parallel engine
+// (npu/shard): UsesEngine's jobs, and every job with the parallel
+// optimizer, which the engine implements.
+func (c *Config) Engine() bool {
+	return UsesEngine(c.Model, c.Mode) || c.ParallelOptimizer
 }
 
 // timeout is the collective timeout the ranks use.

@@ -25,8 +25,9 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 	sc := shard.Config{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: cfg.Strategy, Devices: size, Rank: rank,
 		BatchPerDevice: tc.BatchSize, FullBatch: cfg.FullBatch,
-		GradientsMean: cfg.GradientsMean,
-		Seed:          cfg.Seed, Threads: tc.Threads,
+		GradientsMean:     cfg.GradientsMean,
+		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
+		Seed: cfg.Seed, Threads: tc.Threads,
 	}
 	if cfg.Mode.OneDevice() {
 		sc.Devices, sc.Rank = 1, 0
@@ -58,7 +59,7 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 			path, first = StageStrategyFile(cfg.StrategyFile, pipe.spec.Stage), pipe.rank == 0
 		}
 		if first && path != "" {
-			f := strategyFile(net.OpLayouts(), net.Layouts())
+			f := strategyFile(net.OpLayouts(), net.Layouts(), net.OptimizerLayouts())
 			if pipe != nil {
 				f.CurrentStage = pipe.spec.Stage
 			}
@@ -94,8 +95,9 @@ func StageStrategyFile(path string, s int) string {
 
 // strategyFile builds the strategy file of a split network from the
 // layouts its engine runs: every operator's strategy and every
-// parameter's layout.
-func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout) *parallel.StrategyFile {
+// parameter's layout, with opt_weight_shard_step and opt_weight_shard_size
+// for the parameters whose update the parallel optimizer splits (optShard).
+func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout, optShard map[string]parallel.TensorLayout) *parallel.StrategyFile {
 	f := &parallel.StrategyFile{CurrentStage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
 	for _, ol := range ops {
 		if ol != nil {
@@ -104,6 +106,9 @@ func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout) *
 	}
 	for name, l := range params {
 		f.Layouts[name] = parallel.TensorLayoutOf(l)
+		if tl, ok := optShard[name]; ok {
+			f.Layouts[name] = tl
+		}
 	}
 	return f
 }

@@ -52,6 +52,18 @@ type Layout struct {
 	PipelineStages, MicroSize int
 	PipelineStage             map[string]int
 	PipelineSchedule          string
+	// ParallelOptimizer and OptimizerShardSize are Config's: the cost
+	// model then counts each rank's piece of the moments.
+	ParallelOptimizer  bool
+	OptimizerShardSize int
+}
+
+// costOptions are the cost model's options for the layout.
+func (l Layout) costOptions() []auto.Option {
+	if !l.ParallelOptimizer {
+		return nil
+	}
+	return []auto.Option{auto.ParallelOptimizer(l.OptimizerShardSize)}
 }
 
 // stageDevices is the devices one stage (the whole job without a
@@ -106,7 +118,7 @@ func Plan(l Layout) (*Planned, error) {
 		// With a pipeline, every stage's operators are searched over its
 		// group, on the whole chain's graph of one micro-batch (each rank
 		// builds only its stage's).
-		plan, err := auto.Search(g, devices, Machine(devices, l.Memory))
+		plan, err := auto.Search(g, devices, Machine(devices, l.Memory), l.costOptions()...)
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}
@@ -166,7 +178,7 @@ func PlanText(out io.Writer, l Layout) error {
 	if l.BatchSize == 0 {
 		l.BatchSize = d.BatchSize
 	}
-	if !l.Mode.Sharded() {
+	if !l.Mode.Sharded() && !l.ParallelOptimizer {
 		return nil
 	}
 	p, err := Plan(l)
@@ -181,14 +193,18 @@ func PlanText(out io.Writer, l Layout) error {
 	if plan == nil {
 		// The cost of the given (or the model's own) strategy, by the same
 		// model auto_parallel searches with.
-		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.stageDevices(), Machine(l.stageDevices(), l.Memory)); err != nil {
+		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.stageDevices(), Machine(l.stageDevices(), l.Memory), l.costOptions()...); err != nil {
 			return err
 		}
 	}
 	if l.PipelineStages > 1 {
 		return pipelineText(out, l, plan)
 	}
-	fmt.Fprintf(out, "%s in %s on %d devices, global batch %d:\n", l.Model, l.Mode, l.Devices, l.GlobalBatch())
+	opt := ""
+	if l.ParallelOptimizer {
+		opt = " with the parallel optimizer"
+	}
+	fmt.Fprintf(out, "%s in %s%s on %d devices, global batch %d:\n", l.Model, l.Mode, opt, l.Devices, l.GlobalBatch())
 	return plan.Format(out)
 }
 

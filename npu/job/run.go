@@ -131,7 +131,7 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 		fmt.Fprintf(say, "pipeline: rank %d is rank %d of stage %d of %d (%s, %d micro-batches)\n",
 			rank, pipe.rank, pipe.spec.Stage, pipe.spec.Stages, pipe.spec.Schedule, pipe.spec.Micro)
 	}
-	if UsesEngine(cfg.Model, cfg.Mode) {
+	if cfg.Engine() {
 		wireEngine(cfg, rank, size, comm, pipe, jobDir, &tc)
 	}
 	res, err := trainer.Train(ctx, tc)
@@ -189,7 +189,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	}
 	// A split network evaluates on every rank together (each holds a
 	// part of it); rank 0 reports.
-	evalHere := cfg.Eval && (rank == 0 || UsesEngine(cfg.Model, cfg.Mode) && cfg.Mode.Collective())
+	evalHere := cfg.Eval && (rank == 0 || cfg.Engine() && cfg.Mode.Collective())
 	tc := trainer.Config{
 		DataDir: cfg.DataDir, Model: cfg.Model, Epochs: cfg.Epochs, BatchSize: cfg.BatchSize,
 		LearningRate: cfg.LearningRate, Momentum: cfg.Momentum, NoMomentum: cfg.Momentum == 0,

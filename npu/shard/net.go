@@ -45,6 +45,14 @@ type Config struct {
 	// receives the whole global batch on every rank (the first stage reads
 	// the images, the last the labels).
 	Pipeline Pipeline
+	// ParallelOptimizer splits the update of every trainable parameter
+	// that ranks repeat across those ranks (MindSpore's
+	// enable_parallel_optimizer): each updates and keeps the moment of
+	// one piece along dimension 0, and the pieces are gathered before the
+	// next forward. OptimizerShardSize is the number of pieces
+	// (optimizer_weight_shard_size; 0: all the ranks that repeat it).
+	ParallelOptimizer  bool
+	OptimizerShardSize int
 }
 
 // Net is one rank's part of a sharded network.
@@ -62,7 +70,16 @@ type Net struct {
 	hybrid   bool
 	all      []int // every rank, for hybrid_parallel's reductions
 	buckets  []*bucket
-	comm     *timedComm // cfg.Comm, counted; nil on one device
+	// optShards are the parameters whose update is split across ranks
+	// (the parallel optimizer); view is Params(): the layers' parameters
+	// with each of those replaced by this rank's piece of it.
+	optShards              []*optShard
+	view                   []*nn.Param
+	gatherSend, gatherRecv [][]float32
+	scatterSend            [][]float32
+	scatterRecv            [][]float32
+	scatterBuf             []float32
+	comm                   *timedComm // cfg.Comm, counted; nil on one device
 	// firstParam is the first operator with parameters, where backward
 	// ends.
 	firstParam int
@@ -158,6 +175,10 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: %d classes", ErrConfig, c.Classes)
 	case c.Mode == parallel.StandAlone && c.Devices != 1:
 		return fmt.Errorf("%w: stand_alone runs on 1 device, not %d", ErrConfig, c.Devices)
+	case c.OptimizerShardSize < 0 || c.OptimizerShardSize > 0 && !c.ParallelOptimizer:
+		return fmt.Errorf("%w: optimizer shard size %d (it needs the parallel optimizer, and at least 1)", ErrConfig, c.OptimizerShardSize)
+	case c.ParallelOptimizer && (c.Mode == parallel.StandAlone || c.Mode == parallel.HybridParallel):
+		return fmt.Errorf("%w: the parallel optimizer is for data_parallel, semi_auto_parallel and auto_parallel, not %s", ErrConfig, c.Mode)
 	}
 	return c.checkPipeline()
 }
@@ -228,6 +249,19 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 			if p.Name != specs[k].Name {
 				return fmt.Errorf("operator %s: parameter %d is %s, the spec says %s", o.spec.Name, k, p.Name, specs[k].Name)
 			}
+			view := p
+			var sh *optShard
+			if p.Trainable && !n.hybrid {
+				var err error
+				if sh, err = n.shardOptimizer(p, pls[k]); err != nil {
+					return fmt.Errorf("operator %s: %w", o.spec.Name, err)
+				}
+				if sh != nil {
+					n.optShards = append(n.optShards, sh)
+					view = sh.piece
+				}
+			}
+			n.view = append(n.view, view)
 			red := paramReduce{p: p, mean: !p.Trainable}
 			switch {
 			case n.hybrid && n.def.layerwise[p.Name]:
@@ -241,12 +275,19 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 				if err != nil {
 					return fmt.Errorf("operator %s parameter %s: %w", o.spec.Name, p.Name, err)
 				}
+				if sh != nil && slices.Equal(group, sh.group) {
+					// Reduced over the ranks that split its update: each
+					// needs the sum of its piece only (ReduceScatter).
+					sh.scatter = true
+					continue
+				}
 				n.addReduce(key, group, red)
 			}
 		}
 		n.params = append(n.params, st.params...)
 	}
-	var values, grads, packed int64
+	n.gatherSend, n.gatherRecv = make([][]float32, cfg.Devices), make([][]float32, cfg.Devices)
+	var values, grads, moments, packed int64
 	for _, b := range n.buckets {
 		size := 0
 		for _, e := range b.entries {
@@ -257,10 +298,11 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		}
 		packed += int64(size)
 	}
-	for _, p := range n.params {
+	for i, p := range n.params {
 		values += int64(p.Value.Len())
 		if p.Trainable {
 			grads += int64(p.Value.Len())
+			moments += int64(n.view[i].Value.Len())
 		}
 	}
 	for _, r := range []struct {
@@ -269,10 +311,12 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	}{
 		{cfg.Model + " parameters", 4 * values},
 		{cfg.Model + " gradients", 4 * grads},
-		// Momentum keeps one moment per gradient element; the trainer
-		// reserves the same under the same name.
-		{"optimizer moments", 4 * grads},
+		// Momentum keeps one moment per element it updates (this rank's
+		// pieces with the parallel optimizer); the trainer reserves the
+		// same under the same name.
+		{"optimizer moments", 4 * moments},
 		{"gradient reduction buffers", 4 * packed},
+		{"gradient reduce-scatter buffers", 4 * int64(n.scatterLen())},
 	} {
 		if err := n.dev.Reserve(r.what, r.bytes); err != nil {
 			return err
@@ -341,8 +385,11 @@ func (n *Net) buildLayer(o opDef, ol *parallel.OpLayout) (nn.Layer, error) {
 }
 
 // Params returns this rank's slices of every parameter, in the
-// stand_alone model's order with its names; Trainable as there.
-func (n *Net) Params() []*nn.Param { return n.params }
+// stand_alone model's order with its names; Trainable as there. With the
+// parallel optimizer a parameter whose update is split across ranks is
+// this rank's piece of its slice (PieceBoxes): what the optimizer updates
+// and a checkpoint holds.
+func (n *Net) Params() []*nn.Param { return n.view }
 
 // Device returns the rank's simulated device.
 func (n *Net) Device() *nn.Device { return n.dev }
@@ -367,8 +414,8 @@ func (n *Net) OpLayouts() []*parallel.OpLayout {
 // ranks), for integrated_save. All ranks call it. Each slice is sent by
 // the lowest rank holding it.
 func (n *Net) Gather(ctx context.Context, root int) (map[string][]float32, error) {
-	values := make(map[string][]float32, len(n.params))
-	for _, p := range n.params {
+	values := make(map[string][]float32, len(n.view))
+	for _, p := range n.view {
 		values[p.Name] = p.Value.Data()
 	}
 	return n.GatherSlices(ctx, root, values)
@@ -386,15 +433,25 @@ func (n *Net) GatherSlices(ctx context.Context, root int, local map[string][]flo
 	}
 	names := slices.Sorted(maps.Keys(local))
 	layouts := make(map[string]parallel.Layout, len(names))
+	pieces := map[string][]parallel.Box{} // optimizer-sharded: each rank's piece
 	for _, name := range names {
+		param := name
 		l, ok := n.layouts[name]
 		if !ok {
-			l, ok = n.layouts[strings.TrimPrefix(name, "moments.")]
+			param = strings.TrimPrefix(name, "moments.")
+			l, ok = n.layouts[param]
 		}
 		if !ok {
 			return nil, fmt.Errorf("%w: gather %s: no parameter has that name", ErrConfig, name)
 		}
 		layouts[name] = l
+		if i := slices.IndexFunc(n.optShards, func(s *optShard) bool { return s.full.Name == param }); i >= 0 {
+			b, err := n.optShards[i].layout.Boxes(l.Shape)
+			if err != nil {
+				return nil, fmt.Errorf("gather %s: %w", name, err)
+			}
+			pieces[name] = b
+		}
 	}
 	type part struct {
 		name string
@@ -408,6 +465,9 @@ func (n *Net) GatherSlices(ctx context.Context, root int, local map[string][]flo
 			b, err := layouts[name].Box(r)
 			if err != nil {
 				return nil, fmt.Errorf("gather %s: %w", name, err)
+			}
+			if p, ok := pieces[name]; ok {
+				b = p[r]
 			}
 			if slices.ContainsFunc(seen, func(s parallel.Box) bool { return slices.Equal(s.Offset, b.Offset) }) {
 				continue

@@ -96,6 +96,9 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	if err != nil {
 		return 0, err
 	}
+	if err := n.gatherWeights(ctx); err != nil {
+		return 0, err
+	}
 	logits, _, err := n.forward(ctx, p, x, true)
 	if err != nil {
 		return 0, err
@@ -120,6 +123,9 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 		return 0, err
 	}
 	if err := n.reduceParams(ctx); err != nil {
+		return 0, err
+	}
+	if err := n.reduceScatter(ctx); err != nil {
 		return 0, err
 	}
 	return float32(loss / float64(p.global)), nil
@@ -210,6 +216,9 @@ func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, er
 	}
 	p, err := n.passFor(x.Dim(0))
 	if err != nil {
+		return nil, err
+	}
+	if err := n.gatherWeights(ctx); err != nil {
 		return nil, err
 	}
 	_, out, err := n.forward(ctx, p, x, false)

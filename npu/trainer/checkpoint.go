@@ -89,6 +89,11 @@ type RestoreOptions struct {
 	// is then cut to Rank's slice.
 	Layouts map[string]parallel.Layout
 	Rank    int
+	// Pieces, for a network trained with the parallel optimizer, are the
+	// boxes of the whole tensors Rank updates and checkpoints (its piece of
+	// its slice), by parameter name: a whole tensor (or moment) of such a
+	// parameter is cut to that box instead of the layout's slice.
+	Pieces map[string]parallel.Box
 	// Recut, when non-nil, is called with the name of every tensor that
 	// was cut from a whole tensor to Rank's slice (a checkpoint not laid
 	// out for this job), so that the caller can say so.
@@ -116,7 +121,15 @@ func Restore(m Parameterized, tensors []ckpt.Tensor, opts RestoreOptions) error 
 			if !ok || sameDims(t.Dims, slices[name]) {
 				continue
 			}
-			cut, err := wholeToSlice(t, l, opts.Rank, slices[name])
+			box, err := l.Box(opts.Rank)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+				continue
+			}
+			if b, ok := pieceOf(opts.Pieces, name); ok {
+				box = b
+			}
+			cut, err := wholeToSlice(t, l, box, slices[name])
 			switch {
 			case errors.Is(err, errNotWhole):
 				// Restore reports the shape below.

@@ -135,19 +135,34 @@ func shapeLen(shape []int) int {
 // slice nor the whole tensor.
 var errNotWhole = errors.New("neither this rank's slice nor the whole tensor")
 
-// wholeToSlice returns this rank's slice of t when t holds the whole tensor
-// of a parameter laid out by l, so that a whole checkpoint (integrated, or
-// from stand_alone) starts any layout.
-func wholeToSlice(t ckpt.Tensor, l parallel.Layout, rank int, sliceShape []int) (ckpt.Tensor, error) {
+// pieceOf returns the optimizer piece of a parameter or of its moment.
+func pieceOf(pieces map[string]parallel.Box, name string) (parallel.Box, bool) {
+	if b, ok := pieces[name]; ok {
+		return b, true
+	}
+	if p, ok := trimMoments(name); ok {
+		b, ok := pieces[p]
+		return b, ok
+	}
+	return parallel.Box{}, false
+}
+
+// pieceBoxer is a sharded network trained with the parallel optimizer:
+// some of its Params are pieces of the rank's slices (shard.Net).
+type pieceBoxer interface {
+	PieceBoxes() map[string]parallel.Box
+}
+
+// wholeToSlice returns the part box of t when t holds the whole tensor of
+// a parameter laid out by l (this rank's slice, or its optimizer piece),
+// so that a whole checkpoint (integrated, or from stand_alone) starts any
+// layout.
+func wholeToSlice(t ckpt.Tensor, l parallel.Layout, box parallel.Box, sliceShape []int) (ckpt.Tensor, error) {
 	if !sameDims(t.Dims, l.Shape) || t.DType != ckpt.DTypeFloat32 {
 		return t, errNotWhole
 	}
-	box, err := l.Box(rank)
-	if err != nil {
-		return t, err
-	}
 	if !slices.Equal(box.Shape, sliceShape) {
-		return t, fmt.Errorf("%w: rank %d's box %v, the network's slice %v", ErrMismatch, rank, box.Shape, sliceShape)
+		return t, fmt.Errorf("%w: this rank's box %v, the network's slice %v", ErrMismatch, box.Shape, sliceShape)
 	}
 	v, err := t.Float32s()
 	if err != nil {

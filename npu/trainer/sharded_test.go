@@ -51,7 +51,8 @@ func TestSliceAndPlaceRoundTrip(t *testing.T) {
 func TestWholeToSlice(t *testing.T) {
 	l := parallel.Layout{DeviceMatrix: []int{2, 2}, TensorMap: []int{-1, 0}, Shape: []int{2, 4}}
 	whole, _ := ckpt.NewFloat32("fc.weight", []int64{2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
-	cut, err := wholeToSlice(whole, l, 3, []int{2, 2})
+	box3, _ := l.Box(3)
+	cut, err := wholeToSlice(whole, l, box3, []int{2, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,16 @@ func TestWholeToSlice(t *testing.T) {
 		t.Errorf("rank 3's slice %v %v, want [3 4 7 8] of [2 2]", v, cut.Dims)
 	}
 	other, _ := ckpt.NewFloat32("fc.weight", []int64{4, 2}, make([]float32, 8))
-	if _, err := wholeToSlice(other, l, 0, []int{2, 2}); !errors.Is(err, errNotWhole) {
+	box0, _ := l.Box(0)
+	if _, err := wholeToSlice(other, l, box0, []int{2, 2}); !errors.Is(err, errNotWhole) {
 		t.Errorf("a [4 2] tensor for a [2 4] parameter: %v", err)
+	}
+	// An optimizer piece: rank 3's slice cut along dimension 0 in two,
+	// the second row.
+	piece := parallel.Box{Offset: []int{1, 2}, Shape: []int{1, 2}}
+	if cut, err := wholeToSlice(whole, l, piece, []int{1, 2}); err != nil {
+		t.Fatal(err)
+	} else if v, _ := cut.Float32s(); !slices.Equal(v, []float32{7, 8}) {
+		t.Errorf("rank 3's optimizer piece %v, want [7 8]", v)
 	}
 }

@@ -195,6 +195,9 @@ func (j *training) restoreStart(ctx context.Context) error {
 	restoreOpts := func(o RestoreOptions) RestoreOptions {
 		if sn, ok := j.net.(*shardedNet); ok {
 			o.Layouts, o.Rank = sn.Layouts(), cfg.Rank
+			if pb, ok := sn.ShardedNet.(pieceBoxer); ok {
+				o.Pieces = pb.PieceBoxes()
+			}
 		}
 		return o
 	}

@@ -68,10 +68,13 @@ func (p *Plan) Fits() bool { return p.PeakMemory <= p.Machine.Memory }
 // operators s does not name run data parallel, so an empty strategy is
 // pure data parallel. The plan is returned even when it does not fit the
 // device memory (see [Plan.Fits]).
-func Evaluate(g parallel.Graph, s parallel.Strategy, devices int, m Machine) (*Plan, error) {
+func Evaluate(g parallel.Graph, s parallel.Strategy, devices int, m Machine, opts ...Option) (*Plan, error) {
 	p, err := newPricer(g, devices, m)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o(p)
 	}
 	ols, err := g.Shard(s, devices)
 	if err != nil {
@@ -84,6 +87,9 @@ func Evaluate(g parallel.Graph, s parallel.Strategy, devices int, m Machine) (*P
 // by several operators is charged (memory, gradient reduction) to the
 // first of them only.
 type pricer struct {
+	// optShard is the parallel optimizer's shard size: -1 when it is
+	// off, 0 for each parameter's whole data-parallel group.
+	optShard  int
 	g         parallel.Graph
 	devices   int
 	m         Machine
@@ -112,7 +118,7 @@ func newPricer(g parallel.Graph, devices int, m Machine) (*pricer, error) {
 	if len(g.Ops) == 0 {
 		return nil, fmt.Errorf("%w: %s has no operators", ErrGraph, g.Model)
 	}
-	p := &pricer{g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
+	p := &pricer{optShard: -1, g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
 		spreads: map[string]*spread{}, byBoxes: map[string]*spread{}, transfers: map[[2]*spread]Transfer{}}
 	for i, o := range g.Ops {
 		if len(o.Inputs) == 0 {
@@ -161,6 +167,56 @@ func (p *pricer) group(l parallel.Layout, axes []int) (group, error) {
 	}
 	p.groups[key] = g
 	return g, nil
+}
+
+// Option changes how a plan is priced.
+type Option func(*pricer)
+
+// ParallelOptimizer prices the parallel optimizer (MindSpore's
+// enable_parallel_optimizer) with optimizer_weight_shard_size size (0:
+// each parameter's whole data-parallel group): a parameter repeated on
+// several ranks keeps only its piece of the momentum on each, when its
+// slice's dimension 0 divides into the pieces, as npu/shard runs it.
+func ParallelOptimizer(size int) Option {
+	return func(p *pricer) { p.optShard = max(size, 0) }
+}
+
+// optPieces returns how many pieces the parallel optimizer splits the
+// update of a parameter laid out by l into: 1 when it is off or leaves the
+// parameter whole.
+func (p *pricer) optPieces(l parallel.Layout) (int, error) {
+	if p.optShard < 0 {
+		return 1, nil
+	}
+	shape, err := l.SliceShape()
+	if err != nil {
+		return 0, err
+	}
+	slicesOf := 1 // distinct slices: the rest of the devices repeat them
+	for k, m := range l.TensorMap {
+		if m >= 0 {
+			slicesOf *= l.Shape[k] / shape[k]
+		}
+	}
+	repeats := l.Devices() / slicesOf
+	size := p.optShard
+	if size == 0 || size > repeats {
+		size = repeats
+	}
+	if size < 2 || repeats%size != 0 || len(shape) == 0 || shape[0]%size != 0 {
+		return 1, nil
+	}
+	return size, nil
+}
+
+// groupSize returns the number of ranks of a reduction over axes of l's
+// device matrix.
+func groupSize(l parallel.Layout, axes []int) int {
+	n := 1
+	for _, a := range axes {
+		n *= l.DeviceMatrix[a]
+	}
+	return n
 }
 
 func sliceBytes(l parallel.Layout) (int64, error) {
@@ -224,8 +280,23 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		if err != nil {
 			return err
 		}
-		c.ParamMemory += 3 * bytes // value, gradient, momentum
-		keep("parameter "+t.Name, 3*bytes)
+		pieces, err := p.optPieces(l)
+		if err != nil {
+			return err
+		}
+		held := 2*bytes + bytes/int64(pieces) // value, gradient, momentum (this rank's piece)
+		if len(axes) > 0 {
+			// npu/shard packs the gradients it all-reduces into a buffer of
+			// their own; one reduce-scattered over the ranks that split
+			// its update needs room for the others' parts of its piece.
+			if g := groupSize(l, axes); pieces > 1 && g == pieces {
+				held += bytes / int64(pieces) * int64(pieces-1)
+			} else {
+				held += bytes
+			}
+		}
+		c.ParamMemory += held
+		keep("parameter "+t.Name, held)
 		key := fmt.Sprint(axes)
 		if _, ok := fused[key]; !ok {
 			fusedOrder = append(fusedOrder, key)

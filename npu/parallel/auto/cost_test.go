@@ -133,8 +133,9 @@ func TestEvaluateSeedsNet(t *testing.T) {
 		if want := 1.5*weight/1e10 + 0.0005; !near(fc.CommSeconds, want) || fc.Collectives != 1 || fc.CommBytes != int64(1.5*weight) {
 			t.Errorf("matmul comm %v s %d bytes %d calls, want %v s", fc.CommSeconds, fc.CommBytes, fc.Collectives, want)
 		}
-		// Weight, its gradient and momentum; the 8×128 output; the 8×512 batch.
-		if want := int64(3*weight + 8*128*4 + 8*512*4); fc.Memory != want {
+		// Weight, its gradient, momentum and reduction buffer; the 8×128
+		// output; the 8×512 batch.
+		if want := int64(4*weight + 8*128*4 + 8*512*4); fc.Memory != want {
 			t.Errorf("matmul memory %d, want %d", fc.Memory, want)
 		}
 		if want := 2.0 * 32 * 128 / 4 / 1e12; !near(red.ComputeSeconds, want) || red.CommSeconds != 0 || red.Memory != 8*4 {
@@ -203,8 +204,9 @@ func TestSharedParameterCountedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Ops[0].ParamMemory != 3*64*64*4 || p.Ops[1].ParamMemory != 0 {
-		t.Errorf("parameter memory %d and %d, want %d and 0", p.Ops[0].ParamMemory, p.Ops[1].ParamMemory, 3*64*64*4)
+	// Value, gradient, momentum and the buffer its gradient is reduced in.
+	if p.Ops[0].ParamMemory != 4*64*64*4 || p.Ops[1].ParamMemory != 0 {
+		t.Errorf("parameter memory %d and %d, want %d and 0", p.Ops[0].ParamMemory, p.Ops[1].ParamMemory, 4*64*64*4)
 	}
 	for _, st := range Candidates(b, 4, sharedParams(g)) {
 		if !slices.Equal(st[1], []int{1, 1}) {

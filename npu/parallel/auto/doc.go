@@ -32,9 +32,11 @@
 //     backward: the bytes each rank must receive, from the intersections
 //     of its new box with the boxes of the old layout (AllGather, split and
 //     AllToAll are all cases of it), at the speed of the slowest link used;
-//   - memory: the parameter slices three times (value, gradient, momentum),
-//     the output slice kept for the backward pass, and the slice of the
-//     input batch and labels read.
+//   - memory: the parameter slices three times (value, gradient, momentum;
+//     with the parallel optimizer only this rank's piece of the momentum),
+//     four times when the gradient is reduced across ranks (npu/shard packs
+//     it into a reduction buffer), the output slice kept for the backward
+//     pass, and the slice of the input batch and labels read.
 //
 // Step time is the sum over operators; communication is not overlapped
 // with computation. Peak memory is the sum of every operator's memory (all

@@ -36,10 +36,13 @@ type point struct {
 // memory, by dynamic programming along the chain (see the package
 // documentation). It fails with ErrNoFit, naming the largest consumer,
 // when even the strategy that needs the least memory does not fit.
-func Search(g parallel.Graph, devices int, m Machine) (*Plan, error) {
+func Search(g parallel.Graph, devices int, m Machine, opts ...Option) (*Plan, error) {
 	p, err := newPricer(g, devices, m)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range opts {
+		o(p)
 	}
 	whole := sharedParams(g)
 	cands := make([][]candidate, len(g.Ops))

@@ -47,13 +47,14 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 	if known("mode", "full_batch") && w.FullBatch && !w.Mode.Sharded() {
 		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
 	}
+	out = append(out, optimizerProblems(w, cluster, known)...)
 	if known("mode", "model") {
 		if err := shard.CheckModelMode(w.Model, w.Mode); err != nil {
 			out = append(out, plugins.Problem{Path: "/model", Message: err.Error()})
 		}
 	}
 	if known("mode", "model", "pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage", "batch_size",
-		"grad_accumulation_step") {
+		"grad_accumulation_step", "parallel_optimizer") {
 		out = append(out, pipelineProblems(w, cluster.Devices)...)
 	}
 	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch", "pipeline_stages", "micro_size") || w.Mode != parallel.SemiAutoParallel {
@@ -84,6 +85,11 @@ func pipelineProblems(w With, devices int) []plugins.Problem {
 		return []plugins.Problem{{Path: "/pipeline_stages", Message: fmt.Sprintf("pipeline_stages is for modes semi_auto_parallel and auto_parallel (a strategy-free semi_auto_parallel stage runs data parallel), not %s", w.Mode)}}
 	}
 	var out []plugins.Problem
+	if w.ParallelOptimizer {
+		// Not tried together yet: the optimizer's shards would live in each
+		// stage group.
+		out = append(out, plugins.Problem{Path: "/parallel_optimizer", Message: "parallel_optimizer with pipeline_stages is not supported yet"})
+	}
 	if w.GradAccumulation > 1 {
 		out = append(out, plugins.Problem{Path: "/grad_accumulation_step", Message: "with pipeline_stages, micro_size splits each step into micro-batches: leave grad_accumulation_step out"})
 	}
@@ -103,6 +109,31 @@ func pipelineProblems(w With, devices int) []plugins.Problem {
 	micro := max(w.MicroSize, 1)
 	if batch := w.BatchSize * devices / k; batch%micro != 0 {
 		out = append(out, plugins.Problem{Path: "/micro_size", Message: fmt.Sprintf("micro_size %d does not divide the global batch of %d (batch_size %d × %d devices per stage)", micro, batch, w.BatchSize, devices/k)})
+	}
+	return out
+}
+
+// optimizerProblems checks the parallel optimizer's options: the modes
+// it runs in, a shard size only with it, and a shard size that divides the
+// device count (each parameter's data-parallel group is a divisor of it;
+// a group the size does not divide fails when the network is laid out,
+// naming the parameter).
+func optimizerProblems(w With, cluster plugins.Cluster, known func(...string) bool) []plugins.Problem {
+	var out []plugins.Problem
+	if known("mode", "parallel_optimizer") && w.ParallelOptimizer {
+		switch w.Mode {
+		case parallel.StandAlone, parallel.HybridParallel:
+			out = append(out, plugins.Problem{Path: "/parallel_optimizer", Message: fmt.Sprintf("parallel_optimizer splits the update over data-parallel ranks: it is for data_parallel, semi_auto_parallel and auto_parallel, not %s", w.Mode)})
+		}
+	}
+	if !known("parallel_optimizer", "optimizer_weight_shard_size") || w.OptimizerShardSize == 0 {
+		return out
+	}
+	switch {
+	case !w.ParallelOptimizer:
+		out = append(out, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: "optimizer_weight_shard_size needs parallel_optimizer: true"})
+	case cluster.Devices > 0 && cluster.Devices%w.OptimizerShardSize != 0:
+		out = append(out, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: fmt.Sprintf("optimizer_weight_shard_size %d does not divide the stage's %d devices (it splits each parameter over that many of its data-parallel ranks)", w.OptimizerShardSize, cluster.Devices)})
 	}
 	return out
 }

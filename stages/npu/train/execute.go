@@ -88,6 +88,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
 		Memory: cfg.DeviceMemory, Devices: devices,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
+		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 	})
 	if err != nil {
 		return job.Config{}, nil, err
@@ -117,6 +118,7 @@ func resolve(w With) (job.Config, error) {
 	}
 	return job.Config{
 		Model: w.Model, Mode: w.Mode, FullBatch: w.FullBatch, DeviceMemory: memory,
+		ParallelOptimizer: w.ParallelOptimizer, OptimizerShardSize: w.OptimizerShardSize,
 		DataDir: w.Data, Epochs: w.Epochs, BatchSize: w.BatchSize, GradAccumulation: w.GradAccumulation,
 		LearningRate: w.LearningRate, Momentum: w.Momentum, WeightDecay: w.WeightDecay,
 		Schedule: w.LRSchedule, WarmupEpochs: w.WarmupEpochs, Seed: uint64(w.Seed),

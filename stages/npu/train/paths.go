@@ -28,7 +28,7 @@ func checkSaveFile(w With) []plugins.Problem {
 // the strategy file goes ("" when the job saves none).
 func checkWrites(jobDir string, w With, devices int) (string, error) {
 	path := ""
-	if job.UsesEngine(w.Model, w.Mode) && devices > 1 {
+	if (job.UsesEngine(w.Model, w.Mode) || w.ParallelOptimizer) && devices > 1 {
 		name := w.StrategySaveFile
 		if name == "" {
 			name = defaultStrategyFile

@@ -33,6 +33,12 @@ func TestRefusals(t *testing.T) {
 			map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 3}}}}, false},
 		{"hybrid_net elsewhere", "/model", "it runs in mode hybrid_parallel",
 			map[string]any{"mode": "semi_auto_parallel", "model": "hybrid_net"}, true},
+		{"parallel_optimizer in hybrid_parallel", "/parallel_optimizer", "for data_parallel, semi_auto_parallel and auto_parallel, not hybrid_parallel",
+			map[string]any{"mode": "hybrid_parallel", "model": "hybrid_net", "parallel_optimizer": true}, true},
+		{"shard size without the parallel optimizer", "/optimizer_weight_shard_size", "optimizer_weight_shard_size needs parallel_optimizer: true",
+			map[string]any{"mode": "data_parallel", "optimizer_weight_shard_size": 2}, true},
+		{"shard size not dividing the devices", "/optimizer_weight_shard_size", "optimizer_weight_shard_size 3 does not divide the stage's 2 devices",
+			map[string]any{"mode": "data_parallel", "parallel_optimizer": true, "optimizer_weight_shard_size": 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			problems := validate(t, withBlock(dataDir, tc.with))
@@ -52,6 +58,10 @@ func TestRefusals(t *testing.T) {
 			}
 		})
 	}
+	problems := validate(t, withBlock(dataDir, map[string]any{"mode": "stand_alone", "parallel_optimizer": true}))
+	if len(problems) != 1 || problems[0].Path != "/parallel_optimizer" || !strings.Contains(problems[0].Message, "not stand_alone") {
+		t.Errorf("parallel_optimizer in stand_alone: problems %+v, want one at /parallel_optimizer", problems)
+	}
 	for _, mode := range []string{"stand_alone", "data_parallel", "semi_auto_parallel", "auto_parallel", "hybrid_parallel"} {
 		if problems := validate(t, withBlock(dataDir, map[string]any{"mode": mode})); len(problems) != 0 {
 			t.Errorf("mode %s: problems %+v, want none", mode, problems)
@@ -63,12 +73,12 @@ func TestRefusals(t *testing.T) {
 // units and refuses anything else at validation.
 func TestValidateDeviceMemory(t *testing.T) {
 	dataDir := t.TempDir()
-	for _, ok := range []string{"32GiB", "1.5GiB", "512MiB", "1MiB", "1024TiB", "1048576", "2097152B", "4096KiB"} {
+	for _, ok := range []string{"32GiB", "1.5GiB", "512MiB", "1MiB", "1024TiB", "1048576", "2097152B", "4096KiB", "32GB"} {
 		if problems := validate(t, withBlock(dataDir, map[string]any{"device_memory": ok})); len(problems) != 0 {
 			t.Errorf("device_memory %q: problems %+v, want none", ok, problems)
 		}
 	}
-	for _, bad := range []string{"lots", "100KiB", "32GB", "-1GiB", "2048TiB", "1048575", "GiB", " "} {
+	for _, bad := range []string{"lots", "100KiB", "1.5B", "-1GiB", "2048TiB", "1048575", "GiB", " "} {
 		problems := validate(t, withBlock(dataDir, map[string]any{"device_memory": bad}))
 		if len(problems) != 1 || problems[0].Path != "/device_memory" || !strings.Contains(problems[0].Message, "want a size from 1MiB to 1024TiB") {
 			t.Errorf("device_memory %q: problems %+v, want one at /device_memory", bad, problems)

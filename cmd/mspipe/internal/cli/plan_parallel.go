@@ -13,7 +13,7 @@ import (
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
-var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory",
+var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size",
 	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage"}
 
 // planParallel prints, for every npu/train stage that splits its network,
@@ -29,7 +29,8 @@ func planParallel(w io.Writer, p *spec.Pipeline) {
 		if err := s.With.Decode(&raw); err != nil {
 			continue
 		}
-		if mode, _ := raw["mode"].(string); !splitsNetwork(mode) {
+		// The parallel optimizer splits the update even in data_parallel.
+		if mode, _ := raw["mode"].(string); !splitsNetwork(mode) && raw["parallel_optimizer"] != true {
 			continue
 		}
 		fmt.Fprintf(w, "\nparallel plan of %s:\n", s.ID)
@@ -95,6 +96,8 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Micro        int               `json:"micro_size"`
 		Schedule     string            `json:"pipeline_schedule"`
 		StageOf      map[string]int    `json:"pipeline_stage"`
+		ParallelOpt  bool              `json:"parallel_optimizer"`
+		OptShardSize int               `json:"optimizer_weight_shard_size"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -111,5 +114,6 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
 		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
 		PipelineStages: with.Stages, MicroSize: with.Micro, PipelineSchedule: with.Schedule, PipelineStage: with.StageOf,
+		ParallelOptimizer: with.ParallelOpt, OptimizerShardSize: with.OptShardSize,
 	}, nil
 }
