@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
 	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/spec"
 )
 
@@ -38,72 +42,197 @@ func cacheKey(in cacheKeyInput) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// hashPath returns the SHA-256 of a file, or of a directory tree (relative
-// names and contents of its regular files, in sorted order), so a path's
-// identity is its content, not its name or mtime. Only regular files are
-// read: a device, FIFO or socket (named directly or found in the tree) is
-// refused with an error naming it, since reading one may never end
-// (/dev/zero) or block forever (a FIFO without a writer). Symbolic links
-// inside a tree are not followed. Hashing stops when ctx is done.
+// digest returns the content digest of path (see pathDigest) with the
+// run's digest cache, then saves the cache. While a large path is read,
+// stage sid shows progress: a console line when it starts and ends, and
+// bytes read out of those to read in the live view and events.jsonl; what
+// names the path there ("output model").
+func (r *runner) digest(ctx context.Context, sid, what, path string) (string, error) {
+	var start time.Time
+	progress := func(done, total int64) {
+		ev := plugins.ProgressEvent{Done: done, Total: total, Unit: "bytes", Message: "hashing " + what}
+		if start.IsZero() {
+			start = time.Now()
+			r.log.Info().Str("event", "hashing").Str("stage", sid).Str("path", path).Int64("bytes", total).
+				Msgf("[%s] hashing %s (%s to read): %s", sid, what, bytesize.Format(total), path)
+		}
+		r.events.Info().Str("stage", sid).Str("event", "progress").Int64("done", done).Int64("total", total).Str("unit", ev.Unit).Msg(ev.Message)
+		if r.e.Progress != nil {
+			r.e.Progress.Progress(sid, ev)
+		}
+		if done == total {
+			r.log.Info().Str("event", "hashed").Str("stage", sid).Str("path", path).Int64("bytes", total).
+				Msgf("[%s] hashed %s: %s in %s", sid, what, bytesize.Format(total), dur(time.Since(start).Seconds()))
+		}
+	}
+	h, err := pathDigest(ctx, path, r.digests, progress)
+	if serr := r.digests.save(); serr != nil {
+		r.log.Warn().Str("event", "digest_cache_not_saved").Err(serr).Msgf("%v (later runs hash their outputs again)", serr)
+	}
+	return h, err
+}
+
+// hashPath is pathDigest without a digest cache or progress.
 func hashPath(ctx context.Context, path string) (string, error) {
+	return pathDigest(ctx, path, nil, nil)
+}
+
+// pathDigest returns the content digest of a file (the SHA-256 of its
+// bytes, as sha256sum prints it) or of a directory tree (the SHA-256 of
+// the sorted list of its regular files' relative names, digests and
+// sizes), so a path's identity is its content, not its name or mtime.
+// Only regular files are read: a device, FIFO or socket (named directly or
+// found in the tree) is refused with an error naming it, since reading one
+// may never end (/dev/zero) or block forever (a FIFO without a writer).
+// Symbolic links inside a tree are not followed. Files whose stat matches
+// an entry of digests are not read (see digestCache); progress, when not
+// nil, is told the bytes read so far out of those to read. Hashing stops
+// when ctx is done.
+func pathDigest(ctx context.Context, path string, digests *digestCache, progress func(done, total int64)) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
+	var files []hashItem
 	if !st.IsDir() {
-		if err := hashFile(ctx, h, path); err != nil {
-			return "", err
-		}
-		return hex.EncodeToString(h.Sum(nil)), nil
-	}
-	var files []string
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		files = []hashItem{{path: path, info: st, size: -1}}
+	} else {
+		err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			switch t := d.Type(); {
+			case t.IsRegular():
+				info, err := d.Info()
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(path, p)
+				files = append(files, hashItem{path: p, rel: filepath.ToSlash(rel), info: info, size: -1})
+			case t&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0:
+				return fmt.Errorf("%s is %s, %w", p, fileKind(t), userfile.ErrNotRegular)
+			}
+			return nil
+		})
 		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		switch t := d.Type(); {
-		case t.IsRegular():
-			files = append(files, p)
-		case t&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket) != 0:
-			return fmt.Errorf("%s is %s, %w", p, fileKind(t), userfile.ErrNotRegular)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		rel, _ := filepath.Rel(path, f)
-		fmt.Fprintf(h, "%s\x00", filepath.ToSlash(rel))
-		if err := hashFile(ctx, h, f); err != nil {
 			return "", err
 		}
+	}
+	// What the cache knows is not read; the rest is what progress counts.
+	var total int64
+	var toRead []statKey
+	for i := range files {
+		f := &files[i]
+		key, err := fileStatKey(f.info)
+		if err == nil {
+			f.digest, _ = digests.lookup(f.path, key)
+		}
+		if f.digest == "" {
+			total += f.info.Size()
+			toRead = append(toRead, key)
+		}
+	}
+	// A file written a moment ago (a stage's output) is read once its
+	// times can show a later write, so that its digest can be remembered.
+	digests.waitRacy(ctx, toRead)
+	counter := &progressCounter{total: total, report: progress}
+	for i := range files {
+		f := &files[i]
+		if f.digest != "" {
+			continue
+		}
+		if f.digest, f.size, err = fileDigest(ctx, f.path, digests, counter); err != nil {
+			return "", err
+		}
+	}
+	counter.finish()
+	if !st.IsDir() {
+		return files[0].digest, nil
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].rel < files[j].rel })
+	h := sha256.New()
+	for _, f := range files {
+		size := f.size
+		if size < 0 {
+			size = f.info.Size() // a cache hit: the size is part of its key
+		}
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", f.rel, f.digest, size)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// hashFile writes the content of the regular file at path and its length
-// to w.
-func hashFile(ctx context.Context, w io.Writer, path string) error {
-	f, _, err := userfile.Open(path)
+// hashItem is one regular file of a path being hashed.
+type hashItem struct {
+	path, rel string // rel: slash-separated, within the tree ("" for a file)
+	info      fs.FileInfo
+	digest    string
+	size      int64 // bytes read; -1 until read
+}
+
+// fileDigest reads the regular file at path and returns the SHA-256 of its
+// bytes and their count, remembering the digest in digests when the file
+// did not change while it was read.
+func fileDigest(ctx context.Context, path string, digests *digestCache, counter *progressCounter) (string, int64, error) {
+	start := time.Now()
+	f, before, err := userfile.Open(path)
 	if errors.Is(err, userfile.ErrNotRegular) {
-		return fmt.Errorf("%s %w", path, err)
+		return "", 0, fmt.Errorf("%s %w", path, err)
 	}
 	if err != nil {
-		return err
+		return "", 0, err
 	}
 	defer f.Close()
-	n, err := userfile.Copy(ctx, w, f)
+	h := sha256.New()
+	n, err := userfile.Copy(ctx, io.MultiWriter(h, counter), f)
 	if err != nil {
-		return fmt.Errorf("hash %s: %w", path, err)
+		return "", 0, fmt.Errorf("hash %s: %w", path, err)
 	}
-	fmt.Fprintf(w, "\x00%d\x00", n)
-	return nil
+	digest := hex.EncodeToString(h.Sum(nil))
+	after, err := f.Stat()
+	if err != nil {
+		return digest, n, nil
+	}
+	k0, err0 := fileStatKey(before)
+	k1, err1 := fileStatKey(after)
+	if err0 == nil && err1 == nil && k0 == k1 && k1.Size == n {
+		digests.remember(path, k1, digest, start)
+	}
+	return digest, n, nil
+}
+
+// progressCounter counts the bytes hashed and reports them at most every
+// progressEvery, and once at the end, when there are at least
+// progressMinBytes to hash: smaller outputs take less time than a glance.
+type progressCounter struct {
+	total, done int64
+	report      func(done, total int64)
+	last        time.Time
+	reported    bool
+}
+
+const (
+	progressMinBytes = 64 << 20
+	progressEvery    = 250 * time.Millisecond
+)
+
+func (c *progressCounter) Write(p []byte) (int, error) {
+	c.done += int64(len(p))
+	if c.report != nil && c.total >= progressMinBytes && time.Since(c.last) >= progressEvery {
+		c.last = time.Now()
+		c.reported = true
+		c.report(min(c.done, c.total), c.total)
+	}
+	return len(p), nil
+}
+
+// finish reports the end of a hash whose progress was shown.
+func (c *progressCounter) finish() {
+	if c.reported {
+		c.report(c.total, c.total)
+	}
 }
 
 // fileKind names the type of a special file for messages.
@@ -135,7 +264,7 @@ func (r *runner) cacheKey(ctx context.Context, s *spec.Stage, sc *spec.Scope, id
 func (r *runner) cacheKeyInput(ctx context.Context, s *spec.Stage, sc *spec.Scope, ident string, with map[string]any) (cacheKeyInput, error) {
 	in := cacheKeyInput{Plugin: ident, With: with, Devices: sc.Cluster.Devices, Inputs: map[string]string{}}
 	if sc.Cluster.RankTable != "" {
-		h, err := hashPath(ctx, sc.Cluster.RankTable)
+		h, err := r.digest(ctx, s.ID, "rank table", sc.Cluster.RankTable)
 		if err != nil {
 			return in, fmt.Errorf("rank table: %w", err)
 		}
@@ -166,7 +295,7 @@ func (r *runner) cacheKeyInput(ctx context.Context, s *spec.Stage, sc *spec.Scop
 			return nil
 		}
 		// A path naming nothing (yet) has no content to key on.
-		h, err := hashPath(ctx, r.p.Resolve(path))
+		h, err := r.digest(ctx, s.ID, key, r.p.Resolve(path))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -235,7 +364,7 @@ type cacheHit struct {
 // plugin): the reason `plan` gives for running a stage again. Nil when
 // there is none.
 func (r *runner) pluginChanged(in cacheKeyInput) *pluginChange {
-	runs, _ := r.e.Store.List()
+	runs := r.runs.list()
 	keys := map[string]string{} // an earlier identity -> the key in would have had with it
 	for _, run := range runs {
 		if run.ID == r.st.ID {
@@ -270,8 +399,8 @@ type pluginChange struct {
 // run.json cannot be read are not candidates. Without a hit, refused says
 // why the last candidate with these inputs was not used ("" when there
 // was none).
-func (r *runner) lookupCache(ctx context.Context, key string) (hit *cacheHit, refused string) {
-	runs, _ := r.e.Store.List()
+func (r *runner) lookupCache(ctx context.Context, sid, key string) (hit *cacheHit, refused string) {
+	runs := r.runs.list()
 	for _, run := range runs {
 		if run.ID == r.st.ID {
 			continue
@@ -280,13 +409,16 @@ func (r *runner) lookupCache(ctx context.Context, key string) (hit *cacheHit, re
 			if ss.CacheKey != key || (ss.Status != StatusSucceeded && ss.Status != StatusCached) {
 				continue
 			}
-			err := artifactsUnchanged(ctx, ss)
+			err := artifactsUnchanged(ctx, ss, func(name, path string) (string, error) {
+				return r.digest(ctx, sid, "output "+name, path)
+			})
 			if err == nil {
 				from := run.ID
 				if ss.CachedFrom != "" {
 					from = ss.CachedFrom
 				}
-				return &cacheHit{runID: from, outputs: ss.Outputs, artifacts: ss.Artifacts}, ""
+				// Copies: the states are shared by every lookup of this run.
+				return &cacheHit{runID: from, outputs: maps.Clone(ss.Outputs), artifacts: maps.Clone(ss.Artifacts)}, ""
 			}
 			refused = fmt.Sprintf("run %s had these inputs, but its %v", run.ID, err)
 		}
@@ -296,8 +428,8 @@ func (r *runner) lookupCache(ctx context.Context, key string) (hit *cacheHit, re
 
 // artifactsUnchanged returns nil when every path output of a finished
 // stage still has the content hash recorded when it was produced, else
-// why not (in words for the console).
-func artifactsUnchanged(ctx context.Context, ss *StageState) error {
+// why not (in words for the console). digest hashes a named output.
+func artifactsUnchanged(ctx context.Context, ss *StageState, digest func(name, path string) (string, error)) error {
 	names := make([]string, 0, len(ss.Artifacts))
 	for name := range ss.Artifacts {
 		names = append(names, name)
@@ -305,7 +437,7 @@ func artifactsUnchanged(ctx context.Context, ss *StageState) error {
 	sort.Strings(names)
 	for _, name := range names {
 		p, _ := ss.Outputs[name].(string)
-		got, err := hashPath(ctx, p)
+		got, err := digest(name, p)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("output %s (%s) is gone", name, p)

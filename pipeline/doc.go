@@ -48,7 +48,8 @@
 // binary digest), its resolved inputs, its cluster, its environment and the
 // content hashes of the path outputs of the stages it reads. A stage with
 // the same key that succeeded in an earlier run whose artifacts are unchanged
-// is not run again.
+// is not run again. Files are hashed through a digest cache keyed by their
+// stat (digests.go), so an unchanged multi-GB output is not read again.
 //
 // # Errors
 //

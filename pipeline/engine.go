@@ -307,7 +307,12 @@ func (e *Engine) outputsGone(ctx context.Context, st *RunState, sid string) (boo
 	if ss.Status != StatusSucceeded && ss.Status != StatusCached {
 		return false, nil
 	}
-	why := artifactsUnchanged(ctx, ss)
+	digests := storeDigests(e.Store, false)
+	why := artifactsUnchanged(ctx, ss, func(_, path string) (string, error) {
+		h, err := pathDigest(ctx, path, digests, nil)
+		_ = digests.save() // only saves time later
+		return h, err
+	})
 	if why == nil {
 		return false, nil
 	}

@@ -39,7 +39,9 @@ func (e *Engine) Plan(ctx context.Context, p *spec.Pipeline, params map[string]a
 	for _, sid := range g.Order {
 		st.Stages[sid] = &StageState{Status: StatusPending}
 	}
-	r := &runner{e: e, p: p, g: g, st: st, resolver: resolver, schemas: map[string]*spec.WithSchema{}}
+	// The plan reads the digest cache but leaves the runs directory as it was.
+	r := &runner{e: e, p: p, g: g, st: st, resolver: resolver, schemas: map[string]*spec.WithSchema{},
+		digests: storeDigests(e.Store, true), runs: newRunStates(e.Store)}
 	var out []PlannedStage
 	for _, sid := range g.Order {
 		s := p.StageByID(sid)
@@ -135,7 +137,7 @@ func (r *runner) planStage(ctx context.Context, s *spec.Stage, ss *StageState) (
 	}
 	why := noEarlierRun
 	if !r.e.NoCache {
-		hit, refused := r.lookupCache(ctx, key)
+		hit, refused := r.lookupCache(ctx, s.ID, key)
 		if hit != nil {
 			ss.Status, ss.Outputs, ss.Artifacts = StatusCached, hit.outputs, hit.artifacts
 			return "cached", "outputs of run " + hit.runID

@@ -41,6 +41,9 @@ type runner struct {
 
 	leadMu sync.Mutex
 	lead   map[string]int // per stage, the lowest rank whose steps were seen: its steps are the progress
+
+	digests *digestCache // content digests of files by their stat; nil remembers nothing
+	runs    *runStates   // the store's runs, for cache lookups
 }
 
 func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, resolver *spec.Resolver) *runner {
@@ -52,7 +55,20 @@ func newRunner(e *Engine, p *spec.Pipeline, g *Graph, dir string, st *RunState, 
 		blocked:   map[string]bool{},
 		announced: map[string]bool{},
 		lead:      map[string]int{},
+		digests:   storeDigests(e.Store, false),
+		runs:      newRunStates(e.Store),
 	}
+}
+
+// storeDigests returns the digest cache of a runs directory (nil without
+// one); a read-only one is used but never saved.
+func storeDigests(s *Store, readOnly bool) *digestCache {
+	if s == nil || s.Dir == "" {
+		return nil
+	}
+	c := newDigestCache(filepath.Join(s.Dir, digestCacheFile))
+	c.readOnly = readOnly
+	return c
 }
 
 // saveLocked writes run.json. A run whose state cannot be saved cannot be

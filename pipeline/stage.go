@@ -74,7 +74,7 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 	ss.CacheKey, ss.Plugin = key, ident
 	r.mu.Unlock()
 	if !r.e.NoCache {
-		hit, refused := r.lookupCache(ctx, key)
+		hit, refused := r.lookupCache(ctx, sid, key)
 		if hit == nil && refused != "" {
 			r.log.Info().Str("event", "cache_refused").Str("stage", sid).Msgf("[%s] not cached: %s", sid, refused)
 		}
@@ -87,6 +87,9 @@ func (r *runner) runStage(ctx context.Context, sid string) {
 			r.log.Info().Str("event", "stage_cached").Str("stage", sid).Str("status", string(ss.Status)).Str("from", hit.runID).
 				Msgf("[%s] cached: outputs of run %s", sid, hit.runID)
 			r.mu.Unlock()
+			if r.e.Progress != nil {
+				r.e.Progress.Ended(sid, StatusCached) // ends the bar of the outputs' hashing, if any
+			}
 			return
 		}
 	}
@@ -120,6 +123,7 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 	r.mu.Lock()
 	ss := r.st.Stages[sid]
 	ss.Status, ss.Started, ss.Reason = StatusRunning, &started, ""
+	ss.Attempts++ // the first attempt is recorded with the start: one save, not two
 	r.saveLocked()
 	r.events.Info().Str("event", "stage_started").Str("stage", sid).Str("uses", s.Uses).Msg("stage started")
 	r.log.Info().Str("event", "stage_started").Str("stage", sid).Str("status", string(ss.Status)).Str("uses", s.Uses).
@@ -131,11 +135,11 @@ func (r *runner) attempts(ctx context.Context, s *spec.Stage, sc *spec.Scope, wi
 	attempt := 0
 	for attempt < max(s.Retry.MaxAttempts, 1) {
 		attempt++
-		r.mu.Lock()
-		ss.Attempts++
-		r.saveLocked()
-		r.mu.Unlock()
 		if attempt > 1 {
+			r.mu.Lock()
+			ss.Attempts++
+			r.saveLocked()
+			r.mu.Unlock()
 			r.log.Warn().Str("event", "stage_retry").Str("stage", sid).Int("attempt", attempt).Int("max_attempts", s.Retry.MaxAttempts).
 				Dur("backoff", backoff).AnErr("previous", lastErr).
 				Msgf("[%s] attempt %d of %d after %s: %v", sid, attempt, s.Retry.MaxAttempts, backoff, lastErr)
@@ -380,7 +384,7 @@ func (r *runner) artifacts(ctx context.Context, s *spec.Stage, outputs map[strin
 		if !ok || p == "" {
 			continue
 		}
-		h, err := hashPath(ctx, p)
+		h, err := r.digest(ctx, s.ID, "output "+n, p)
 		if err != nil {
 			return nil, fmt.Errorf("output %s: %w", n, err)
 		}

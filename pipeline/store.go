@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -91,4 +92,78 @@ func (s *Store) Latest() (string, error) {
 		return "", fmt.Errorf("no runs in %s: %w", s.Dir, ErrRunNotFound)
 	}
 	return runs[0].ID, nil
+}
+
+// runStates lists a store's runs for cache lookups, re-reading a run's
+// run.json only when its inode, size or modification time changed since
+// the last look (every save replaces the file): each stage of a run looks
+// every earlier run up, and parsing each run.json for each stage cost
+// about 0.4 ms per earlier run per stage. Runs made or changed meanwhile,
+// by this mspipe or another, are seen at the next look.
+type runStates struct {
+	store *Store
+
+	mu   sync.Mutex
+	seen map[string]seenRun // by run id
+}
+
+// seenRun is a run.json as last read.
+type seenRun struct {
+	inode      uint64
+	size       int64
+	modifiedNs int64
+	state      *RunState
+}
+
+func newRunStates(s *Store) *runStates {
+	return &runStates{store: s, seen: map[string]seenRun{}}
+}
+
+// list returns the states of the store's runs whose run.json can be read,
+// newest first, as Store.List does. The states are shared between calls:
+// callers must not change them.
+func (rs *runStates) list() []*RunState {
+	if rs == nil || rs.store == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(rs.store.Dir)
+	if err != nil {
+		return nil
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	present := map[string]bool{}
+	var runs []*RunState
+	for _, e := range entries {
+		if !e.IsDir() || !runIDRe.MatchString(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(rs.store.Dir, e.Name())
+		info, err := os.Stat(filepath.Join(dir, "run.json"))
+		if err != nil {
+			continue
+		}
+		present[e.Name()] = true
+		cur := seenRun{inode: fileInode(info), size: info.Size(), modifiedNs: info.ModTime().UnixNano()}
+		prev, ok := rs.seen[e.Name()]
+		if !ok || cur.inode == 0 || prev.inode != cur.inode || prev.size != cur.size || prev.modifiedNs != cur.modifiedNs {
+			st, err := LoadState(dir)
+			if err != nil {
+				delete(rs.seen, e.Name())
+				continue
+			}
+			cur.state = st
+			rs.seen[e.Name()] = cur
+			prev = cur
+		}
+		observeOwner(dir, prev.state) // a live owner may have died since
+		runs = append(runs, prev.state)
+	}
+	for id := range rs.seen {
+		if !present[id] {
+			delete(rs.seen, id)
+		}
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].ID > runs[j].ID })
+	return runs
 }

@@ -85,3 +85,42 @@ func TestStoreListsRunsNewestFirst(t *testing.T) {
 		}
 	}
 }
+
+// The cache lookups' view of the store reads a run.json again only when
+// it was replaced, sees new runs and forgets removed ones.
+func TestRunStatesRereadOnlyChangedRuns(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	save := func(id string, status Status) {
+		t.Helper()
+		dir := filepath.Join(s.Dir, id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		st := &RunState{Version: stateVersion, ID: id, Status: status, Stages: map[string]*StageState{}}
+		if err := saveState(dir, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := "20261124-120000-aaaaaa", "20261124-130000-bbbbbb"
+	save(a, StatusSucceeded)
+	rs := newRunStates(s)
+	first := rs.list()
+	if len(first) != 1 || first[0].ID != a {
+		t.Fatalf("list = %v, want run %s", first, a)
+	}
+	if again := rs.list(); len(again) != 1 || again[0] != first[0] {
+		t.Errorf("an unchanged run.json was read again")
+	}
+	save(b, StatusSucceeded)
+	save(a, StatusFailed)
+	runs := rs.list()
+	if len(runs) != 2 || runs[0].ID != b || runs[1].ID != a || runs[1].Status != StatusFailed {
+		t.Fatalf("after a new run and a changed one: %d runs %v", len(runs), runs)
+	}
+	if err := os.RemoveAll(filepath.Join(s.Dir, b)); err != nil {
+		t.Fatal(err)
+	}
+	if runs := rs.list(); len(runs) != 1 || runs[0].ID != a {
+		t.Errorf("after removing run %s: %v", b, runs)
+	}
+}

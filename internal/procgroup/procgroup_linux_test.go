@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A group leader dies with the process that started it, even when that
@@ -66,4 +67,29 @@ func TestSupervisorDeathSignalIsNotIgnored(t *testing.T) {
 		}
 	}
 	t.Fatal("no SigIgn line in /proc/<pid>/status")
+}
+
+// Exited is true from a process's death until it is reaped, and false
+// while it runs.
+func TestExitedBeforeReaped(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if Exited(pid) {
+		t.Error("a running process is reported exited")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped yet: a zombie, once the kernel has ended it.
+	deadline := time.Now().Add(10 * time.Second)
+	for !Exited(pid) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !Exited(pid) {
+		t.Error("a killed process not yet reaped is not reported exited")
+	}
+	_ = cmd.Wait()
 }

@@ -8,3 +8,10 @@ func Stopped(pid int) bool {
 	state, _, ok := procStat(pid)
 	return ok && (state == 'T' || state == 't')
 }
+
+// Exited reports whether process pid has exited but has not been reaped
+// yet (a zombie): its exit status is on its way to whoever waits for it.
+func Exited(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && (state == 'Z' || state == 'X')
+}

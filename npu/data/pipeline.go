@@ -52,7 +52,21 @@ type Config struct {
 	// Mean and Std normalize each channel after Rescale: (x - Mean)/Std. The
 	// seeds' values are used as given, in channel order R, G, B.
 	Mean, Std [Channels]float32
+	// Window, when its Shape is not zero, keeps only that box of every
+	// output image (MindSpore's dataset_strategy cutting images among
+	// devices): batches hold Shape's C×H×W values per image and only they
+	// are normalized.
+	Window Window
 }
+
+// Window is a box of an output image: channels, rows and columns from
+// Offset, Shape of each.
+type Window struct {
+	Offset, Shape [3]int
+}
+
+// IsSet reports whether the window was given.
+func (w Window) IsSet() bool { return w.Shape != [3]int{} }
 
 // SeedConfig returns the seeds' create_dataset settings for one rank, with
 // Resize turned off (see Config.Resize).
@@ -102,6 +116,17 @@ func (c *Config) validate(n int) error {
 		return fmt.Errorf("%w: crop padding %d must be in [0, %d]", ErrConfig, c.CropPadding, ImageSize)
 	case c.Resize < 0 || c.Resize > 1024:
 		return fmt.Errorf("%w: resize %d must be in [0, 1024]", ErrConfig, c.Resize)
+	}
+	if c.Window.IsSet() {
+		side := ImageSize
+		if c.Resize > 0 {
+			side = c.Resize
+		}
+		for k, size := range [3]int{Channels, side, side} {
+			if o, n := c.Window.Offset[k], c.Window.Shape[k]; o < 0 || n < 1 || o+n > size {
+				return fmt.Errorf("%w: window %v+%v is outside the %dx%dx%d image", ErrConfig, c.Window.Offset, c.Window.Shape, Channels, side, side)
+			}
+		}
 	}
 	for ch, s := range c.Std {
 		if s == 0 {
@@ -159,8 +184,14 @@ func (p *Pipeline) SamplesPerEpoch() int { return p.perShard }
 // StepsPerEpoch is the number of batches per epoch.
 func (p *Pipeline) StepsPerEpoch() int { return p.steps }
 
-// ImageShape returns the C, H, W of one output image.
-func (p *Pipeline) ImageShape() (c, h, w int) { return Channels, p.side, p.side }
+// ImageShape returns the C, H, W of one output image (its window when the
+// configuration sets one).
+func (p *Pipeline) ImageShape() (c, h, w int) {
+	if win := p.cfg.Window; win.IsSet() {
+		return win.Shape[0], win.Shape[1], win.Shape[2]
+	}
+	return Channels, p.side, p.side
+}
 
 // Batch is one batch of float32 images in NCHW layout and int32 labels. A
 // Batch is allocated once at full size (NewBatch, or a caller's own Images
@@ -355,6 +386,10 @@ func (l *Loader) transform(out []float32, s sample, epoch int) {
 	if p.resizer != nil {
 		p.resizer.Resize(l.large, img)
 		img = l.large
+	}
+	if win := cfg.Window; win.IsSet() {
+		p.norm.ApplyWindow(out, img, p.side, win.Offset, win.Shape)
+		return
 	}
 	p.norm.Apply(out, img, p.side*p.side)
 }

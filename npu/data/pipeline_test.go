@@ -3,6 +3,7 @@ package data
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -404,5 +405,52 @@ func TestFillIntoCallerBuffers(t *testing.T) {
 	err = p.NewLoader().Fill(small, 0, 0)
 	if want := "invalid data config: batch buffer holds 10 values and 3 labels, need 9216 (3 images of 3x32x32)"; err == nil || err.Error() != want {
 		t.Errorf("small buffer: %v, want %q", err, want)
+	}
+}
+
+// A window keeps exactly that box of every augmented image, and the batch
+// holds nothing else; a window outside the image is refused.
+func TestPipelineWindow(t *testing.T) {
+	set := patternSet(t, 64)
+	cfg := SeedConfig(2, 1, 7)
+	cfg.BatchSize = 4
+	full, err := NewPipeline(set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Window = Window{Offset: [3]int{1, 16, 8}, Shape: [3]int{2, 16, 8}}
+	win, err := NewPipeline(set, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, h, w := win.ImageShape(); c != 2 || h != 16 || w != 8 {
+		t.Fatalf("window image shape %dx%dx%d, want 2x16x8", c, h, w)
+	}
+	a, b := full.NewBatch(), win.NewBatch()
+	if err := full.NewLoader().Fill(a, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := win.NewLoader().Fill(b, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Images) != 4*2*16*8 || !slices.Equal(a.Labels, b.Labels) {
+		t.Fatalf("windowed batch: %d values, labels %v; want %d values, labels %v", len(b.Images), b.Labels, 4*2*16*8, a.Labels)
+	}
+	i := 0
+	for n := range 4 {
+		for c := 1; c < 3; c++ {
+			for y := 16; y < 32; y++ {
+				for x := 8; x < 16; x++ {
+					if want := a.Images[((n*Channels+c)*ImageSize+y)*ImageSize+x]; b.Images[i] != want {
+						t.Fatalf("image %d channel %d pixel (%d,%d) = %v, the whole image's %v", n, c, y, x, b.Images[i], want)
+					}
+					i++
+				}
+			}
+		}
+	}
+	cfg.Window = Window{Offset: [3]int{0, 20, 0}, Shape: [3]int{3, 16, 32}}
+	if _, err := NewPipeline(set, cfg); err == nil || !strings.Contains(err.Error(), "window") {
+		t.Errorf("a window past row 32: %v, want an error naming the window", err)
 	}
 }

@@ -147,3 +147,21 @@ func (t *NormTable) Apply(dst []float32, src []byte, plane int) {
 		}
 	}
 }
+
+// ApplyWindow is Apply for the box of the square planar image src (side
+// pixels a side) at offset with shape (channel, row, column): only the box
+// is normalized, into dst as a C×H×W block.
+func (t *NormTable) ApplyWindow(dst []float32, src []byte, side int, offset, shape [3]int) {
+	plane := side * side
+	i := 0
+	for c := offset[0]; c < offset[0]+shape[0]; c++ {
+		lut := &t[c]
+		for y := offset[1]; y < offset[1]+shape[1]; y++ {
+			row := src[c*plane+y*side+offset[2] : c*plane+y*side+offset[2]+shape[2]]
+			for _, v := range row {
+				dst[i] = lut[v]
+				i++
+			}
+		}
+	}
+}

@@ -86,6 +86,10 @@ func wireCollective(comm *collective.Comm, cfg Config, tc *trainer.Config, out i
 	tc.Reduce = func(ctx context.Context, grads []float32) error {
 		return comm.AllReduce(ctx, grads, op)
 	}
+	// The evaluations after each epoch add up the ranks' counts.
+	tc.SumAcross = func(ctx context.Context, v []float32) error {
+		return comm.AllReduce(ctx, v, collective.Sum)
+	}
 	tc.StepRange = func(ctx context.Context, step int) (lo, hi int, err error) {
 		if step > 1<<24 {
 			return 0, 0, fmt.Errorf("step %d: too large to agree on exactly in float32", step)

@@ -59,6 +59,9 @@ type Config struct {
 	// optimizer_weight_shard_size (0: the whole data-parallel group).
 	ParallelOptimizer  bool `json:"enable_parallel_optimizer,omitempty"`
 	OptimizerShardSize int  `json:"optimizer_weight_shard_size,omitempty"`
+	// DatasetStrategy is dataset_strategy's tuple form (nil: unset): the
+	// split lists of the images and of the labels.
+	DatasetStrategy [][]int `json:"dataset_strategy,omitempty"`
 	// DeviceMemory is each device's capacity in bytes (0: the trainer's
 	// default).
 	DeviceMemory int64 `json:"device_memory,omitempty"`

@@ -24,7 +24,7 @@ import (
 func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeComms, jobDir string, tc *trainer.Config) {
 	sc := shard.Config{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: cfg.Strategy, Devices: size, Rank: rank,
-		BatchPerDevice: tc.BatchSize, FullBatch: cfg.FullBatch,
+		BatchPerDevice: tc.BatchSize, FullBatch: cfg.FullBatch, DatasetStrategy: cfg.DatasetStrategy,
 		GradientsMean:     cfg.GradientsMean,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 		Seed: cfg.Seed, Threads: tc.Threads,

@@ -45,6 +45,16 @@ const (
 	// to train.log{i} too, but the log is on disk, and when the disk is
 	// full the line saying so is the one that cannot be written.
 	KindFailed = "failed"
+	// KindEval is an evaluation on the test split: after an epoch, or
+	// the final one after the last step (Final).
+	KindEval = "eval"
+)
+
+// The metrics the npu/train stage reports for each eval event, at the
+// global step the evaluation followed; the run report draws them.
+const (
+	MetricEvalAccuracy = "eval_accuracy"
+	MetricEvalLoss     = "eval_loss"
 )
 
 // Event is one line of the event stream.
@@ -61,6 +71,10 @@ type Event struct {
 	DeviceMemory    int64   `json:"device_memory,omitempty"`
 	EpochEnd        bool    `json:"epoch_end,omitempty"`
 	Message         string  `json:"message,omitempty"`
+	// Accuracy is an eval event's held-out accuracy (Loss its mean loss):
+	// a pointer, since 0 is an accuracy and must not be left out.
+	Accuracy *float64 `json:"accuracy,omitempty"`
+	Final    bool     `json:"final,omitempty"`
 }
 
 // eventWriter is a rank's end of the event stream. It stops writing at the
@@ -85,6 +99,15 @@ func (e *eventWriter) step(s trainer.StepInfo) {
 		GlobalStep: int64(s.GlobalStep), TotalSteps: int64(s.TotalSteps),
 		Loss: float64(s.Loss), LearningRate: float64(s.LearningRate), ImagesPerSecond: s.ImagesPerSec,
 		DeviceMemory: s.DeviceMemory, EpochEnd: s.StepInEpoch == s.StepsPerEpoch,
+	})
+}
+
+// eval sends an evaluation on the test split.
+func (e *eventWriter) eval(ev trainer.EvalInfo) {
+	acc := ev.Accuracy
+	e.send(Event{
+		Kind: KindEval, Rank: e.rank, Epoch: int64(ev.Epoch), GlobalStep: int64(ev.GlobalStep),
+		Accuracy: &acc, Loss: ev.Loss, Final: ev.Final,
 	})
 }
 
@@ -228,6 +251,11 @@ func parseEvent(line []byte, ranks int, skip func(string)) (Event, bool) {
 	case KindStep:
 		if ev.Epoch < 1 || ev.Step < 1 || ev.GlobalStep < 1 || ev.TotalSteps < 0 {
 			skip(fmt.Sprintf("step %d of epoch %d, global step %d of %d: want positive numbers", ev.Step, ev.Epoch, ev.GlobalStep, ev.TotalSteps))
+			return ev, false
+		}
+	case KindEval:
+		if ev.Epoch < 1 || ev.GlobalStep < 1 || ev.Accuracy == nil || !(*ev.Accuracy >= 0 && *ev.Accuracy <= 1) {
+			skip(fmt.Sprintf("evaluation after epoch %d, global step %d: want positive numbers and an accuracy in [0, 1]", ev.Epoch, ev.GlobalStep))
 			return ev, false
 		}
 	default:

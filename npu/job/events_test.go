@@ -146,3 +146,27 @@ func TestFailuresTravelOnTheStream(t *testing.T) {
 		t.Errorf("events %v (warnings %v), want\n%s", events, warnings, want)
 	}
 }
+
+// An evaluation arrives with its accuracy, 0 included (a pointer, so it
+// is not left out of the line); one without an accuracy in [0, 1] or at
+// no global step is skipped with a warning.
+func TestEvalEvents(t *testing.T) {
+	var pipe bytes.Buffer
+	w := newEventWriter(&pipe, 0)
+	w.eval(trainer.EvalInfo{Epoch: 1, GlobalStep: 5, Accuracy: 0, Loss: 2.5})
+	w.eval(trainer.EvalInfo{Epoch: 2, GlobalStep: 10, Accuracy: 0.75, Loss: 0.5, Final: true})
+	pipe.WriteString(`{"kind":"eval","rank":0,"epoch":1,"global_step":5,"loss":1}` + "\n")
+	pipe.WriteString(`{"kind":"eval","rank":0,"epoch":1,"global_step":5,"accuracy":1.5}` + "\n")
+	pipe.WriteString(`{"kind":"eval","rank":0,"epoch":1,"accuracy":0.5}` + "\n")
+	var got []string
+	err := ReadEvents(&pipe, 1, func(ev Event) {
+		got = append(got, fmt.Sprintf("epoch %d global %d accuracy %v loss %v final %v", ev.Epoch, ev.GlobalStep, *ev.Accuracy, ev.Loss, ev.Final))
+	}, func(msg string) { got = append(got, "warning") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"epoch 1 global 5 accuracy 0 loss 2.5 final false", "epoch 2 global 10 accuracy 0.75 loss 0.5 final true", "warning", "warning", "warning"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -56,6 +56,24 @@ type Layout struct {
 	// model then counts each rank's piece of the moments.
 	ParallelOptimizer  bool
 	OptimizerShardSize int
+	// DatasetStrategy is dataset_strategy's tuple form (nil: unset).
+	DatasetStrategy [][]int
+	// Target is the machine to plan for (mspipe plan --machine); nil is
+	// this computer's simulated devices ([Machine]), what a run plans
+	// with. Memory, when set, overrides its device memory.
+	Target *auto.Machine
+}
+
+// machine is the cost model's machine for the layout.
+func (l Layout) machine() auto.Machine {
+	if l.Target == nil {
+		return Machine(l.Devices, l.Memory)
+	}
+	m := *l.Target
+	if l.Memory > 0 {
+		m.Memory = l.Memory
+	}
+	return m
 }
 
 // costOptions are the cost model's options for the layout.
@@ -84,8 +102,14 @@ func (l Layout) passBatch() int {
 	return l.GlobalBatch()
 }
 
-// GlobalBatch is the layout's batch of one step over all devices.
-func (l Layout) GlobalBatch() int { return GlobalBatch(l.Mode, l.BatchSize, l.Devices) }
+// GlobalBatch is the layout's batch of one step over all devices: under a
+// dataset_strategy tuple, the batch per device times its batch split.
+func (l Layout) GlobalBatch() int {
+	if l.DatasetStrategy != nil && len(l.DatasetStrategy[0]) > 0 {
+		return l.BatchSize * l.DatasetStrategy[0][0]
+	}
+	return GlobalBatch(l.Mode, l.BatchSize, l.Devices)
+}
 
 // Planned is how a split job lays out its network: the strategy the ranks
 // run (the user's, or auto_parallel's search result) and, for
@@ -108,9 +132,14 @@ func Plan(l Layout) (*Planned, error) {
 		return nil, fieldError("model", err)
 	}
 	devices := l.stageDevices()
+	if l.DatasetStrategy != nil {
+		if err := shard.CheckDatasetStrategy(l.DatasetStrategy, l.Devices); err != nil {
+			return nil, fieldError("dataset_strategy", err)
+		}
+	}
 	switch l.Mode {
 	case parallel.SemiAutoParallel:
-		if _, err := g.Shard(l.Strategy, devices); err != nil {
+		if _, err := g.Shard(shard.FollowDataset(g, l.Strategy, l.DatasetStrategy, devices, false), devices); err != nil {
 			return nil, fieldError("strategy", err)
 		}
 		return &Planned{Strategy: l.Strategy}, nil
@@ -118,11 +147,14 @@ func Plan(l Layout) (*Planned, error) {
 		// With a pipeline, every stage's operators are searched over its
 		// group, on the whole chain's graph of one micro-batch (each rank
 		// builds only its stage's).
-		plan, err := auto.Search(g, devices, Machine(devices, l.Memory), l.costOptions()...)
+		plan, err := auto.Search(g, devices, l.machine(), l.costOptions()...)
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}
-		return &Planned{Strategy: plan.Strategy, Auto: plan}, nil
+		// The leading operators take the images as the dataset strategy
+		// cuts them (the search does not try H and W splits: its cost
+		// model has no halo term).
+		return &Planned{Strategy: shard.FollowDataset(g, plan.Strategy, l.DatasetStrategy, l.Devices, true), Auto: plan}, nil
 	}
 	return &Planned{}, nil
 }
@@ -193,7 +225,7 @@ func PlanText(out io.Writer, l Layout) error {
 	if plan == nil {
 		// The cost of the given (or the model's own) strategy, by the same
 		// model auto_parallel searches with.
-		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.stageDevices(), Machine(l.stageDevices(), l.Memory), l.costOptions()...); err != nil {
+		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.stageDevices(), l.machine(), l.costOptions()...); err != nil {
 			return err
 		}
 	}
@@ -205,7 +237,20 @@ func PlanText(out io.Writer, l Layout) error {
 		opt = " with the parallel optimizer"
 	}
 	fmt.Fprintf(out, "%s in %s%s on %d devices, global batch %d:\n", l.Model, l.Mode, opt, l.Devices, l.GlobalBatch())
-	return plan.Format(out)
+	if err := plan.Format(out); err != nil {
+		return err
+	}
+	if l.DatasetStrategy != nil {
+		// The cost model has no halo term: say what runs instead of
+		// pricing it.
+		followed := shard.FollowDataset(g, p.Strategy, l.DatasetStrategy, l.Devices, false)
+		for _, name := range g.OpNames() {
+			if st, ok := followed[name]; ok && fmt.Sprint(st) != fmt.Sprint(plan.Strategy[name]) {
+				fmt.Fprintf(out, "dataset_strategy %v: %s runs %v on the images' pieces (halo exchange not priced above)\n", l.DatasetStrategy, name, st)
+			}
+		}
+	}
+	return nil
 }
 
 // pipelineText describes a pipeline job: the strategy of one micro-batch

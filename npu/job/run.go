@@ -17,7 +17,9 @@ import (
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/data"
 	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/npu/trainer"
 )
 
@@ -110,6 +112,9 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 	}
 	if events != nil {
 		tc.OnStep = events.step
+		if rank == 0 { // every rank has the same figures: one reports them
+			tc.OnEval = events.eval
+		}
 	}
 	var comm *collective.Comm
 	var cc collective.Config
@@ -190,6 +195,16 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	// A split network evaluates on every rank together (each holds a
 	// part of it); rank 0 reports.
 	evalHere := cfg.Eval && (rank == 0 || cfg.Engine() && cfg.Mode.Collective())
+	// After each epoch every rank of a job that trains together evaluates
+	// (one rank alone would keep its peers waiting in their next
+	// collective): each scores a part of the test set (a split network's
+	// Predict gives the logits of the rank's own batch) and the ranks add
+	// up their counts.
+	evalEach := cfg.Eval && cfg.Epochs > 1 && (evalHere || cfg.Mode.Collective())
+	evalPart, evalParts := 0, 1
+	if evalEach && cfg.Mode.Collective() {
+		evalPart, evalParts = rank, size
+	}
 	tc := trainer.Config{
 		DataDir: cfg.DataDir, Model: cfg.Model, Epochs: cfg.Epochs, BatchSize: cfg.BatchSize,
 		LearningRate: cfg.LearningRate, Momentum: cfg.Momentum, NoMomentum: cfg.Momentum == 0,
@@ -199,6 +214,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
 		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
+		EvalEachEpoch: evalEach, EvalPart: evalPart, EvalParts: evalParts,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,
 		DeviceMemory: cfg.DeviceMemory,
 	}
@@ -210,6 +226,15 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 	case cfg.FullBatch:
 		// Every device loads the whole global batch.
 		tc.BatchSize = GlobalBatch(cfg.Mode, cfg.BatchSize, size)
+	case cfg.DatasetStrategy != nil:
+		// Each device loads its shard of the samples (the batch split) and
+		// of each image only its window.
+		ds, err := shard.DatasetShard(cfg.DatasetStrategy, size, rank)
+		if err != nil {
+			return trainer.Config{}, fmt.Errorf("dataset_strategy: %w", err)
+		}
+		tc.NumShards, tc.ShardID = ds.Shards, ds.ShardID
+		tc.ImageWindow = data.Window{Offset: ds.Offset, Shape: ds.Shape}
 	case cfg.Mode.ShardsData():
 		tc.NumShards, tc.ShardID = size, rank
 	}

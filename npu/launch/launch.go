@@ -216,6 +216,12 @@ func Run(ctx context.Context, job Job) error {
 				if !blamed[p.rank.RankID] {
 					return
 				}
+				// A rank that died (a SIGKILL) is blamed by its peers
+				// before its own exit is reaped: it did not hang, and its
+				// exit, on its way, names the cause.
+				if p.cmd.Process != nil && procgroup.Exited(p.cmd.Process.Pid) {
+					return
+				}
 				running = append(running, p)
 			}
 		}

@@ -37,6 +37,32 @@ type BatchNorm2d struct {
 	relu    bool // the last forward was fused with a ReLU
 	job     bnJob
 	params  []*Param
+	// reduce, when set, sums the per-plane sums over the other parts of
+	// the same images (held elsewhere: an image split along H or W), of
+	// which there are parts in all.
+	reduce func(sums []float64) error
+	parts  int
+}
+
+// SetStatsReducer makes training use the statistics of images of which
+// this layer sees one of parts equal pieces: after each pass of per-plane
+// sums (Σx and Σx² forward, Σdy and Σdy·x backward, [image][channel][2]),
+// reduce replaces them with their sums over all the pieces. gamma's and
+// beta's gradients are then those of the whole images.
+func (b *BatchNorm2d) SetStatsReducer(parts int, reduce func(sums []float64) error) {
+	b.parts, b.reduce = parts, reduce
+}
+
+// reduceSums runs the reducer, if any, and returns the factor from this
+// layer's pixel count to the statistics' count.
+func (b *BatchNorm2d) reduceSums() (int, error) {
+	if b.reduce == nil {
+		return 1, nil
+	}
+	if err := b.reduce(b.sums); err != nil {
+		return 0, fmt.Errorf("batchnorm %s: %w", b.name, err)
+	}
+	return b.parts, nil
 }
 
 // NewBatchNorm2d builds a BatchNorm2d with parameters name.moving_mean,
@@ -106,7 +132,12 @@ func (b *BatchNorm2d) forward(x *tensor.Tensor, train, relu bool, residual []flo
 	if train {
 		b.job.phase = bnSums
 		b.dev.workers.For(n, 1, &b.job)
-		b.batchStats(n, b.job.plane)
+		parts, err := b.reduceSums()
+		if err != nil {
+			b.job = bnJob{}
+			return nil, err
+		}
+		b.batchStats(n, parts*b.job.plane)
 	}
 	for c := 0; c < b.cfg.Channels; c++ {
 		mean, invStd := b.job.stats(c)
@@ -169,7 +200,15 @@ func (b *BatchNorm2d) backward(dy *tensor.Tensor, masked []float32) (*tensor.Ten
 	}
 	b.job.phase = bnSums
 	b.dev.workers.For(n, 1, &b.job)
-	count := float64(n * b.job.plane)
+	parts := 1
+	if b.trained {
+		var err error
+		if parts, err = b.reduceSums(); err != nil {
+			b.job = bnJob{}
+			return nil, err
+		}
+	}
+	count := float64(n * parts * b.job.plane)
 	for c := 0; c < ch; c++ {
 		mean, invStd := b.job.stats(c)
 		var sumDy, sumDyX float64

@@ -58,6 +58,11 @@ type OpSpec struct {
 	Extra  []TensorSpec
 	// Splittable lists the labels a strategy may split; others must be 1.
 	Splittable string
+	// Spatial lists labels a strategy may split too, at the price of
+	// exchanging a halo between neighbouring slices (a window that reads
+	// across the cut: a convolution's or a pooling's H and W). The
+	// strategy search does not try them: its cost model has no halo term.
+	Spatial string
 	// FLOPs is the forward cost of the whole operator (on one device).
 	FLOPs int64
 }
@@ -153,7 +158,7 @@ func (o OpSpec) Shard(strategy [][]int, devices int) (*OpLayout, error) {
 				}
 				continue
 			}
-			if s > 1 && !strings.ContainsRune(o.Splittable, rune(label)) {
+			if s > 1 && !o.CanSplit(label) {
 				return fail("input %d dimension %d cannot be split (only %s)", i, k, o.splittableDims())
 			}
 			split[label] = s
@@ -230,14 +235,20 @@ func (o OpSpec) Shard(strategy [][]int, devices int) (*OpLayout, error) {
 	return ol, nil
 }
 
+// CanSplit reports whether a strategy may split the dimensions labelled
+// label: Splittable or Spatial.
+func (o OpSpec) CanSplit(label byte) bool {
+	return strings.IndexByte(o.Splittable, label) >= 0 || strings.IndexByte(o.Spatial, label) >= 0
+}
+
 func (o OpSpec) splittableDims() string {
-	if o.Splittable == "" {
+	if o.Splittable == "" && o.Spatial == "" {
 		return "none can"
 	}
 	var dims []string
 	for _, t := range o.Inputs {
 		for k := range t.Labels {
-			if strings.IndexByte(o.Splittable, t.Labels[k]) >= 0 {
+			if o.CanSplit(t.Labels[k]) {
 				dims = append(dims, fmt.Sprintf("%s dimension %d", tensorName(t), k))
 			}
 		}

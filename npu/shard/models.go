@@ -29,6 +29,9 @@ type shapes struct {
 	in, out []int
 	params  map[string][]int
 	whole   bool
+	// pad, when set, replaces a windowed operator's padding: a rank
+	// computing from a halo box pads only the image's own edges.
+	pad *tensor.Padding
 }
 
 // opDef is one operator of a model: its spec for sharding and how to
@@ -36,6 +39,10 @@ type shapes struct {
 type opDef struct {
 	spec  parallel.OpSpec
 	build func(s shapes, seed uint64, dev *nn.Device) (nn.Layer, error)
+	// window is the geometry over the whole input of an operator that
+	// reads a window of rows and columns (a convolution, a pooling): its
+	// H and W splits exchange a halo.
+	window *tensor.ConvGeom
 }
 
 // modelDef is a named model for one global batch size.
@@ -283,12 +290,12 @@ func biasAddOp(name, bias string, n, m int) opDef {
 }
 
 func reluOp(name string, shape []int) opDef {
-	labels, split := "nm", "nm"
+	labels, split, spatial := "nm", "nm", ""
 	if len(shape) == 4 {
-		labels, split = "nchw", "nc"
+		labels, split, spatial = "nchw", "nc", "hw"
 	}
 	return opDef{
-		spec: parallel.OpSpec{Name: name, Kind: parallel.OpReLU, Splittable: split, FLOPs: elems(shape),
+		spec: parallel.OpSpec{Name: name, Kind: parallel.OpReLU, Splittable: split, Spatial: spatial, FLOPs: elems(shape),
 			Inputs: []parallel.TensorSpec{{Shape: shape, Labels: labels}},
 			Output: parallel.TensorSpec{Shape: shape, Labels: labels}},
 		build: func(_ shapes, _ uint64, dev *nn.Device) (nn.Layer, error) { return nn.NewReLU(name, dev), nil },
@@ -308,24 +315,27 @@ func reduceSumOp(name string, n, m int) opDef {
 }
 
 // convOp is nn.Conv2d named name on x [N C H W]: batch and output-channel
-// splits.
+// splits, and H and W splits with a halo.
 func convOp(name string, x []int, cfg nn.Conv2dConfig) (opDef, []int, error) {
 	g, err := tensor.NewConvGeom(cfg.In, x[2], x[3], cfg.Kernel, cfg.Kernel, cfg.Stride, cfg.Stride, cfg.Pad)
 	if err != nil {
 		return opDef{}, nil, fmt.Errorf("operator %s: %w", name, err)
 	}
 	out := []int{x[0], cfg.Out, g.OutH, g.OutW}
-	spec := parallel.OpSpec{Name: name, Kind: parallel.OpConv2D, Splittable: "no",
+	spec := parallel.OpSpec{Name: name, Kind: parallel.OpConv2D, Splittable: "no", Spatial: "hw",
 		FLOPs:  2 * elems(out) * int64(cfg.In*cfg.Kernel*cfg.Kernel),
 		Inputs: []parallel.TensorSpec{{Shape: x, Labels: "nchw"}, {Name: name + ".weight", Shape: []int{cfg.Out, cfg.In, cfg.Kernel, cfg.Kernel}, Labels: "ocij"}},
 		Output: parallel.TensorSpec{Shape: out, Labels: "nohw"}}
 	if cfg.HasBias {
 		spec.Extra = []parallel.TensorSpec{{Name: name + ".bias", Shape: []int{cfg.Out}, Labels: "o"}}
 	}
-	return opDef{spec: spec, build: func(s shapes, seed uint64, dev *nn.Device) (nn.Layer, error) {
+	return opDef{spec: spec, window: &g, build: func(s shapes, seed uint64, dev *nn.Device) (nn.Layer, error) {
 		c := cfg
 		w := s.params[name+".weight"]
 		c.Out, c.In = w[0], w[1]
+		if s.pad != nil {
+			c.Pad = *s.pad
+		}
 		return nn.NewConv2d(name, c, seed, dev)
 	}}, out, nil
 }
@@ -334,7 +344,7 @@ func convOp(name string, x []int, cfg nn.Conv2dConfig) (opDef, []int, error) {
 var bnParams = []string{".moving_mean", ".moving_variance", ".gamma", ".beta"}
 
 func bnOp(name string, x []int, eps, momentum float32) opDef {
-	spec := parallel.OpSpec{Name: name, Kind: parallel.OpBatchNorm, Splittable: "nc", FLOPs: 8 * elems(x),
+	spec := parallel.OpSpec{Name: name, Kind: parallel.OpBatchNorm, Splittable: "nc", Spatial: "hw", FLOPs: 8 * elems(x),
 		Inputs: []parallel.TensorSpec{{Shape: x, Labels: "nchw"}},
 		Output: parallel.TensorSpec{Shape: x, Labels: "nchw"}}
 	for _, p := range bnParams {
@@ -352,11 +362,16 @@ func maxPoolOp(name string, x []int, kernel, stride int, pad tensor.Padding) (op
 	}
 	out := []int{x[0], x[1], g.OutH, g.OutW}
 	return opDef{
-		spec: parallel.OpSpec{Name: name, Kind: parallel.OpMaxPool, Splittable: "nc", FLOPs: elems(out) * int64(kernel*kernel),
+		spec: parallel.OpSpec{Name: name, Kind: parallel.OpMaxPool, Splittable: "nc", Spatial: "hw", FLOPs: elems(out) * int64(kernel*kernel),
 			Inputs: []parallel.TensorSpec{{Shape: x, Labels: "nchw"}},
 			Output: parallel.TensorSpec{Shape: out, Labels: "nchw"}},
-		build: func(_ shapes, _ uint64, dev *nn.Device) (nn.Layer, error) {
-			return nn.NewMaxPool2d(name, kernel, stride, pad, dev)
+		window: &g,
+		build: func(s shapes, _ uint64, dev *nn.Device) (nn.Layer, error) {
+			p := pad
+			if s.pad != nil {
+				p = *s.pad
+			}
+			return nn.NewMaxPool2d(name, kernel, stride, p, dev)
 		},
 	}, out, nil
 }

@@ -32,6 +32,13 @@ type Config struct {
 	// r·BatchPerDevice onwards.
 	BatchPerDevice int
 	FullBatch      bool
+	// DatasetStrategy is MindSpore's dataset_strategy in its tuple form
+	// (nil: unset), for semi_auto_parallel and auto_parallel: one split
+	// list for the images [N C H W] and one for the labels [N]. Each rank
+	// receives the box of the images its place in the split selects,
+	// BatchPerDevice rows of it; the global batch is BatchPerDevice times
+	// the batch split. Not with FullBatch.
+	DatasetStrategy [][]int
 	// GradientsMean selects mean gradients (MindSpore's gradients_mean);
 	// false gives the sum of the per-device means.
 	GradientsMean bool
@@ -84,6 +91,11 @@ type Net struct {
 	// ends.
 	firstParam int
 	pipe       *pipeState // nil without pipeline stages
+	// win is the C, H and W of the images this rank receives.
+	win [3]int
+	// stepCtx is the context of the running TrainStep, for the BatchNorm
+	// statistics reductions nn calls back into (nn's layers take none).
+	stepCtx context.Context
 }
 
 // stage is one operator on this rank.
@@ -139,7 +151,7 @@ func New(cfg Config) (*Net, error) {
 // mode runs it with and lays every operator out over the devices: what New
 // builds and LayoutOf reports.
 func (c *Config) lay() (*modelDef, parallel.Strategy, []*parallel.OpLayout, error) {
-	global := c.global()
+	global := c.globalBatch(c.BatchPerDevice)
 	if c.Pipeline.on() {
 		// Each pass runs one micro-batch.
 		global /= max(c.Pipeline.Micro, 1)
@@ -157,6 +169,18 @@ func (c *Config) lay() (*modelDef, parallel.Strategy, []*parallel.OpLayout, erro
 		return nil, nil, nil, fmt.Errorf("%s in %s: %w", c.Model, c.Mode, err)
 	}
 	return def, strategy, layouts, nil
+}
+
+// globalBatch is the global batch of a step in which each rank receives
+// rows rows.
+func (c *Config) globalBatch(rows int) int {
+	switch {
+	case c.FullBatch:
+		return rows
+	case c.DatasetStrategy != nil:
+		return rows * c.DatasetStrategy[0][0]
+	}
+	return rows * c.Devices
 }
 
 func (c *Config) check() error {
@@ -180,7 +204,28 @@ func (c *Config) check() error {
 	case c.ParallelOptimizer && (c.Mode == parallel.StandAlone || c.Mode == parallel.HybridParallel):
 		return fmt.Errorf("%w: the parallel optimizer is for data_parallel, semi_auto_parallel and auto_parallel, not %s", ErrConfig, c.Mode)
 	}
-	return c.checkPipeline()
+	if err := c.checkPipeline(); err != nil {
+		return err
+	}
+	return c.checkDataset()
+}
+
+// checkDataset checks the dataset strategy: the tuple form, in the modes
+// that take one, not with full_batch.
+func (c *Config) checkDataset() error {
+	if c.DatasetStrategy == nil {
+		return nil
+	}
+	if c.Mode != parallel.SemiAutoParallel && c.Mode != parallel.AutoParallel {
+		return fmt.Errorf("%w: a dataset_strategy tuple is for semi_auto_parallel and auto_parallel, not %s", ErrConfig, c.Mode)
+	}
+	if err := (parallel.DatasetStrategy{Splits: c.DatasetStrategy}).CheckWith(c.FullBatch); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := CheckDatasetStrategy(c.DatasetStrategy, c.Devices); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }
 
 // strategy returns the strategy the mode runs def with: the one given
@@ -198,12 +243,12 @@ func (c *Config) strategy(def *modelDef) (parallel.Strategy, error) {
 		if err := c.Mode.CheckStrategy(true); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, def.name, err)
 		}
-		return c.Strategy, nil
+		return FollowDataset(def.graph(), c.Strategy, c.DatasetStrategy, c.Devices, false), nil
 	}
 	if c.Mode == parallel.HybridParallel && def.declared != nil {
 		return def.declared(c.Devices), nil
 	}
-	return parallel.Strategy{}, nil
+	return FollowDataset(def.graph(), parallel.Strategy{}, c.DatasetStrategy, c.Devices, false), nil
 }
 
 // build makes the layers, copies the initial values and prepares the
@@ -238,6 +283,10 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		if err != nil {
 			return err
 		}
+		whole, err := n.setSpatialStats(layer, ol)
+		if err != nil {
+			return fmt.Errorf("operator %s: %w", o.spec.Name, err)
+		}
 		if c, ok := layer.(interface{ SkipInputGrad() }); ok && i == n.firstParam {
 			c.SkipInputGrad()
 		}
@@ -270,8 +319,8 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 					red.mean = red.mean || cfg.GradientsMean
 					n.addReduce("all", n.all, red)
 				}
-			case len(partial[k]) > 0:
-				key, group, err := partition(pls[k], partial[k], cfg.Rank)
+			case len(withoutAxes(partial[k], whole)) > 0:
+				key, group, err := partition(pls[k], withoutAxes(partial[k], whole), cfg.Rank)
 				if err != nil {
 					return fmt.Errorf("operator %s parameter %s: %w", o.spec.Name, p.Name, err)
 				}
@@ -328,6 +377,11 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	}
 	n.main = p
 	n.passes[p.global] = p
+	box, err := p.data.Box(cfg.Rank)
+	if err != nil {
+		return err
+	}
+	copy(n.win[:], box.Shape[1:])
 	if n.pipe != nil {
 		return n.buildPipe()
 	}
@@ -346,6 +400,13 @@ func (n *Net) buildLayer(o opDef, ol *parallel.OpLayout) (nn.Layer, error) {
 	var err error
 	if local.in, err = ol.Inputs[0].SliceShape(); err != nil {
 		return nil, err
+	}
+	h, err := haloOf(o, ol, n.cfg.Rank)
+	if err != nil {
+		return nil, err
+	}
+	if h != nil {
+		local.in, local.pad = h.ext[n.cfg.Rank].Shape, &h.pad
 	}
 	if local.out, err = ol.Output.SliceShape(); err != nil {
 		return nil, err

@@ -53,6 +53,12 @@ type run struct {
 // gathers the parameters on rank 0.
 func trainRanks(t *testing.T, cfg Config, comms []Comm, xs [][]float32, ys [][]int32) *run {
 	t.Helper()
+	return trainRanksAt(t, testLR, cfg, comms, xs, ys)
+}
+
+// trainRanksAt is trainRanks at learning rate lr.
+func trainRanksAt(t *testing.T, lr float32, cfg Config, comms []Comm, xs [][]float32, ys [][]int32) *run {
+	t.Helper()
 	d := cfg.Devices
 	res := &run{nets: make([]*Net, d), losses: make([][]float32, d)}
 	errs := make([]error, d)
@@ -78,7 +84,7 @@ func trainRanks(t *testing.T, cfg Config, comms []Comm, xs [][]float32, ys [][]i
 						trainable = append(trainable, p)
 					}
 				}
-				opt, err := optim.NewMomentum(trainable, optim.MomentumConfig{LearningRates: []float32{testLR}, Momentum: 0.9})
+				opt, err := optim.NewMomentum(trainable, optim.MomentumConfig{LearningRates: []float32{lr}, Momentum: 0.9})
 				if err != nil {
 					return err
 				}
@@ -115,19 +121,31 @@ func trainRanks(t *testing.T, cfg Config, comms []Comm, xs [][]float32, ys [][]i
 	return res
 }
 
-// rankBatch returns rank c.Rank's part of a global batch.
+// rankBatch returns rank c.Rank's part of a global batch: its rows, and
+// under a dataset strategy its window of each image.
 func rankBatch(c Config, x []float32, y []int32) (*tensor.Tensor, []int32) {
 	n := len(y)
 	rows, first := n, 0
-	if !c.FullBatch {
+	window := DataShard{Offset: [3]int{}, Shape: [3]int{imageChannels, imageSide, imageSide}}
+	switch {
+	case c.DatasetStrategy != nil:
+		var err error
+		if window, err = DatasetShard(c.DatasetStrategy, c.Devices, c.Rank); err != nil {
+			panic(err)
+		}
+		rows = n / window.Shards
+		first = window.ShardID * rows
+	case !c.FullBatch:
 		rows = n / c.Devices
 		first = c.Rank * rows
 	}
-	per := imageChannels * imageSide * imageSide
-	t, err := tensor.FromSlice(slices.Clone(x[first*per:(first+rows)*per]), rows, imageChannels, imageSide, imageSide)
+	whole := []int{n, imageChannels, imageSide, imageSide}
+	shape := []int{rows, window.Shape[0], window.Shape[1], window.Shape[2]}
+	t, err := tensor.New(shape...)
 	if err != nil {
 		panic(err)
 	}
+	parallel.CopyBox(t.Data(), shape, nil, x, whole, []int{first, window.Offset[0], window.Offset[1], window.Offset[2]}, shape)
 	return t, slices.Clone(y[first : first+rows])
 }
 

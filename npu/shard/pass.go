@@ -17,7 +17,10 @@ type pass struct {
 	// fwd[i] brings op i's input from the previous layout (the data layout
 	// for i = 0); bwd[i] brings op i's output gradient from op i+1's input
 	// layout.
-	fwd, bwd  []*plan
+	fwd, bwd []*plan
+	// halo[i] sums the gradient of the halo box op i computed from back
+	// into the input slices of its owners (nil: op i reads no halo).
+	halo      []*haloSum
 	labels    *plan // labels from the data layout to the loss's rows
 	labelsIn  *tensor.Tensor
 	labelsOut []int32
@@ -36,7 +39,11 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 	p := &pass{global: x[0], layouts: layouts}
 	// A pipeline stage receives the whole batch and runs one micro-batch
 	// of it at a time.
-	p.data = dataLayout(x, cfg.Devices, cfg.FullBatch || n.pipe != nil)
+	dc := cfg
+	if n.pipe != nil {
+		dc.FullBatch = true
+	}
+	p.data = dataLayout(x, dc)
 	last := len(def.ops) - 1
 	if def.ops[last].spec.Kind != parallel.OpLoss {
 		return nil, fmt.Errorf("%s: the last operator is %s, not the loss", def.name, def.ops[last].spec.Name)
@@ -50,16 +57,30 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 		ol := layouts[i]
 		if i < lo || i >= hi {
 			p.fwd, p.outGroup, p.gradGroup = append(p.fwd, nil), append(p.outGroup, nil), append(p.gradGroup, nil)
+			p.halo = append(p.halo, nil)
 			if i < last {
 				p.bwd = append(p.bwd, nil)
 			}
 			continue
 		}
-		fwd, err := newPlan(prev, ol.Inputs[0], cfg.Rank)
+		h, err := haloOf(o, ol, cfg.Rank)
+		if err != nil {
+			return nil, err
+		}
+		var fwd *plan
+		var sum *haloSum
+		if h != nil {
+			// The input comes with the rows and columns of the
+			// neighbours the window reads.
+			fwd, err = newBoxPlan(prev, h.ext, cfg.Rank)
+			sum = newHaloSum(h, cfg.Rank)
+		} else {
+			fwd, err = newPlan(prev, ol.Inputs[0], cfg.Rank)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("into operator %s: %w", o.spec.Name, err)
 		}
-		p.fwd = append(p.fwd, fwd)
+		p.fwd, p.halo = append(p.fwd, fwd), append(p.halo, sum)
 		if i < last {
 			bwd, err := newPlan(layouts[i+1].Inputs[0], ol.Output, cfg.Rank)
 			if err != nil {
@@ -116,6 +137,11 @@ func (n *Net) reservePlans(p *pass) error {
 			bytes += pl.bytes()
 		}
 	}
+	for _, h := range p.halo {
+		if h != nil {
+			bytes += h.bytes()
+		}
+	}
 	return n.dev.Reserve(fmt.Sprintf("redistribution buffers (global batch %d)", p.global), bytes)
 }
 
@@ -146,13 +172,17 @@ func (n *Net) checkHybrid(def *modelDef, layouts []*parallel.OpLayout, i int, ou
 }
 
 // dataLayout is how ranks receive a batch of shape x: split along the batch
-// over all devices, or whole on every rank with full_batch.
-func dataLayout(x []int, devices int, fullBatch bool) parallel.Layout {
-	l := parallel.Layout{DeviceMatrix: []int{devices}, Shape: slices.Clone(x), TensorMap: make([]int, len(x))}
+// over all devices, whole on every rank with full_batch, or cut as the
+// dataset strategy's image split list says.
+func dataLayout(x []int, cfg Config) parallel.Layout {
+	if cfg.DatasetStrategy != nil {
+		return splitLayout(x, cfg.DatasetStrategy[0], cfg.Devices)
+	}
+	l := parallel.Layout{DeviceMatrix: []int{cfg.Devices}, Shape: slices.Clone(x), TensorMap: make([]int, len(x))}
 	for k := range l.TensorMap {
 		l.TensorMap[k] = -1
 	}
-	if !fullBatch {
+	if !cfg.FullBatch {
 		l.TensorMap[0] = 0
 	}
 	return l
@@ -169,9 +199,9 @@ func (n *Net) passFor(rows int) (*pass, error) {
 	if rows < 1 {
 		return nil, fmt.Errorf("%w: empty batch", ErrConfig)
 	}
-	global := rows
-	if !n.cfg.FullBatch && n.pipe == nil { // a pipeline stage receives the whole batch
-		global *= n.cfg.Devices
+	global := n.cfg.globalBatch(rows)
+	if n.pipe != nil { // a pipeline stage receives the whole batch
+		global = rows
 	}
 	if p, ok := n.passes[global]; ok {
 		return p, nil

@@ -274,19 +274,14 @@ func (c *Config) checkPipeline() error {
 	case c.Mode == parallel.HybridParallel || c.Mode == parallel.StandAlone:
 		return fmt.Errorf("%w: pipeline stages in mode %s (want semi_auto_parallel, auto_parallel or data_parallel)", ErrConfig, c.Mode)
 	}
+	if c.DatasetStrategy != nil {
+		return fmt.Errorf("%w: a dataset_strategy with pipeline stages is not supported yet", ErrConfig)
+	}
 	micro := max(p.Micro, 1)
-	if global := c.global(); global%micro != 0 {
+	if global := c.globalBatch(c.BatchPerDevice); global%micro != 0 {
 		return fmt.Errorf("%w: a global batch of %d does not split into %d micro-batches", ErrConfig, global, micro)
 	}
 	return nil
-}
-
-// global is the batch of one step over the configured ranks.
-func (c *Config) global() int {
-	if c.FullBatch {
-		return c.BatchPerDevice
-	}
-	return c.BatchPerDevice * c.Devices
 }
 
 // buildPipe prepares the pipeline buffers and reserves them on the

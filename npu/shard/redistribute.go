@@ -36,15 +36,29 @@ func newPlan(from, to parallel.Layout, rank int) (*plan, error) {
 	if to.Devices() != devices || !slices.Equal(from.Shape, to.Shape) {
 		return nil, fmt.Errorf("redistribute %v over %d devices to %v over %d: %w", from.Shape, devices, to.Shape, to.Devices(), ErrConfig)
 	}
-	src := make([]parallel.Box, devices)
 	dst := make([]parallel.Box, devices)
+	for r := range devices {
+		var err error
+		if dst[r], err = to.Box(r); err != nil {
+			return nil, fmt.Errorf("redistribute: %w", err)
+		}
+	}
+	return newBoxPlan(from, dst, rank)
+}
+
+// newBoxPlan returns rank's part of giving every rank r the box dst[r] of
+// a tensor laid out as from: a redistribution when the boxes are another
+// layout's, a halo gathering when they reach past the ranks' own slices.
+func newBoxPlan(from parallel.Layout, dst []parallel.Box, rank int) (*plan, error) {
+	devices := from.Devices()
+	if len(dst) != devices {
+		return nil, fmt.Errorf("redistribute %v over %d devices into %d boxes: %w", from.Shape, devices, len(dst), ErrConfig)
+	}
+	src := make([]parallel.Box, devices)
 	identity := true
 	for r := range devices {
 		var err error
 		if src[r], err = from.Box(r); err != nil {
-			return nil, fmt.Errorf("redistribute: %w", err)
-		}
-		if dst[r], err = to.Box(r); err != nil {
 			return nil, fmt.Errorf("redistribute: %w", err)
 		}
 		identity = identity && slices.Equal(src[r].Offset, dst[r].Offset) && slices.Equal(src[r].Shape, dst[r].Shape)

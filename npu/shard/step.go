@@ -10,13 +10,17 @@ import (
 )
 
 // checkInput checks that x is a batch of CIFAR images, the input of every
-// model.
+// model, or of this rank's windows of them under a dataset strategy.
 func (n *Net) checkInput(x *tensor.Tensor) error {
-	if x.Rank() != 4 || x.Dim(1) != imageChannels || x.Dim(2) != imageSide || x.Dim(3) != imageSide || x.Dim(0) < 1 {
-		return fmt.Errorf("%s: input %v, want [N %d %d %d]: %w", n.cfg.Model, x.Shape(), imageChannels, imageSide, imageSide, tensor.ErrShape)
+	c, h, w := n.window()
+	if x.Rank() != 4 || x.Dim(1) != c || x.Dim(2) != h || x.Dim(3) != w || x.Dim(0) < 1 {
+		return fmt.Errorf("%s: input %v, want [N %d %d %d]: %w", n.cfg.Model, x.Shape(), c, h, w, tensor.ErrShape)
 	}
 	return nil
 }
+
+// window returns the C, H and W of the images this rank receives.
+func (n *Net) window() (c, h, w int) { return n.win[0], n.win[1], n.win[2] }
 
 // forward runs every operator but the loss and returns the loss's input
 // slice (logits in the loss's layout) and the last operator's output.
@@ -83,6 +87,8 @@ func (n *Net) runOps(ctx context.Context, p *pass, cur *tensor.Tensor, lo, hi in
 // each of Params is final; the returned loss is the mean over the global
 // batch, the same on every rank.
 func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (float32, error) {
+	n.stepCtx = ctx
+	defer func() { n.stepCtx = nil }()
 	if err := n.checkInput(x); err != nil {
 		return 0, err
 	}
@@ -195,8 +201,18 @@ func (n *Net) runBack(ctx context.Context, p *pass, d *tensor.Tensor, hi, lo int
 		if d, err = st.layer.Backward(dy); err != nil {
 			return nil, err
 		}
-		if g := p.gradGroup[i]; g != nil && i > n.firstParam {
+		if i == n.firstParam {
+			continue
+		}
+		if g := p.gradGroup[i]; g != nil {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, d.Data(), collective.Sum, g); err != nil {
+				return nil, fmt.Errorf("input gradient of operator %s: %w", name, err)
+			}
+		}
+		if h := p.halo[i]; h != nil {
+			// The halo's gradient goes back to the ranks that own
+			// those rows and columns, added to theirs.
+			if d, err = h.run(ctx, n.cfg.Comm, d); err != nil {
 				return nil, fmt.Errorf("input gradient of operator %s: %w", name, err)
 			}
 		}
@@ -206,8 +222,17 @@ func (n *Net) runBack(ctx context.Context, p *pass, d *tensor.Tensor, hi, lo int
 
 // Predict returns the logits [rows classes] of x, this rank's batch as
 // the data pipeline delivers it (the whole batch for a pipeline stage),
-// with the moving statistics of BatchNorm. Every rank calls it.
+// with the moving statistics of BatchNorm. Under a dataset strategy x may
+// also hold whole images: the rank keeps its window of them. Every rank
+// calls it.
 func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
+	if c, h, w := n.window(); x.Rank() == 4 && x.Dim(0) > 0 && (c != imageChannels || h != imageSide || w != imageSide) &&
+		x.Dim(1) == imageChannels && x.Dim(2) == imageSide && x.Dim(3) == imageSide {
+		var err error
+		if x, err = cutWindow(x, n.main.data, n.cfg.Rank); err != nil {
+			return nil, err
+		}
+	}
 	if err := n.checkInput(x); err != nil {
 		return nil, err
 	}

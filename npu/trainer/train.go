@@ -51,6 +51,8 @@ type training struct {
 	// count from 1 as a new Model.train does.
 	base int
 	res  *Result
+	// lastEpoch is the 1-based epoch of the last step run.
+	lastEpoch int
 }
 
 // setUp prepares cfg's job: the data pipeline, the network on its device
@@ -90,6 +92,7 @@ func (j *training) openData() error {
 	}
 	dcfg := data.SeedConfig(cfg.NumShards, cfg.ShardID, cfg.Seed)
 	dcfg.BatchSize = cfg.BatchSize
+	dcfg.Window = cfg.ImageWindow
 	switch {
 	case cfg.ShuffleBuffer < 0:
 		dcfg.ShuffleBuffer = 0
@@ -292,6 +295,7 @@ func (j *training) loop(ctx context.Context) error {
 	res := j.res
 	began := time.Now()
 	epochBegan, epochSteps := began, 0
+	evalSeconds := 0.0
 	last := 0 // this job's steps done, counted from 1 (file names, End)
 	for g := j.start; g < total; g++ {
 		if err := ctx.Err(); err != nil {
@@ -336,8 +340,17 @@ func (j *training) loop(ctx context.Context) error {
 			info.DeviceMemory, _ = j.net.Device().MemoryInUse()
 			cfg.OnStep(info)
 		}
+		j.lastEpoch = epoch + 1
+		if cfg.EvalEachEpoch && step+1 == steps && g+1 < total {
+			evalBegan := time.Now()
+			if err := j.epochEval(ctx, epoch+1, j.base+g+1); err != nil {
+				return err
+			}
+			evalSeconds += time.Since(evalBegan).Seconds()
+		}
 	}
-	res.Seconds = time.Since(began).Seconds()
+	// The throughput is training's: the epochs' evaluations are left out.
+	res.Seconds = time.Since(began).Seconds() - evalSeconds
 	if res.Seconds > 0 {
 		res.ImagesPerSec = float64(res.Steps*cfg.BatchSize*accum) / res.Seconds
 	}
@@ -392,13 +405,54 @@ func (j *training) finish(ctx context.Context) error {
 		if cfg.Log != nil {
 			fmt.Fprintln(cfg.Log, "evaluating on the test set")
 		}
-		acc, el, err := evaluate(ctx, j.net.predict, cfg.DataDir, max(cfg.BatchSize, 100))
+		acc, el, err := evaluate(ctx, j.net.predict, cfg.DataDir, evalBatch(cfg))
 		if err != nil {
 			return err
 		}
 		j.res.Accuracy, j.res.EvalLoss = acc, el
+		if cfg.OnEval != nil && j.res.GlobalStep > 0 {
+			cfg.OnEval(EvalInfo{Epoch: max(j.lastEpoch, 1), GlobalStep: j.res.GlobalStep, Accuracy: acc, Loss: el, Final: true})
+		}
 	}
 	_, j.res.PeakDeviceMemory = j.net.Device().MemoryInUse()
 	j.res.DeviceMemory = cfg.DeviceMemory
+	return nil
+}
+
+// evalBatch is the batch size of evaluations: at least 100 images, fewer
+// calls for the same work.
+func evalBatch(cfg Config) int { return max(cfg.BatchSize, 100) }
+
+// epochEval measures accuracy and loss on the test split after epoch
+// epoch, at global step globalStep, says so in the log and reports it on
+// OnEval. With SumAcross, this rank scores its part of the test set and
+// the ranks add up their counts (exact in float32 up to 2^24 images).
+func (j *training) epochEval(ctx context.Context, epoch, globalStep int) error {
+	cfg := j.cfg
+	part, parts := 0, 1
+	if cfg.SumAcross != nil && cfg.EvalParts > 1 {
+		part, parts = cfg.EvalPart, cfg.EvalParts
+	}
+	correct, seen, lossSum, err := evaluatePart(ctx, j.net.predict, cfg.DataDir, evalBatch(cfg), part, parts)
+	if err != nil {
+		return fmt.Errorf("evaluation after epoch %d: %w", epoch, err)
+	}
+	if parts > 1 {
+		sums := []float32{float32(correct), float32(seen), float32(lossSum)}
+		if err := cfg.SumAcross(ctx, sums); err != nil {
+			return fmt.Errorf("evaluation after epoch %d: add up the ranks' counts: %w", epoch, err)
+		}
+		correct, seen, lossSum = int(sums[0]), int(sums[1]), float64(sums[2])
+	}
+	if seen == 0 {
+		return fmt.Errorf("evaluation after epoch %d: the test split of %s is empty", epoch, cfg.DataDir)
+	}
+	acc, loss := float64(correct)/float64(seen), lossSum/float64(seen)
+	if cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, "eval after epoch %d: accuracy %.4f, loss %.4f\n", epoch, acc, loss)
+	}
+	if cfg.OnEval != nil {
+		cfg.OnEval(EvalInfo{Epoch: epoch, GlobalStep: globalStep, Accuracy: acc, Loss: loss})
+	}
 	return nil
 }

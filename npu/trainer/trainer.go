@@ -43,6 +43,9 @@ type Config struct {
 	// NumShards and ShardID select this device's share of the data
 	// (MindSpore's num_shards/shard_id); 0 and 0 mean all of it.
 	NumShards, ShardID int
+	// ImageWindow, when set, keeps only that box of every training image
+	// (a dataset_strategy that cuts images among the devices).
+	ImageWindow data.Window
 	// ShuffleBuffer is dataset.shuffle(buffer_size); 0 means the seeds' 10,
 	// -1 turns it off.
 	ShuffleBuffer int
@@ -75,6 +78,22 @@ type Config struct {
 
 	// Eval measures accuracy and loss on the test split after training.
 	Eval bool
+	// EvalEachEpoch also measures them at the end of every epoch before
+	// the job's last step (whose measure is Eval's), as a MindSpore
+	// callback that calls Model.eval at epoch_end does. It runs on every
+	// rank of a job that trains together: with SumAcross set, the ranks
+	// share the test set (rank EvalPart of EvalParts scores every
+	// EvalParts-th batch) and SumAcross adds up their counts; without it
+	// each rank scores the whole set. Training is unchanged by it, bit
+	// for bit.
+	EvalEachEpoch       bool
+	EvalPart, EvalParts int
+	// SumAcross, when set, sums v element-wise over every rank, in place
+	// (a collective call every rank makes equally often).
+	SumAcross func(ctx context.Context, v []float32) error
+	// OnEval is called with every evaluation this rank reports: each
+	// epoch's and Eval's final one.
+	OnEval func(EvalInfo)
 	// MaxSteps stops after this many steps in all (0: no limit).
 	MaxSteps int
 
@@ -141,6 +160,14 @@ type StepInfo struct {
 	// DeviceMemory is the memory in use on the device after the step.
 	DeviceMemory int64
 	Checkpoint   string // written after this step, or ""
+}
+
+// EvalInfo is one evaluation on the test split: after epoch Epoch of
+// this job, at the optimizer's global step GlobalStep.
+type EvalInfo struct {
+	Epoch, GlobalStep int
+	Accuracy, Loss    float64
+	Final             bool // Config.Eval's evaluation after the last step
 }
 
 // Result is what a training job produced.
@@ -271,43 +298,93 @@ func EvaluateSharded(ctx context.Context, net ShardedNet, dataDir string, batchS
 
 // evaluate is Evaluate with a network's inference: logits for a batch.
 func evaluate(ctx context.Context, predict func(context.Context, *tensor.Tensor) (*tensor.Tensor, error), dataDir string, batchSize int) (accuracy, meanLoss float64, err error) {
-	set, err := data.ReadDir(dataDir, data.SplitTest)
+	correct, seen, sum, err := evaluatePart(ctx, predict, dataDir, batchSize, 0, 1)
 	if err != nil {
 		return 0, 0, err
+	}
+	if seen == 0 {
+		return 0, 0, fmt.Errorf("evaluate: the test split of %s is empty", dataDir)
+	}
+	return float64(correct) / float64(seen), sum / float64(seen), nil
+}
+
+// evaluatePart scores this rank's part of the test split (batches of
+// batchSize, the last one short): the images predicted correctly, the
+// images seen and their summed loss. Batch part, part+parts,
+// part+2·parts, ... is this rank's, so parts ranks together score every
+// image exactly once. Every rank calls predict equally often with
+// batches of one shape, as a split network's collective Predict needs: a
+// rank whose batch is short or missing in a round fills it with images
+// of the first batch and leaves their rows out of its counts (BatchNorm
+// predicts with its moving statistics, so rows do not affect each other).
+func evaluatePart(ctx context.Context, predict func(context.Context, *tensor.Tensor) (*tensor.Tensor, error), dataDir string, batchSize, part, parts int) (correct, seen int, lossSum float64, err error) {
+	set, err := data.ReadDir(dataDir, data.SplitTest)
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	pipe, err := data.NewPipeline(set, data.EvalConfig(1, 0, batchSize))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	loader := pipe.NewLoader()
-	batch := pipe.NewBatch()
+	batch, first := pipe.NewBatch(), pipe.NewBatch()
 	loss := nn.NewSoftmaxCrossEntropyExpand()
 	c, h, w := pipe.ImageShape()
-	correct, seen := 0, 0
-	sum := 0.0
-	for step := 0; step < pipe.StepsPerEpoch(); step++ {
+	img := c * h * w
+	batches := pipe.StepsPerEpoch()
+	if batches == 0 {
+		return 0, 0, 0, nil
+	}
+	if parts > 1 {
+		if err := loader.Fill(first, 0, 0); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	for round := 0; round*parts < batches; round++ {
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		if err := loader.Fill(batch, 0, step); err != nil {
-			return 0, 0, err
+		n, rows := 0, batch
+		if b := round*parts + part; b < batches {
+			if err := loader.Fill(batch, 0, b); err != nil {
+				return 0, 0, 0, err
+			}
+			n = batch.N
 		}
-		x, err := tensor.FromSlice(batch.Images[:batch.N*c*h*w], batch.N, c, h, w)
+		switch {
+		case parts > 1 && n == 0:
+			rows = first // nothing of this rank's: predict, count nothing
+		case parts > 1 && n < first.N:
+			// Pad to the first batch's shape, which every rank uses (the
+			// batch's arrays have room for a full batch).
+			imgs := append(batch.Images[:n*img], first.Images[n*img:first.N*img]...)
+			rows = &data.Batch{Images: imgs, N: first.N}
+		}
+		x, err := tensor.FromSlice(rows.Images[:rows.N*img], rows.N, c, h, w)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		logits, err := predict(ctx, x)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		l, err := loss.Forward(logits, batch.Labels[:batch.N])
-		if err != nil {
-			return 0, 0, err
+		if n == 0 {
+			continue
 		}
-		sum += float64(l) * float64(batch.N)
 		classes := logits.Dim(1)
-		out := logits.Data()
-		for i := 0; i < batch.N; i++ {
+		out := logits.Data()[:n*classes]
+		scored := logits
+		if n < logits.Dim(0) {
+			if scored, err = tensor.FromSlice(out, n, classes); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		l, err := loss.Forward(scored, batch.Labels[:n])
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		lossSum += float64(l) * float64(n)
+		for i := 0; i < n; i++ {
 			row := out[i*classes : (i+1)*classes]
 			best := 0
 			for j := range row {
@@ -319,12 +396,9 @@ func evaluate(ctx context.Context, predict func(context.Context, *tensor.Tensor)
 				correct++
 			}
 		}
-		seen += batch.N
+		seen += n
 	}
-	if seen == 0 {
-		return 0, 0, fmt.Errorf("evaluate: the test split of %s is empty", dataDir)
-	}
-	return float64(correct) / float64(seen), sum / float64(seen), nil
+	return correct, seen, lossSum, nil
 }
 
 // resumePoint returns the checkpoint to resume from and its tensors, or ""

@@ -344,15 +344,20 @@ const socketDirPrefix = "mspipe-plugin-"
 
 // socketDir creates a private directory (mode 0700) for one plugin's
 // socket inside base (os.TempDir() when empty), named after this process,
-// and first removes those of mspipe processes that are gone (killed before
-// they could remove their own). go-plugin names the socket "plugin" and up
+// and, the first time this process uses base, removes those of mspipe
+// processes that are gone (killed before they could remove their own):
+// listing a busy temporary directory at every launch cost a few ms a stage,
+// and a process that dies later is cleaned up by the next mspipe that
+// starts. go-plugin names the socket "plugin" and up
 // to ten digits; a base too long for that is refused here rather than as
 // bind's "invalid argument".
 func socketDir(base string) (string, error) {
 	if base == "" {
 		base = os.TempDir()
 	}
-	removeStaleSocketDirs(base)
+	if _, seen := staleSwept.LoadOrStore(base, true); !seen {
+		removeStaleSocketDirs(base)
+	}
 	dir, err := os.MkdirTemp(base, fmt.Sprintf("%s%d-", socketDirPrefix, os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("socket directory: %w", err)
@@ -363,6 +368,10 @@ func socketDir(base string) (string, error) {
 	}
 	return dir, nil
 }
+
+// staleSwept holds the socket bases this process has already swept of
+// stale directories.
+var staleSwept sync.Map
 
 // removeStaleSocketDirs removes the socket directories in base whose
 // mspipe process no longer runs. Failures are left for a later launch.

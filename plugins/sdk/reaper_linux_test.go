@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 			return nil
 		}, false))
+	case "children": // hasChildren before, with and after a child of its own
+		os.Exit(childrenRole())
 	case "escaped":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
 		fmt.Println("ready")
@@ -79,6 +81,34 @@ func pluginRole() int {
 		return 1
 	}
 	return 0
+}
+
+func childrenRole() int {
+	before := hasChildren()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	during := hasChildren()
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	fmt.Println(before, during, hasChildren())
+	return 0
+}
+
+// The reaper skips its scan of /proc only when the plugin has no child at
+// all: a running child (or a zombie) makes it look.
+func TestHasChildren(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), reaperRoleEnv+"=children")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "false true false" {
+		t.Errorf("hasChildren before, with and after a child = %s, want false true false", got)
+	}
 }
 
 // kill -9 of mspipe (here "host") takes down every process below the

@@ -27,6 +27,10 @@ type OpCost struct {
 	// (2(g−1)/g·bytes per AllReduce) plus the most any rank receives in
 	// a redistribution.
 	CommBytes int64
+	// IntraBytes and InterBytes split CommBytes by link: within a server
+	// and between servers (a redistribution counts, per link, the most
+	// any rank receives over it).
+	IntraBytes, InterBytes int64
 	// Collectives is the number of collective calls (each costs a
 	// latency).
 	Collectives int
@@ -53,6 +57,9 @@ type Plan struct {
 	// StepSeconds = ComputeSeconds + CommSeconds: the model does not
 	// overlap communication with computation.
 	StepSeconds, ComputeSeconds, CommSeconds float64
+	// IntraBytes and InterBytes are what one rank moves in a step within
+	// its server and between servers (the operators' sums).
+	IntraBytes, InterBytes int64
 	// PeakMemory is the most memory one rank holds: every operator's
 	// Memory, all alive at the end of the forward pass.
 	PeakMemory int64
@@ -96,11 +103,18 @@ type pricer struct {
 	firstUser map[string]int
 	groups    map[string]group
 	// Caches for the search, which prices the same layouts and pairs of
-	// layouts many times: spreads by layout, one spread per distinct set
-	// of boxes, and redistributions by pair of spreads.
-	spreads   map[string]*spread
-	byBoxes   map[string]*spread
-	transfers map[[2]*spread]Transfer
+	// layouts many times: cuts by layout, redistributions by pair of cuts,
+	// and the groups of linked dimensions [loads] enumerates.
+	cuts      map[*parallel.Layout]cuts
+	cutIDs    map[string]int // a number per distinct cuts, for transfers' keys
+	transfers map[[2]int]directed
+	groupMemo map[string][]pair
+}
+
+// directed is the cost of one redistribution in one direction.
+type directed struct {
+	seconds             float64
+	bytes, intra, inter int64
 }
 
 type group struct {
@@ -119,7 +133,7 @@ func newPricer(g parallel.Graph, devices int, m Machine) (*pricer, error) {
 		return nil, fmt.Errorf("%w: %s has no operators", ErrGraph, g.Model)
 	}
 	p := &pricer{optShard: -1, g: g, devices: devices, m: m, firstUser: map[string]int{}, groups: map[string]group{},
-		spreads: map[string]*spread{}, byBoxes: map[string]*spread{}, transfers: map[[2]*spread]Transfer{}}
+		cuts: map[*parallel.Layout]cuts{}, cutIDs: map[string]int{}, transfers: map[[2]int]directed{}, groupMemo: map[string][]pair{}}
 	for i, o := range g.Ops {
 		if len(o.Inputs) == 0 {
 			return nil, fmt.Errorf("%w: operator %s has no inputs", ErrGraph, o.Name)
@@ -153,18 +167,11 @@ func (p *pricer) group(l parallel.Layout, axes []int) (group, error) {
 	for _, a := range axes {
 		g.size *= l.DeviceMatrix[a]
 	}
-	for r := 0; r < l.Devices() && !g.across; r++ {
-		members, err := l.Group(r, axes)
-		if err != nil {
-			return group{}, err
-		}
-		for _, q := range members {
-			if p.m.server(q) != p.m.server(r) {
-				g.across = true
-				break
-			}
-		}
+	across, err := acrossServers(l.DeviceMatrix, axes, p.m.DevicesPerServer)
+	if err != nil {
+		return group{}, err
 	}
+	g.across = across
 	p.groups[key] = g
 	return g, nil
 }
@@ -247,7 +254,13 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 			return err
 		}
 		c.CommSeconds += p.m.AllReduceSeconds(bytes, g.size, g.across)
-		c.CommBytes += 2 * int64(g.size-1) * bytes / int64(g.size)
+		ring := 2 * int64(g.size-1) * bytes / int64(g.size)
+		c.CommBytes += ring
+		if g.across {
+			c.InterBytes += ring
+		} else {
+			c.IntraBytes += ring
+		}
 		c.Collectives++
 		return nil
 	}
@@ -349,55 +362,60 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 // input layout in the forward pass and the gradient back in the backward
 // pass.
 type redistribution struct {
-	seconds     float64
-	bytes       int64
-	collectives int
+	seconds             float64
+	bytes, intra, inter int64
+	collectives         int
 }
 
 func (p *pricer) redistribute(prev, next *parallel.OpLayout) (redistribution, error) {
 	if !slices.Equal(prev.Output.Shape, next.Inputs[0].Shape) {
 		return redistribution{}, fmt.Errorf("%w: %s's output %v does not match %s's input %v", ErrGraph, prev.Op, prev.Output.Shape, next.Op, next.Inputs[0].Shape)
 	}
-	out, err := p.spread(prev.Output)
+	out, err := p.cutsOf(&prev.Output)
 	if err != nil {
 		return redistribution{}, fmt.Errorf("%s output: %w", prev.Op, err)
 	}
-	in, err := p.spread(next.Inputs[0])
+	in, err := p.cutsOf(&next.Inputs[0])
 	if err != nil {
 		return redistribution{}, fmt.Errorf("%s input: %w", next.Op, err)
 	}
 	var r redistribution
-	for _, dir := range [2][2]*spread{{out, in}, {in, out}} {
-		t, ok := p.transfers[dir]
+	for _, dir := range [2][2]cuts{{out, in}, {in, out}} {
+		key := [2]int{dir[0].id, dir[1].id}
+		d, ok := p.transfers[key]
 		if !ok {
-			t = p.m.transfer(dir[0], dir[1])
-			p.transfers[dir] = t
+			d.seconds, d.bytes, d.intra, d.inter = p.m.cost(loads(dir[0], dir[1], p.m.DevicesPerServer, p.groupMemo))
+			p.transfers[key] = d
 		}
-		if s := t.Seconds(p.m); s > 0 {
-			r.seconds += s
-			r.bytes += t.MaxBytes()
+		if d.seconds > 0 {
+			r.seconds += d.seconds
+			r.bytes += d.bytes
+			r.intra += d.intra
+			r.inter += d.inter
 			r.collectives++
 		}
 	}
 	return r, nil
 }
 
-func (p *pricer) spread(l parallel.Layout) (*spread, error) {
-	key := fmt.Sprint(l.DeviceMatrix, l.TensorMap, l.Shape)
-	if s, ok := p.spreads[key]; ok {
-		return s, nil
+// cutsOf returns the cuts of a layout the search holds (by address: the
+// candidates' layouts live as long as the search).
+func (p *pricer) cutsOf(l *parallel.Layout) (cuts, error) {
+	if c, ok := p.cuts[l]; ok {
+		return c, nil
 	}
-	s, err := p.m.spread(l)
+	c, err := cutsOf(*l)
 	if err != nil {
-		return nil, err
+		return cuts{}, err
 	}
-	if same, ok := p.byBoxes[s.key]; ok {
-		s = same
-	} else {
-		p.byBoxes[s.key] = s
+	id, ok := p.cutIDs[c.key]
+	if !ok {
+		id = len(p.cutIDs)
+		p.cutIDs[c.key] = id
 	}
-	p.spreads[key] = s
-	return s, nil
+	c.id = id
+	p.cuts[l] = c
+	return c, nil
 }
 
 // plan prices a whole layout of the graph.
@@ -415,12 +433,16 @@ func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
 			}
 			c.CommSeconds += r.seconds
 			c.CommBytes += r.bytes
+			c.IntraBytes += r.intra
+			c.InterBytes += r.inter
 			c.Collectives += r.collectives
 		}
 		plan.Strategy[ol.Op] = ol.Strategy
 		plan.Ops = append(plan.Ops, c)
 		plan.ComputeSeconds += c.ComputeSeconds
 		plan.CommSeconds += c.CommSeconds
+		plan.IntraBytes += c.IntraBytes
+		plan.InterBytes += c.InterBytes
 		plan.PeakMemory += c.Memory
 	}
 	plan.StepSeconds = plan.ComputeSeconds + plan.CommSeconds

@@ -53,7 +53,26 @@ func (p *Plan) Format(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
+	_, err = fmt.Fprintf(w, "communication per rank and step: %s within a server (%s/s links), %s between servers (%s/s links), %d devices a server\n",
+		bytesize.Format(p.IntraBytes), rate(p.Machine.IntraServer.Bandwidth), bytesize.Format(p.InterBytes), rate(p.Machine.InterServer.Bandwidth), p.Machine.DevicesPerServer)
+	if err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
 	return nil
+}
+
+// rate writes a bandwidth in bytes/s with three significant digits in a
+// decimal unit.
+func rate(bytesPerSecond float64) string {
+	for _, u := range []struct {
+		unit string
+		size float64
+	}{{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"kB", 1e3}} {
+		if bytesPerSecond >= u.size {
+			return sig3(bytesPerSecond/u.size) + " " + u.unit
+		}
+	}
+	return sig3(bytesPerSecond) + " B"
 }
 
 // seconds formats a duration in seconds with three significant digits in

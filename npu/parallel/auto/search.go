@@ -74,20 +74,42 @@ func Search(g parallel.Graph, devices int, m Machine, opts ...Option) (*Plan, er
 	}
 	for i := 1; i < len(g.Ops); i++ {
 		fronts[i] = make([][]point, len(cands[i]))
+		// Previous candidates by their fastest plan: the fast ones come
+		// first and build a staircase of (memory, time) that lets the
+		// search skip the redistribution of a previous candidate none of
+		// whose plans could beat it even with a free redistribution.
+		order := make([]int, 0, len(cands[i-1]))
+		for pc, front := range fronts[i-1] {
+			if len(front) > 0 {
+				order = append(order, pc)
+			}
+		}
+		fastest := func(pc int) float64 { f := fronts[i-1][pc]; return f[len(f)-1].seconds }
+		slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(fastest(a), fastest(b)) })
 		for c, cand := range cands[i] {
 			var pts []point
-			for pc, prev := range cands[i-1] {
-				if len(fronts[i-1][pc]) == 0 {
+			var stairs staircase
+			own := opSeconds(cand.cost)
+			for _, pc := range order {
+				needed := false
+				for _, q := range fronts[i-1][pc] {
+					if mem := q.memory + cand.cost.Memory; mem <= m.Memory && !stairs.beats(mem, q.seconds+own) {
+						needed = true
+						break
+					}
+				}
+				if !needed {
 					continue
 				}
-				r, err := p.redistribute(prev.layout, cand.layout)
+				r, err := p.redistribute(cands[i-1][pc].layout, cand.layout)
 				if err != nil {
 					return nil, fmt.Errorf("search %s: %w", g.Model, err)
 				}
-				step := opSeconds(cand.cost) + r.seconds
+				step := own + r.seconds
 				for pp, q := range fronts[i-1][pc] {
 					if mem := q.memory + cand.cost.Memory; mem <= m.Memory {
 						pts = append(pts, point{seconds: q.seconds + step, memory: mem, prevCand: pc, prevPoint: pp})
+						stairs.add(mem, q.seconds+step)
 					}
 				}
 			}
@@ -127,6 +149,38 @@ func Search(g parallel.Graph, devices int, m Machine, opts ...Option) (*Plan, er
 	return plan, nil
 }
 
+// staircase holds the (memory, time) points not beaten by another on both,
+// sorted by memory, times falling.
+type staircase []point
+
+// beats reports whether some point needs no more memory than memory and
+// less time than seconds: a plan with those figures would not be kept.
+func (s staircase) beats(memory int64, seconds float64) bool {
+	k, _ := slices.BinarySearchFunc(s, memory, func(p point, m int64) int { return cmpInt64(p.memory, m+1) })
+	return k > 0 && s[k-1].seconds < seconds
+}
+
+func (s *staircase) add(memory int64, seconds float64) {
+	if s.beats(memory, seconds) || len(*s) > 0 && s.at(memory, seconds) {
+		return
+	}
+	st := *s
+	k, _ := slices.BinarySearchFunc(st, memory, func(p point, m int64) int { return cmpInt64(p.memory, m) })
+	// Drop the points the new one beats: memory at least its, time at least its.
+	end := k
+	for end < len(st) && st[end].seconds >= seconds {
+		end++
+	}
+	*s = slices.Replace(st, k, end, point{memory: memory, seconds: seconds})
+}
+
+// at reports whether a point with no more memory and no more time is
+// already there.
+func (s staircase) at(memory int64, seconds float64) bool {
+	k, _ := slices.BinarySearchFunc(s, memory, func(p point, m int64) int { return cmpInt64(p.memory, m+1) })
+	return k > 0 && s[k-1].seconds <= seconds
+}
+
 // opSeconds is an operator's own time, without its input redistribution.
 func opSeconds(c OpCost) float64 { return c.ComputeSeconds + c.CommSeconds }
 
@@ -134,11 +188,18 @@ func opSeconds(c OpCost) float64 { return c.ComputeSeconds + c.CommSeconds }
 // sorted by memory; past maxFront it keeps the fastest point and an even
 // spread of the others.
 func pareto(pts []point) []point {
-	slices.SortStableFunc(pts, func(a, b point) int {
-		if a.memory != b.memory {
+	// Ties keep the order the points were made in (by previous candidate
+	// and point), so the plan does not depend on the sort.
+	slices.SortFunc(pts, func(a, b point) int {
+		switch {
+		case a.memory != b.memory:
 			return cmpInt64(a.memory, b.memory)
+		case a.seconds != b.seconds:
+			return cmpFloat(a.seconds, b.seconds)
+		case a.prevCand != b.prevCand:
+			return a.prevCand - b.prevCand
 		}
-		return cmpFloat(a.seconds, b.seconds)
+		return a.prevPoint - b.prevPoint
 	})
 	var out []point
 	for _, q := range pts {

@@ -48,6 +48,9 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
 	}
 	out = append(out, optimizerProblems(w, cluster, known)...)
+	if known("mode", "full_batch", "dataset_strategy") {
+		out = append(out, datasetProblems(w, cluster.Devices)...)
+	}
 	if known("mode", "model") {
 		if err := shard.CheckModelMode(w.Model, w.Mode); err != nil {
 			out = append(out, plugins.Problem{Path: "/model", Message: err.Error()})
@@ -57,7 +60,7 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 		"grad_accumulation_step", "parallel_optimizer") {
 		out = append(out, pipelineProblems(w, cluster.Devices)...)
 	}
-	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch", "pipeline_stages", "micro_size") || w.Mode != parallel.SemiAutoParallel {
+	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch", "dataset_strategy", "pipeline_stages", "micro_size") || w.Mode != parallel.SemiAutoParallel {
 		return out
 	}
 	return strategyProblems(w, cluster.Devices)
@@ -138,16 +141,50 @@ func optimizerProblems(w With, cluster plugins.Cluster, known func(...string) bo
 	return out
 }
 
+// datasetProblems checks dataset_strategy: the modes that take it, its
+// conflicts with full_batch (MindSpore's), and the tuple form against the
+// images and labels on devices devices (not checked when 0).
+func datasetProblems(w With, devices int) []plugins.Problem {
+	d := w.DatasetStrategy
+	if !d.IsSet() {
+		return nil
+	}
+	at := func(err error) []plugins.Problem {
+		return []plugins.Problem{{Path: "/dataset_strategy", Message: err.Error()}}
+	}
+	switch {
+	case d.Name == parallel.DatasetFullBatch && !w.Mode.Sharded():
+		return at(fmt.Errorf("dataset_strategy full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode))
+	case d.Sliced() && w.Mode != parallel.SemiAutoParallel && w.Mode != parallel.AutoParallel:
+		return at(fmt.Errorf("%w: the tuple form is for semi_auto_parallel and auto_parallel, not %s", parallel.ErrDatasetStrategy, w.Mode))
+	}
+	if err := d.CheckWith(w.FullBatch); err != nil {
+		return at(err)
+	}
+	if !d.Sliced() {
+		return nil
+	}
+	if devices < 1 {
+		devices = 0
+	}
+	if err := shard.CheckDatasetStrategy(d.Splits, devices); err != nil {
+		return at(err)
+	}
+	return nil
+}
+
 // strategyProblems checks a semi_auto_parallel strategy on devices
 // devices: each operator's entry on its own (at /strategy/<operator>),
 // then the whole (shared parameters laid out one way).
 func strategyProblems(w With, devices int) []plugins.Problem {
-	batch := job.GlobalBatch(w.Mode, w.BatchSize, devices)
+	l := job.Layout{Mode: w.Mode, BatchSize: w.BatchSize, Devices: devices, DatasetStrategy: w.DatasetStrategy.Splits}
+	batch := l.GlobalBatch()
 	if w.PipelineStages > 1 {
 		// Each stage lays its operators out over its group, for one
 		// micro-batch.
 		devices /= w.PipelineStages
 		batch = w.BatchSize * devices / max(w.MicroSize, 1)
+		l.Devices = devices
 	}
 	g, err := shard.GraphOf(w.Model, batch)
 	if err != nil {
@@ -168,7 +205,7 @@ func strategyProblems(w With, devices int) []plugins.Problem {
 	if len(out) > 0 {
 		return out
 	}
-	if _, err := g.Shard(w.Strategy, devices); err != nil {
+	if _, err := g.Shard(shard.FollowDataset(g, w.Strategy, w.DatasetStrategy.Splits, devices, false), devices); err != nil {
 		out = append(out, plugins.Problem{Path: "/strategy", Message: err.Error()})
 	}
 	return out

@@ -86,7 +86,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	}
 	plan, err := job.Plan(job.Layout{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
-		Memory: cfg.DeviceMemory, Devices: devices,
+		Memory: cfg.DeviceMemory, Devices: devices, DatasetStrategy: cfg.DatasetStrategy,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 	})
@@ -117,7 +117,10 @@ func resolve(w With) (job.Config, error) {
 		timeout = time.Duration(w.CollectiveTimeout)
 	}
 	return job.Config{
-		Model: w.Model, Mode: w.Mode, FullBatch: w.FullBatch, DeviceMemory: memory,
+		Model: w.Model, Mode: w.Mode, DeviceMemory: memory,
+		// dataset_strategy "full_batch" is full_batch: true.
+		FullBatch:         w.FullBatch || w.DatasetStrategy.Name == parallel.DatasetFullBatch,
+		DatasetStrategy:   w.DatasetStrategy.Splits,
 		ParallelOptimizer: w.ParallelOptimizer, OptimizerShardSize: w.OptimizerShardSize,
 		DataDir: w.Data, Epochs: w.Epochs, BatchSize: w.BatchSize, GradAccumulation: w.GradAccumulation,
 		LearningRate: w.LearningRate, Momentum: w.Momentum, WeightDecay: w.WeightDecay,

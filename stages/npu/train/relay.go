@@ -10,6 +10,7 @@ import (
 
 // relayEvents reads the ranks' event stream (npu/job) until EOF or a read
 // error: steps become step events (and the lead rank's the loss metric),
+// evaluations the eval_accuracy and eval_loss metrics,
 // the lead rank's log lines log records. The lead is rank 0, or this
 // host's lowest rank when rank 0 runs on another server. The error a rank
 // failed with goes into failures (if not nil), by rank. Malformed lines
@@ -30,6 +31,11 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]
 				Loss: ev.Loss, LearningRate: ev.LearningRate, ImagesPerSecond: ev.ImagesPerSecond,
 				DeviceMemory: ev.DeviceMemory, EpochEnd: ev.EpochEnd,
 			})
+		case job.KindEval:
+			// Only rank 0 sends them. The metric's step is the global
+			// step the evaluation followed: the loss curve's axis.
+			sc.Metric(job.MetricEvalAccuracy, *ev.Accuracy, ev.GlobalStep)
+			sc.Metric(job.MetricEvalLoss, ev.Loss, ev.GlobalStep)
 		case job.KindFailed:
 			if failures != nil {
 				failures[ev.Rank] = ev.Message

@@ -103,10 +103,22 @@ func inDir(dir, path string) string {
 // its own newest file and reduced gradients of different steps, then
 // failed. Now both go back to step 5 and end bit-identical to an
 // uninterrupted run.
+//
+// The kill is part of rank 0's step 10 (crashAfterLine), and rank 1
+// learns of it from the end of rank 0's connections, not from a timeout:
+// the collective timeout is left at its default, 60 s. With 10 s, as
+// this test had, a rank slowed down by a loaded machine (a checkpoint's
+// fsync, a starved process) could time its peer out before step 10, and
+// attempt 1 then failed with both ranks at CKP-1_5 and nothing to test.
+// The test now fails, with both ranks' logs, whenever attempt 1 does not
+// end as planned. (Its first load run so found the launcher naming rank 0
+// "hung": rank 1's exit, blaming it, was reaped before rank 0's SIGKILL
+// exit. A rank that has died is not hung; launch.Run now waits for its
+// exit, which names the cause.)
 func TestRetriedDataParallelRanksAgreeOnCheckpoint(t *testing.T) {
 	dataDir := synthData(t, 24)
 	with := withBlock(dataDir, map[string]any{
-		"mode": "data_parallel", "epochs": 2, "save_checkpoint_steps": 5, "log_steps": 1, "collective_timeout": "10s",
+		"mode": "data_parallel", "epochs": 2, "save_checkpoint_steps": 5, "log_steps": 1,
 	})
 	whole := t.TempDir()
 	mustRun(t, whole, 2, with)
@@ -119,8 +131,11 @@ func TestRetriedDataParallelRanksAgreeOnCheckpoint(t *testing.T) {
 		t.Fatal("attempt 1 succeeded, but its rank 0 was killed at step 10")
 	}
 	r0, r1 := filepath.Base(lastCheckpoint(t, jobDir, 0)), filepath.Base(lastCheckpoint(t, jobDir, 1))
-	if r0 == r1 {
-		t.Skipf("both ranks left %s: the crash did not fall between the two saves this time", r0)
+	if r0 != "CKP-1_5.ckpt" || r1 != "CKP-1_10.ckpt" || !strings.Contains(first.err.Error(), "rank 0 (device 0) signal: killed") {
+		log0, _ := os.ReadFile(launch.LogPath(jobDir, 0))
+		log1, _ := os.ReadFile(launch.LogPath(jobDir, 1))
+		t.Fatalf("attempt 1 left rank 0 at %s and rank 1 at %s, want CKP-1_5 and CKP-1_10 (rank 0 killed after its step-10 line); it failed with %v\ntrain.log0:\n%s\ntrain.log1:\n%s",
+			r0, r1, first.err, log0, log1)
 	}
 
 	second := runStage(t.Context(), jobDir, 2, 2, with)

@@ -34,7 +34,7 @@ stages:
 		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`parallel plan of wide:\n  wide_net in auto_parallel on 8 devices, global batch 256:`),
+		regexp.MustCompile(`parallel plan of wide:\n  machine: local \(this computer.s simulated devices.*\n  wide_net in auto_parallel on 8 devices, global batch 256:`),
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 8\]\] +8 `),
 		regexp.MustCompile(`wide_net on 8 devices: predicted step [0-9.]+ m?s .*fits the device's 128\.0 MiB`),
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 2\]\] +2 `),
@@ -80,5 +80,64 @@ stages:
 		if !strings.Contains(all, want) {
 			t.Errorf("validate output lacks %q:\n%s", want, all)
 		}
+	}
+}
+
+// A cluster given as a rank table is planned with the table's device
+// count: mspipe ranktable generate writes it, plan reads it, and the
+// machine defaults to the ascend910 preset with the table's 8 devices a
+// server; --machine local and a machine file replace it.
+func TestPlanReadsRankTable(t *testing.T) {
+	dir := t.TempDir()
+	if code, out, errOut := runCLI(t, "ranktable", "generate", "--scheme", "local", "--hosts", "4", "--devices", "8", "-o", filepath.Join(dir, "rt.json")); code != 0 {
+		t.Fatalf("ranktable generate: exit %d\n%s%s", code, out, errOut)
+	}
+	spec := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: cluster
+cluster: {rank_table: rt.json}
+stages:
+  wide:
+    uses: npu/train
+    with: {data: /nonexistent, model: wide_net, mode: auto_parallel}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	machine := filepath.Join(dir, "slow.yaml")
+	if err := os.WriteFile(machine, []byte("flops: 1e12\nmemory: 1GiB\ndevices_per_server: 4\nintra_server: {bandwidth: 1e10, latency: 1ms}\ninter_server: {bandwidth: 1e9, latency: 5ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{
+			"machine: ascend910 (256 TFLOP/s and 32 GiB a device, 8 devices a server; links 30 GB/s and 10µs within a server, 12.5 GB/s and 30µs between servers)",
+			"wide_net in auto_parallel on 32 devices, global batch 1024:",
+			"fits the device's 32 GiB",
+			"8 devices a server",
+		}},
+		{[]string{"--machine", "local"}, []string{"machine: local (this computer's simulated devices", "on 32 devices"}},
+		// The file's figures, but the table's devices a server.
+		{[]string{"--machine", machine}, []string{"machine: " + machine + " (1 TFLOP/s and 1 GiB a device, 8 devices a server;", "the device's 1 GiB"}},
+	} {
+		code, out, errOut := runCLI(t, append([]string{"plan", spec}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("plan %v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("plan %v output lacks %q:\n%s", tc.args, want, out)
+			}
+		}
+	}
+	// A machine file with a mistake fails the command, naming file and key.
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("flops: 1e12\nmemory: 1GiB\ndevices_per_server: 4\nintra_server: {bandwidth: 1e10, latency: 1ms}\ninter_server: {bandwith: 1e9, latency: 5ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "plan", spec, "--machine", bad)
+	if want := bad + ":5:16: inter_server.bandwith: unknown key"; code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("plan --machine bad.yaml: exit %d, stderr lacks %q:\n%s%s", code, want, out, errOut)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
 
+	"github.com/mspipe/mspipe/internal/bytesize"
 	"github.com/mspipe/mspipe/pipeline"
 	"github.com/mspipe/mspipe/plugins"
 )
@@ -33,8 +34,9 @@ type liveConsole struct {
 
 // stageBar is the bar of one stage and the message shown after it.
 type stageBar struct {
-	bar *mpb.Bar
-	msg atomic.Pointer[string] // read by the bar's render goroutine
+	bar  *mpb.Bar
+	unit string
+	msg  atomic.Pointer[string] // read by the bar's render goroutine
 }
 
 // isTerminal reports whether w is a terminal that can redraw bars: one
@@ -89,13 +91,18 @@ func (c *liveConsole) Progress(stage string, ev plugins.ProgressEvent) {
 		return
 	}
 	sb := c.bars[stage]
+	if sb != nil && sb.unit != ev.Unit {
+		// A stage's outputs were hashed (bytes) before it ran (steps).
+		sb.bar.Abort(true)
+		sb = nil
+	}
 	if sb == nil {
-		sb = &stageBar{}
+		sb = &stageBar{unit: ev.Unit}
 		unit := ev.Unit
 		sb.bar = c.p.AddBar(ev.Total,
 			mpb.PrependDecorators(decor.Name("["+stage+"] ", decor.WCSyncSpaceR),
 				decor.Elapsed(decor.ET_STYLE_MMSS, decor.WCSyncSpace),
-				decor.Any(func(s decor.Statistics) string { return fmt.Sprintf("%d/%d %s", s.Current, s.Total, unit) }, decor.WCSyncSpace)),
+				decor.Any(func(s decor.Statistics) string { return progressCount(s.Current, s.Total, unit) }, decor.WCSyncSpace)),
 			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" ETA "), decor.AverageETA(decor.ET_STYLE_MMSS), decor.Any(func(decor.Statistics) string {
 				if m := sb.msg.Load(); m != nil {
 					return "  " + *m
@@ -110,6 +117,14 @@ func (c *liveConsole) Progress(stage string, ev plugins.ProgressEvent) {
 	sb.msg.Store(&msg)
 	sb.bar.SetTotal(ev.Total, false)
 	sb.bar.SetCurrent(min(ev.Done, ev.Total))
+}
+
+// progressCount is "done/total unit", sizes for bytes ("1.2 GiB/2.0 GiB").
+func progressCount(done, total int64, unit string) string {
+	if unit == "bytes" {
+		return bytesize.Format(done) + "/" + bytesize.Format(total)
+	}
+	return fmt.Sprintf("%d/%d %s", done, total, unit)
 }
 
 // Ended removes the bar of a stage that ended.

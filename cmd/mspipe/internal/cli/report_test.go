@@ -23,7 +23,8 @@ import (
 
 // tinySpec trains a CNN on two simulated devices twice, data parallel and
 // semi-auto parallel (with a strategy file as output), on a few synthetic
-// images, integrates the semi-auto stage's slices (a reshard manifest) and
+// images, two epochs each (so each evaluates after its first epoch too),
+// integrates the semi-auto stage's slices (a reshard manifest) and
 // retrains from the integrated checkpoint: semi → integrate → retrain is
 // one lineage, dp another.
 const tinySpec = `version: 1
@@ -34,7 +35,7 @@ stages:
   dp:
     uses: npu/train
     needs: [prepare]
-    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, epochs: 1, batch_size: 8, log_steps: 1}
+    with: {data: "${{ stages.prepare.outputs.dir }}", model: cnn, mode: data_parallel, epochs: 2, batch_size: 8, log_steps: 1}
   semi:
     uses: npu/train
     needs: [prepare]
@@ -44,7 +45,7 @@ stages:
       mode: semi_auto_parallel
       strategy: {end_point.matmul: [[1, 1], [2, 1]]}
       integrated_save: false
-      epochs: 1
+      epochs: 2
       batch_size: 8
       log_steps: 1
   integrate: {uses: ckpt/integrate, needs: [semi], with: {from: "${{ stages.semi.outputs.checkpoints }}"}}
@@ -297,6 +298,14 @@ func TestReportOfARealRun(t *testing.T) {
 		t.Errorf("the comparison draws %v loss curves per run, want the 3 stages' curves of both %s and %s", byRun, id, id2)
 	}
 
+	evals := evalEvents(t, runDir)
+	// dp and semi evaluate after epoch 1 and after their last step, the
+	// retrain (one epoch) after its last step.
+	if n := [3]int{len(evals["dp"]), len(evals["semi"]), len(evals["retrain"])}; n != [3]int{2, 2, 1} {
+		t.Fatalf("evaluations of dp, semi and retrain in events.jsonl: %v, want [2 2 1]", n)
+	}
+	checkAccuracyAxis(t, "report.html", html, evals)
+
 	chromium := browser.Find()
 	if chromium == "" {
 		t.Log("SKIP of the browser check: no chromium found (install Debian's chromium package, or set MSPIPE_CHROMIUM)")
@@ -320,6 +329,7 @@ func TestReportOfARealRun(t *testing.T) {
 	if !(retrainFirst > semiLast) {
 		t.Errorf("chromium's DOM: the retrain's first vertex (x %.1f) is not right of the semi stage's last (x %.1f)", retrainFirst, semiLast)
 	}
+	checkAccuracyAxis(t, "chromium's DOM", dom, evals)
 	domCompared := browser.Run(t, chromium, "--dump-dom", "file://"+strings.TrimSpace(out))
 	byRun = map[string]int{}
 	for _, c := range lossCurves(t, domCompared) {
@@ -430,6 +440,113 @@ func TestReportErrors(t *testing.T) {
 	for _, want := range []string{"<h2>Not shown</h2>", "no events log", "No stage of this run reported training steps", `data-stage="s" data-status="failed"`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// evalPoint is one eval_accuracy metric of events.jsonl.
+type evalPoint struct {
+	step     int64
+	accuracy float64
+}
+
+// evalEvents reads each stage's eval_accuracy metrics from the run's
+// events.jsonl, in the order written.
+func evalEvents(t *testing.T, runDir string) map[string][]evalPoint {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(runDir, "events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]evalPoint{}
+	for line := range strings.Lines(string(data)) {
+		var ev struct {
+			Stage, Event, Name string
+			Value              float64
+			Step               int64
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("events.jsonl: %v", err)
+		}
+		if ev.Event == "metric" && ev.Name == "eval_accuracy" {
+			out[ev.Stage] = append(out[ev.Stage], evalPoint{ev.Step, ev.Value})
+		}
+	}
+	return out
+}
+
+var (
+	accuracyChartRE = regexp.MustCompile(`(?s)<svg class="chart accuracy-chart".*?</svg>`)
+	accuracyLineRE  = regexp.MustCompile(`<polyline class="curve accuracy" data-stage="[^"]*" data-run="[^"]*" data-ranks="[^"]*" data-points="\d+"[^>]*points="([^"]*)"`)
+	plotAxisRE      = regexp.MustCompile(`<line class="axis" x1="([0-9.]+)" x2="([0-9.]+)"`)
+	dotLabelRE      = regexp.MustCompile(`<circle class="dot"[^>]*(?:/>|></circle>)\s*<text[^>]*>([0-9.]+)</text>`)
+)
+
+// checkAccuracyAxis checks the accuracy chart of the semi → retrain
+// lineage in html: a vertex and a labelled dot per evaluation of semi and
+// the retrain, each at the place of its global step on the loss chart's
+// axis (the two charts differ in size, so in the same fraction of the
+// plot's width as the loss vertex of that step).
+func checkAccuracyAxis(t *testing.T, what, html string, evals map[string][]evalPoint) {
+	t.Helper()
+	start := strings.Index(html, `<h3 class="lineage" data-lineage="semi">`)
+	if start < 0 {
+		t.Fatalf("%s: no lineage semi", what)
+	}
+	section := html[start:]
+	if end := strings.Index(section[1:], "<h3"); end >= 0 {
+		section = section[:end+1]
+	}
+	lossChart := lossChartRE.FindString(section)
+	accChart := accuracyChartRE.FindString(section)
+	if lossChart == "" || accChart == "" {
+		t.Fatalf("%s: the semi lineage lacks its loss or accuracy chart", what)
+	}
+	fraction := func(chart string) func(x float64) float64 {
+		m := plotAxisRE.FindStringSubmatch(chart)
+		if m == nil {
+			t.Fatalf("%s: a chart without its x axis", what)
+		}
+		l, _ := strconv.ParseFloat(m[1], 64)
+		r, _ := strconv.ParseFloat(m[2], 64)
+		return func(x float64) float64 { return (x - l) / (r - l) }
+	}
+	lossAt, accAt := fraction(lossChart), fraction(accChart)
+	// The loss vertex of each global step of the lineage (a vertex per
+	// step: the stages are short).
+	// The retrain continues semi's count, which ends at semi's final
+	// evaluation.
+	lossX := map[int64]float64{}
+	for _, pl := range polylineRE.FindAllStringSubmatch(lossChart, -1) {
+		stage, points := pl[1], strings.Fields(pl[4])
+		for i, p := range points {
+			step := int64(i + 1)
+			if stage == "retrain" {
+				step += evals["semi"][len(evals["semi"])-1].step
+			}
+			lossX[step] = vertexX(t, p)
+		}
+	}
+	want := append(append([]evalPoint(nil), evals["semi"]...), evals["retrain"]...)
+	lines := accuracyLineRE.FindAllStringSubmatch(accChart, -1)
+	if len(lines) != 1 {
+		t.Fatalf("%s: %d accuracy curves in the semi lineage, want 1", what, len(lines))
+	}
+	points := strings.Fields(lines[0][1])
+	labels := dotLabelRE.FindAllStringSubmatch(accChart, -1)
+	if len(points) != len(want) || len(labels) != len(want) {
+		t.Fatalf("%s: accuracy curve of %d vertices and %d labelled dots, want one per evaluation: %v", what, len(points), len(labels), want)
+	}
+	for i, e := range want {
+		lx, ok := lossX[e.step]
+		if !ok {
+			t.Fatalf("%s: no loss vertex at global step %d", what, e.step)
+		}
+		if got, wantF := accAt(vertexX(t, points[i])), lossAt(lx); math.Abs(got-wantF) > 0.005 {
+			t.Errorf("%s: the evaluation at global step %d sits at %.3f of the accuracy axis, the step's loss at %.3f", what, e.step, got, wantF)
+		}
+		if l := strconv.FormatFloat(e.accuracy, 'f', 3, 64); labels[i][1] != l {
+			t.Errorf("%s: dot %d says %s, the event %s", what, i, labels[i][1], l)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mspipe/mspipe/internal/bytesize"
 
 	"github.com/mspipe/mspipe/internal/userfile"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/pipeline"
@@ -36,6 +37,10 @@ type Run struct {
 	// cached stage's steps are those of the run that trained it
 	// (StepsFrom).
 	Steps map[string]map[int][]Step
+	// Evals holds each training stage's evaluations on the test split,
+	// after every epoch and after its last step, in global-step order
+	// (a cached stage's from StepsFrom's run, as its steps).
+	Evals map[string][]Eval
 	// StepsFrom names, for each cached stage whose steps were read from
 	// the run that produced its outputs, that run's id.
 	StepsFrom map[string]string
@@ -59,6 +64,14 @@ type Step struct {
 	// bytes: not the high-water mark within the step (the stage's
 	// peak_device_memory output is that).
 	AfterStepMemory int64
+}
+
+// Eval is one evaluation of a training stage on the test split, after
+// global step GlobalStep (the end of an epoch, or the last step).
+type Eval struct {
+	GlobalStep int64
+	Accuracy   float64
+	Loss       float64 // NaN when the log has no eval_loss for the step
 }
 
 // StageStrategy is the strategy file a stage wrote (its strategy output).
@@ -95,11 +108,11 @@ const (
 func Load(ctx context.Context, runsDir, runDir string, st *pipeline.RunState) (*Run, error) {
 	r := &Run{State: st, Steps: map[string]map[int][]Step{}, StepsFrom: map[string]string{}}
 	r.Needs = r.readNeeds(runDir)
-	steps, err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl"))
+	steps, evals, err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl"))
 	if err != nil {
 		return nil, err
 	}
-	r.Steps = steps
+	r.Steps, r.Evals = steps, evals
 	r.readCachedSteps(ctx, runsDir)
 	r.Continues = continues(st, r.Needs)
 	for _, sid := range st.Order {
@@ -190,6 +203,10 @@ type stepEvent struct {
 	ImagesPerSec float64   `json:"images_per_second"`
 	AfterStep    int64     `json:"after_step_device_memory"`
 	DeviceMemory int64     `json:"device_memory"` // the same, in logs written before it was named so
+	// A metric event's (npu/train reports each evaluation as two).
+	Name  string    `json:"name"`
+	Value lossValue `json:"value"`
+	Step  int64     `json:"step"`
 }
 
 // lossValue is a loss as the events log holds it: a JSON number, or the
@@ -215,31 +232,33 @@ func (l *lossValue) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// readSteps collects the step events of events.jsonl. A run without an
+// readSteps collects the step events of events.jsonl, and the
+// evaluations (the eval_accuracy and eval_loss metrics). A run without an
 // events log (it never started a stage) has no steps; a line that is not
 // a step event, does not parse or is too long is passed over: the log is
 // for many readers and may end in a line cut short by a kill.
-func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]Step, error) {
+func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]Step, map[string][]Eval, error) {
 	out := map[string]map[int][]Step{}
 	f, st, err := userfile.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			r.note("no events log: %s", path)
-			return out, nil
+			return out, nil, nil
 		}
-		return nil, fmt.Errorf("read events %s: %w", path, err)
+		return nil, nil, fmt.Errorf("read events %s: %w", path, err)
 	}
 	defer f.Close()
 	if st.Size() > maxEventsBytes {
 		r.note("events log %s is %s: only its first %s are shown", path, bytesize.Format(st.Size()), bytesize.Format(maxEventsBytes))
 	}
-	marker := []byte(`"event":"step"`)
+	marker, metric := []byte(`"event":"step"`), []byte(`"event":"metric"`)
 	byStep := map[string]map[int]map[int64]Step{}
+	evals := map[string]map[int64]Eval{}
 	br := bufio.NewReaderSize(io.LimitReader(f, maxEventsBytes), 64<<10)
 	skipped, kept, dropped := 0, 0, 0
 	for n := 0; ; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		line, err := readLine(br)
 		if err != nil {
@@ -250,7 +269,11 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 				skipped++
 				continue
 			}
-			return nil, fmt.Errorf("read events %s: %w", path, err)
+			return nil, nil, fmt.Errorf("read events %s: %w", path, err)
+		}
+		if bytes.Contains(line, metric) {
+			readEval(line, evals)
+			continue
 		}
 		if !bytes.Contains(line, marker) {
 			continue
@@ -297,33 +320,84 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 			out[sid][rank] = list
 		}
 	}
-	return out, nil
+	return out, sortEvals(evals), nil
+}
+
+// readEval adds an eval_accuracy or eval_loss metric line to evals, by
+// stage and global step; other metrics and lines that do not parse are
+// passed over.
+func readEval(line []byte, evals map[string]map[int64]Eval) {
+	var ev stepEvent
+	if json.Unmarshal(line, &ev) != nil || ev.Event != "metric" || ev.Stage == "" || ev.Step < 1 {
+		return
+	}
+	if ev.Name != job.MetricEvalAccuracy && ev.Name != job.MetricEvalLoss {
+		return
+	}
+	byStep := evals[ev.Stage]
+	if byStep == nil {
+		byStep = map[int64]Eval{}
+		evals[ev.Stage] = byStep
+	}
+	e, ok := byStep[ev.Step]
+	if !ok {
+		e = Eval{GlobalStep: ev.Step, Accuracy: math.NaN(), Loss: math.NaN()}
+	}
+	if ev.Name == job.MetricEvalAccuracy {
+		e.Accuracy = float64(ev.Value)
+	} else {
+		e.Loss = float64(ev.Value)
+	}
+	byStep[ev.Step] = e
+}
+
+// sortEvals lists each stage's evaluations that have an accuracy, in
+// global-step order.
+func sortEvals(evals map[string]map[int64]Eval) map[string][]Eval {
+	out := map[string][]Eval{}
+	for sid, byStep := range evals {
+		for _, e := range byStep {
+			if finite(e.Accuracy) {
+				out[sid] = append(out[sid], e)
+			}
+		}
+		sort.Slice(out[sid], func(i, j int) bool { return out[sid][i].GlobalStep < out[sid][j].GlobalStep })
+	}
+	return out
 }
 
 // readCachedSteps reads the steps of each cached stage from the events
 // log of the run that trained it, when that run is still in runsDir: the
 // curves of a rerun are those of the training whose outputs it reused.
 func (r *Run) readCachedSteps(ctx context.Context, runsDir string) {
-	byRun := map[string]map[string]map[int][]Step{}
+	type logged struct {
+		steps map[string]map[int][]Step
+		evals map[string][]Eval
+	}
+	byRun := map[string]logged{}
 	for _, sid := range r.State.Order {
 		ss := r.State.Stages[sid]
 		if ss.Status != pipeline.StatusCached || ss.CachedFrom == "" || len(r.Steps[sid]) > 0 || ss.CachedFrom == r.State.ID {
 			continue
 		}
-		steps, ok := byRun[ss.CachedFrom]
+		lg, ok := byRun[ss.CachedFrom]
 		if !ok {
 			path, err := inside(runsDir, filepath.Join(runsDir, ss.CachedFrom, "events.jsonl"))
 			if err == nil {
-				steps, err = r.readSteps(ctx, path)
+				lg.steps, lg.evals, err = r.readSteps(ctx, path)
 			}
 			if err != nil {
 				r.note("stage %s: the steps of run %s, which trained it: %v", sid, ss.CachedFrom, err)
 			}
-			byRun[ss.CachedFrom] = steps
+			byRun[ss.CachedFrom] = lg
 		}
-		if len(steps[sid]) > 0 {
-			r.Steps[sid] = steps[sid]
+		if len(lg.steps[sid]) > 0 {
+			r.Steps[sid] = lg.steps[sid]
 			r.StepsFrom[sid] = ss.CachedFrom
+			if r.Evals == nil {
+				r.Evals = map[string][]Eval{}
+			}
+			r.Evals[sid] = lg.evals[sid]
 		}
 	}
 }

@@ -378,3 +378,47 @@ func TestMetricsCarryUnits(t *testing.T) {
 		t.Errorf("results = %v, want %v", got, want)
 	}
 }
+
+// The evaluations a training stage reports after each epoch (its
+// eval_accuracy and eval_loss metrics) are read by global step, other
+// metrics passed over, and drawn as one dot each on the loss chart's
+// global-step axis.
+func TestAccuracyPerEpoch(t *testing.T) {
+	runDir := filepath.Join(t.TempDir(), "r1")
+	writeFile(t, filepath.Join(runDir, "pipeline.yaml"), "version: 1\nname: p\nstages:\n  train: {uses: npu/train}\n")
+	lines := []string{}
+	for g := 1; g <= 8; g++ {
+		lines = append(lines, `{"stage":"train","event":"step","rank":0,"epoch":`+strconv.Itoa((g+3)/4)+`,"global_step":`+strconv.Itoa(g)+`,"loss":2}`)
+	}
+	lines = append(lines,
+		`{"stage":"train","event":"metric","name":"eval_accuracy","value":0.25,"step":4}`,
+		`{"stage":"train","event":"metric","name":"eval_loss","value":1.5,"step":4}`,
+		`{"stage":"train","event":"metric","name":"loss","value":2,"step":4}`,
+		`{"stage":"train","event":"metric","name":"eval_loss","value":1.25,"step":8}`,
+		`{"stage":"train","event":"metric","name":"eval_accuracy","value":0,"step":8}`,
+		`{"stage":"train","event":"metric","name":"eval_accuracy","value":0.5,"step":0}`,
+	)
+	writeFile(t, filepath.Join(runDir, "events.jsonl"), strings.Join(lines, "\n"))
+	st := state([]string{"train"}, map[string]string{"train": "npu/train"})
+	st.Stages["train"].Outputs = map[string]any{"accuracy": 0.0}
+	r, err := Load(context.Background(), filepath.Dir(runDir), runDir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Eval{{GlobalStep: 4, Accuracy: 0.25, Loss: 1.5}, {GlobalStep: 8, Accuracy: 0, Loss: 1.25}}
+	if !reflect.DeepEqual(r.Evals["train"], want) {
+		t.Fatalf("evaluations %+v, want %+v", r.Evals["train"], want)
+	}
+	ls := lineages([]*Run{r})
+	acc, loss := ls[0].Accuracy, ls[0].Loss
+	if acc == nil || acc.Title != "held-out accuracy after each epoch" || len(acc.Series) != 1 || len(acc.Series[0].Dots) != 2 ||
+		acc.Series[0].Dots[0].Label != "0.250" || acc.Series[0].Dots[1].Label != "0.000" {
+		t.Fatalf("accuracy chart %+v, want two dots, 0.250 and 0.000", acc)
+	}
+	// Step 4 is vertex 4 of the loss curve: both sit at the same fraction
+	// of their plots' widths.
+	lossX := pointX(t, strings.Fields(loss.Series[0].Points)[3])
+	if got, want := (acc.Series[0].Dots[0].X-acc.Left)/acc.PlotW, (lossX-loss.Left)/loss.PlotW; got-want > 1e-3 || want-got > 1e-3 {
+		t.Errorf("the evaluation after step 4 sits at %.4f of the accuracy axis, the step's loss at %.4f", got, want)
+	}
+}
