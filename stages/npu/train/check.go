@@ -57,7 +57,7 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 		}
 	}
 	if known("mode", "model", "pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage", "batch_size",
-		"grad_accumulation_step", "parallel_optimizer") {
+		"grad_accumulation_step", "parallel_optimizer", "dataset_strategy") {
 		out = append(out, pipelineProblems(w, cluster.Devices)...)
 	}
 	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch", "dataset_strategy", "pipeline_stages", "micro_size") || w.Mode != parallel.SemiAutoParallel {
@@ -88,6 +88,9 @@ func pipelineProblems(w With, devices int) []plugins.Problem {
 		return []plugins.Problem{{Path: "/pipeline_stages", Message: fmt.Sprintf("pipeline_stages is for modes semi_auto_parallel and auto_parallel (a strategy-free semi_auto_parallel stage runs data parallel), not %s", w.Mode)}}
 	}
 	var out []plugins.Problem
+	if w.DatasetStrategy.Splits != nil {
+		out = append(out, plugins.Problem{Path: "/dataset_strategy", Message: "a dataset_strategy tuple with pipeline_stages is not supported yet"})
+	}
 	if w.ParallelOptimizer {
 		// Not tried together yet: the optimizer's shards would live in each
 		// stage group.
