@@ -15,9 +15,13 @@ import (
 // wireEngine makes tc train this rank's part of a network on the
 // operator-parallel engine (npu/shard): the split modes, and models only
 // the engine builds. Rank 0 writes the strategy file once the network is
-// laid out; with integrated_save, rank 0 saves whole tensors and every rank
-// resumes from its checkpoints.
-func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string, tc *trainer.Config) {
+// laid out; with integrated_save, rank 0 (with a pipeline, each stage's
+// first rank) saves whole tensors and every rank resumes from its
+// checkpoints.
+//
+// With pipeline stages the network is this rank's stage's (pipe), over its
+// stage group: every rank receives the global batch.
+func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeComms, jobDir string, tc *trainer.Config) {
 	sc := shard.Config{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: cfg.Strategy, Devices: size, Rank: rank,
 		BatchPerDevice: tc.BatchSize, FullBatch: cfg.FullBatch, DatasetStrategy: cfg.DatasetStrategy,
@@ -32,6 +36,16 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 		sc.Comm = comm
 		tc.Rank = rank
 	}
+	if pipe != nil {
+		// A whole checkpoint restores into the slices of this rank's
+		// place in its stage group.
+		tc.Rank = pipe.rank
+		sc.Devices, sc.Rank, sc.Comm, sc.Pipeline = pipe.devices, pipe.rank, pipe.stage, pipe.spec
+		sc.BatchPerDevice, sc.FullBatch = tc.BatchSize, true
+		if pipe.devices == 1 {
+			sc.Comm = nil
+		}
+	}
 	// The engine reduces the gradients itself.
 	tc.Reduce, tc.AllocGrads, tc.Broadcast = nil, nil, nil
 	tc.Sharded = func(memory int64) (trainer.ShardedNet, error) {
@@ -40,9 +54,16 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 		if err != nil {
 			return nil, err
 		}
-		if rank == 0 && cfg.StrategyFile != "" {
+		path, first := cfg.StrategyFile, rank == 0
+		if pipe != nil {
+			path, first = StageStrategyFile(cfg.StrategyFile, pipe.spec.Stage), pipe.rank == 0
+		}
+		if first && path != "" {
 			f := strategyFile(net.OpLayouts(), net.Layouts(), net.OptimizerLayouts())
-			if err := parallel.WriteStrategyFile(cfg.StrategyFile, f, strategyFormat(cfg.StrategyFile)); err != nil {
+			if pipe != nil {
+				f.CurrentStage = pipe.spec.Stage
+			}
+			if err := parallel.WriteStrategyFile(path, f, strategyFormat(path)); err != nil {
 				net.Close()
 				return nil, fmt.Errorf("strategy file: %w", err)
 			}
@@ -51,8 +72,25 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, jobDir string
 	}
 	if comm != nil && cfg.IntegratedSave {
 		tc.IntegratedSave = true
-		tc.ResumeDir = filepath.Join(launch.DeviceDir(jobDir, 0), "ckpt_0")
+		// The first rank of the group saves whole tensors (of its stage,
+		// with a pipeline); every rank of the group resumes from them.
+		first := 0
+		if pipe != nil {
+			first = rank - pipe.rank
+		}
+		tc.ResumeDir = filepath.Join(launch.DeviceDir(jobDir, first), fmt.Sprintf("ckpt_%d", first))
 	}
+}
+
+// StageStrategyFile is where the first rank of pipeline stage s writes
+// its stage's strategy file (MindSpore writes one per stage): path itself
+// for stage 0, path with _stage<s> before its extension for the others.
+func StageStrategyFile(path string, s int) string {
+	if path == "" || s == 0 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s_stage%d%s", strings.TrimSuffix(path, ext), s, ext)
 }
 
 // strategyFile builds the strategy file of a split network from the

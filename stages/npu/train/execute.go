@@ -87,6 +87,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	plan, err := job.Plan(job.Layout{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
 		Memory: cfg.DeviceMemory, Devices: devices, DatasetStrategy: cfg.DatasetStrategy,
+		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 	})
 	if err != nil {
@@ -127,7 +128,9 @@ func resolve(w With) (job.Config, error) {
 		ShuffleBuffer: w.ShuffleBuffer, Threads: w.Threads,
 		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
-		IntegratedSave:     w.IntegratedSave == nil || *w.IntegratedSave,
+		IntegratedSave: w.IntegratedSave == nil || *w.IntegratedSave,
+		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
+		PipelineSchedule: w.PipelineSchedule, PipelineStage: w.PipelineStage,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
 		ParameterBroadcast: w.ParameterBroadcast,
 		CollectiveTimeout:  timeout, Transport: job.Transport(transport),
