@@ -83,14 +83,37 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 }
 
 // StageStrategyFile is where the first rank of pipeline stage s writes
-// its stage's strategy file (MindSpore writes one per stage): path itself
-// for stage 0, path with _stage<s> before its extension for the others.
+// its stage's strategy file (MindSpore writes one per stage): path with
+// _stage<s> before its extension, stage 0 included, so that path itself
+// is left for the merged file of every stage (see npu/train's stage).
 func StageStrategyFile(path string, s int) string {
-	if path == "" || s == 0 {
+	if path == "" {
 		return path
 	}
 	ext := filepath.Ext(path)
 	return fmt.Sprintf("%s_stage%d%s", strings.TrimSuffix(path, ext), s, ext)
+}
+
+// MergeStageStrategies merges the per-stage strategy files a pipeline
+// job's ranks wrote (StageStrategyFile of every stage) into one file at
+// cfg.StrategyFile, in its format, as MindSpore's merge_pipeline_strategys
+// does: the file the checkpoint tools find beside the set (a set of K
+// stages needs every stage's layouts). The per-stage files stay; a
+// missing or inconsistent one is an error naming it, and nothing is
+// written then.
+func MergeStageStrategies(cfg Config) error {
+	if !cfg.Pipelined() || cfg.StrategyFile == "" {
+		return nil
+	}
+	paths := make([]string, cfg.PipelineStages)
+	for s := range paths {
+		paths[s] = StageStrategyFile(cfg.StrategyFile, s)
+	}
+	merged, err := parallel.MergeStrategyFiles(paths...)
+	if err != nil {
+		return fmt.Errorf("merge the stages' strategy files: %w", err)
+	}
+	return parallel.WriteStrategyFile(cfg.StrategyFile, merged, strategyFormat(cfg.StrategyFile))
 }
 
 // strategyFile builds the strategy file of a split network from the
