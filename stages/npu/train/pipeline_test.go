@@ -104,6 +104,14 @@ func TestPipelineStageEqualsStandAlone(t *testing.T) {
 	}{
 		{4, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 2, "eval": true}},
 		{4, 4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 4, "micro_size": 8}},
+		// Every micro-batch count with each stage count (the batch a rank
+		// loads is batch_size × devices/stages, 8 here).
+		{2, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 2, "micro_size": 1}},
+		{2, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 2, "micro_size": 8}},
+		{4, 2, map[string]any{"mode": "auto_parallel", "batch_size": 4, "pipeline_stages": 2, "micro_size": 4}},
+		{4, 4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 4, "micro_size": 1}},
+		{4, 4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 8, "pipeline_stages": 4, "micro_size": 2, "pipeline_schedule": "gpipe"}},
+		{8, 4, map[string]any{"mode": "semi_auto_parallel", "batch_size": 4, "pipeline_stages": 4, "micro_size": 4}},
 		{8, 2, map[string]any{"mode": "semi_auto_parallel", "batch_size": 2, "pipeline_stages": 2, "micro_size": 4, "pipeline_schedule": "gpipe",
 			"strategy": map[string]any{
 				"conv1":            []any{[]any{2, 1, 1, 1}, []any{2, 1, 1, 1}},
@@ -111,7 +119,7 @@ func TestPipelineStageEqualsStandAlone(t *testing.T) {
 				"end_point.matmul": []any{[]any{2, 2}, []any{1, 2}},
 			}}},
 	} {
-		t.Run(fmt.Sprintf("%d devices %d stages", tc.devices, tc.stages), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d devices %d stages %v micro %v", tc.devices, tc.stages, tc.with["mode"], tc.with["micro_size"]), func(t *testing.T) {
 			dir := t.TempDir()
 			tc.with["strategy_ckpt_save_file"] = "strategy.json" // the JSON form records tensor shapes
 			tc.with["integrated_save"] = false                   // every rank saves its slices
