@@ -35,9 +35,60 @@ func FilePath(root string, rank int, name string) string {
 // device{i} directories; they must be 0..N-1 with none missing, and each
 // must hold a checkpoint in its ckpt_{i}/.
 func Find(root, prefix string) ([]string, error) {
+	n, err := countRanks(root)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]string, n)
+	for i := range files {
+		f, err := ckpt.Latest(RankDir(root, i), prefix)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint set %s: rank %d: %w", root, i, err)
+		}
+		files[i] = f
+	}
+	return files, nil
+}
+
+// FindStageLeads returns the newest checkpoint of prefix of the first
+// rank of each of the stages of the pipeline set at root, as a pipeline
+// job saves with integrated_save: the first rank of each stage (rank s*D
+// of K stages of D ranks) saves its stage's whole tensors, the others
+// nothing. A first rank without a checkpoint, or another rank with one,
+// is an error naming it.
+func FindStageLeads(root, prefix string, stages int) ([]string, error) {
+	n, err := countRanks(root)
+	if err != nil {
+		return nil, err
+	}
+	if stages < 2 || n%stages != 0 {
+		return nil, fmt.Errorf("checkpoint set %s: %d ranks do not split into %d pipeline stages", root, n, stages)
+	}
+	per := n / stages
+	var files []string
+	for r := range n {
+		f, err := ckpt.Latest(RankDir(root, r), prefix)
+		none := errors.Is(err, ckpt.ErrNoCheckpoint) || errors.Is(err, fs.ErrNotExist)
+		switch {
+		case err != nil && !none:
+			return nil, fmt.Errorf("checkpoint set %s: rank %d: %w", root, r, err)
+		case r%per == 0 && none:
+			return nil, fmt.Errorf("checkpoint set %s: rank %d, the first of pipeline stage %d: %w", root, r, r/per, err)
+		case r%per != 0 && !none:
+			return nil, fmt.Errorf("checkpoint set %s: rank %d holds %s, but only the first rank of each stage saves whole tensors (integrated_save); a set of per-rank slices needs every rank's", root, r, f)
+		case r%per == 0:
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
+
+// countRanks returns the number of device{i} directories of the set at
+// root, which must be device0 to device{n-1}.
+func countRanks(root string) (int, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint set %s: %w", root, err)
+		return 0, fmt.Errorf("checkpoint set %s: %w", root, err)
 	}
 	var ranks []int
 	for _, e := range entries {
@@ -52,23 +103,15 @@ func Find(root, prefix string) ([]string, error) {
 		ranks = append(ranks, r)
 	}
 	if len(ranks) == 0 {
-		return nil, fmt.Errorf("checkpoint set %s: no device{i}/ckpt_{i}/ directories: %w", root, ErrNotASet)
+		return 0, fmt.Errorf("checkpoint set %s: no device{i}/ckpt_{i}/ directories: %w", root, ErrNotASet)
 	}
 	sort.Ints(ranks)
 	for i, r := range ranks {
 		if r != i {
-			return nil, fmt.Errorf("checkpoint set %s: rank %d is missing (device%d/ absent, device%d/ present)", root, i, i, r)
+			return 0, fmt.Errorf("checkpoint set %s: rank %d is missing (device%d/ absent, device%d/ present)", root, i, i, r)
 		}
 	}
-	files := make([]string, len(ranks))
-	for i := range ranks {
-		f, err := ckpt.Latest(RankDir(root, i), prefix)
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint set %s: rank %d: %w", root, i, err)
-		}
-		files[i] = f
-	}
-	return files, nil
+	return len(ranks), nil
 }
 
 // RankFile returns the checkpoint rank starts from in the set at root,

@@ -63,6 +63,37 @@ func TestFindRefusesBrokenSets(t *testing.T) {
 	}
 }
 
+// TestFindStageLeads reads an integrated_save pipeline set (only the
+// first rank of each stage saved) and names the rank that breaks it.
+func TestFindStageLeads(t *testing.T) {
+	root := t.TempDir()
+	want := []string{writeRank(t, root, 0, "CKP-1_4.ckpt"), writeRank(t, root, 2, "CKP-1_4.ckpt")}
+	for _, r := range []int{1, 3} {
+		if err := os.MkdirAll(RankDir(root, r), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := FindStageLeads(root, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("FindStageLeads = %v, want %v", got, want)
+	}
+	if _, err := FindStageLeads(root, "", 3); err == nil || !strings.Contains(err.Error(), "4 ranks do not split into 3 pipeline stages") {
+		t.Errorf("3 stages of 4 ranks: %v", err)
+	}
+	writeRank(t, root, 3, "CKP-1_4.ckpt")
+	if _, err := FindStageLeads(root, "", 2); err == nil || !strings.Contains(err.Error(), "rank 3 holds") {
+		t.Errorf("rank 3 with a checkpoint: %v", err)
+	}
+	os.RemoveAll(RankDir(root, 3))
+	os.RemoveAll(RankDir(root, 2))
+	if _, err := FindStageLeads(root, "", 2); err == nil || !strings.Contains(err.Error(), "rank 2, the first of pipeline stage 1") {
+		t.Errorf("stage 1's first rank without a checkpoint: %v", err)
+	}
+}
+
 func TestFileName(t *testing.T) {
 	for _, tc := range []struct{ prefix, source, want string }{
 		{"", "/x/CKP-3_156.ckpt", "CKP-3_156.ckpt"},

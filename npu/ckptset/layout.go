@@ -138,6 +138,66 @@ func Open(files []string, sf *parallel.StrategyFile) (*Set, error) {
 	return s, nil
 }
 
+// OpenWholeStages indexes the files of a pipeline set saved with
+// integrated_save (FindStageLeads): file s holds the whole tensors of
+// pipeline stage s (and those every stage has, such as global_step). sf,
+// the strategy of every stage (merged), must describe stages 0 to K-1 for
+// K files; its layouts only check the tensors' shapes, as every tensor is
+// whole. A tensor only some stages hold is placed on those files' ranks.
+func OpenWholeStages(files []string, sf *parallel.StrategyFile) (*Set, error) {
+	k := len(files)
+	if k < 2 || sf == nil {
+		return nil, fmt.Errorf("checkpoint set: %d whole-stage files: a pipeline set saved by the first rank of each stage has 2 or more, and a strategy of every stage", k)
+	}
+	if got := sf.Stages(); len(got) != k || got[k-1] != k-1 {
+		return nil, fmt.Errorf("checkpoint set of %d pipeline stages (the first rank of each saved its stage's whole tensors), but the strategy describes stages %v: give every stage's strategy file", k, got)
+	}
+	idx := make([]*ckpt.Index, k)
+	for r := range idx {
+		x, err := indexFile(files[r])
+		if err != nil {
+			return nil, err
+		}
+		idx[r] = x
+	}
+	s := &Set{
+		Source: reshard.Source{Files: slices.Clone(files), Placements: map[string]reshard.Placement{}},
+		Shapes: map[string][]int{},
+		DTypes: map[string]string{},
+	}
+	s.Names = reshard.TensorOrder(idx)
+	held := map[string]*ckpt.IndexedTensor{}
+	for _, x := range idx {
+		for i := range x.Tensors {
+			t := &x.Tensors[i]
+			if _, ok := held[t.Name]; !ok {
+				held[t.Name] = t
+				s.Shapes[t.Name] = toInts(t.Dims)
+				s.DTypes[t.Name] = t.DType
+			}
+		}
+	}
+	for _, name := range sortedKeys(sf.Layouts) {
+		t, ok := held[name]
+		if !ok {
+			return nil, fmt.Errorf("strategy layout of %q: no such tensor in any of the %d whole-stage files: %w", name, k, ErrLayoutMismatch)
+		}
+		if l := sf.Layouts[name]; l.Shape != nil && !slices.Equal(l.Shape, toInts(t.Dims)) {
+			return nil, fmt.Errorf("%q: the strategy records shape %v, the whole-stage checkpoint holds %v: %w", name, l.Shape, t.Dims, ErrLayoutMismatch)
+		}
+	}
+	ranks, err := stageHolders(files, idx, s.Names, 1, k, sf)
+	if err != nil {
+		return nil, err
+	}
+	for name, r := range ranks {
+		// Every tensor gets its own placement, moments too: whole on the
+		// ranks of the stages that hold it.
+		s.Source.Placements[name] = reshard.Placement{Ranks: r}
+	}
+	return s, nil
+}
+
 func heldWhere(files []string, indexed int) string {
 	if indexed == 1 {
 		return files[0]

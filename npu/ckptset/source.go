@@ -85,15 +85,27 @@ func Load(args []string, prefix, strategy string) (*Set, Input, error) {
 			}
 		}
 	}
-	var err error
-	if in.Root, in.Files, err = Files(args, prefix); err != nil {
-		return nil, in, err
-	}
 	var sf *parallel.StrategyFile
+	var err error
 	if in.Strategy != "" {
 		if sf, err = parallel.ReadStrategies(in.Strategy); err != nil {
 			return nil, in, err
 		}
+	}
+	if in.Root, in.Files, err = Files(args, prefix); err != nil {
+		// A pipeline set saved with integrated_save: only the first rank
+		// of each stage has a checkpoint, of its stage's whole tensors.
+		if sf != nil && in.Root != "" && len(sf.Stages()) > 1 {
+			if leads, lerr := FindStageLeads(in.Root, prefix, len(sf.Stages())); lerr == nil {
+				in.Files = leads
+				s, err := OpenWholeStages(leads, sf)
+				if err != nil {
+					return nil, in, fmt.Errorf("%s: %w", in.Strategy, err)
+				}
+				return s, in, nil
+			}
+		}
+		return nil, in, err
 	}
 	s, err := Open(in.Files, sf)
 	if err != nil && in.Strategy != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,6 +231,11 @@ func (c *Comm) fail(cause error) error {
 		c.failMu.Unlock()
 		return f
 	}
+	var pe *PeerError
+	var ae *abortError
+	if c.cfg.Members != nil && !errors.As(cause, &ae) && errors.As(cause, &pe) {
+		pe.members = c.cfg.Members
+	}
 	c.failure = cause
 	if op := c.curOp.Load(); op >= 0 {
 		c.failedIn = opCode(op).String()
@@ -258,10 +264,26 @@ func (c *Comm) fail(cause error) error {
 // noticeFor turns a failure into the abort notice peers receive.
 func (c *Comm) noticeFor(cause error) abortNotice {
 	var pe *PeerError
-	if !errors.As(cause, &pe) {
-		return abortNotice{culprit: int32(c.rank), code: abortAborted, text: cause.Error()}
+	var ae *abortError
+	culprit := -1
+	if errors.As(cause, &ae) {
+		// Passed on from another communicator of this rank: name its
+		// culprit if it is one of this communicator's ranks too, else
+		// this rank.
+		if errors.As(ae.cause, &pe) {
+			culprit = c.memberIndex(pe.JobRank())
+		}
+	} else if errors.As(cause, &pe) {
+		culprit = pe.Rank
 	}
-	a := abortNotice{culprit: int32(pe.Rank), code: abortAborted}
+	if culprit < 0 {
+		text := cause.Error()
+		if ae != nil {
+			text = relayedPrefix + text
+		}
+		return abortNotice{culprit: int32(c.rank), code: abortAborted, text: text}
+	}
+	a := abortNotice{culprit: int32(culprit), code: abortAborted}
 	detail := pe.Err.Error()
 	switch {
 	case errors.Is(pe.Err, ErrPeerTimeout):
@@ -280,6 +302,18 @@ func (c *Comm) noticeFor(cause error) abortNotice {
 		a.text = detail
 	}
 	return a
+}
+
+// memberIndex returns the rank of this communicator that is rank job of
+// the job (Config.Members), or -1.
+func (c *Comm) memberIndex(job int) int {
+	if c.cfg.Members == nil {
+		if job < 0 || job >= c.size {
+			return -1
+		}
+		return job
+	}
+	return slices.Index(c.cfg.Members, job)
 }
 
 // trimSentinel removes the "sentinel: " prefix a detail was wrapped with,

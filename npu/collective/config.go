@@ -149,6 +149,9 @@ type Config struct {
 	// sending traffic to the network. Wildcard (0.0.0.0, ::), multicast
 	// and broadcast addresses are refused either way.
 	AllowRemote bool
+	// Members, when set, gives each rank's number in the job this
+	// communicator is a part of (see Sub): failures name peers by it.
+	Members []int
 }
 
 // FromRankTable returns the Config of the given rank of the job a validated
@@ -254,6 +257,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Transport > TransportShm {
 		return bad("unknown %v", c.Transport)
+	}
+	if c.Members != nil && len(c.Members) != c.Size {
+		return bad("%d members for %d ranks", len(c.Members), c.Size)
 	}
 	if c.Hosts != nil && len(c.Hosts) != c.Size {
 		return bad("%d hosts for %d ranks", len(c.Hosts), c.Size)

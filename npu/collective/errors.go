@@ -75,6 +75,10 @@ type PeerError struct {
 	// Via is the rank that observed the failure and reported it to this
 	// one, or -1 if this rank observed it itself.
 	Via int
+	// members numbers the ranks of a sub-communicator in its job
+	// (Config.Members) in the message; Rank and Via stay indices in the
+	// communicator.
+	members []int
 }
 
 // Error returns a line such as
@@ -89,14 +93,31 @@ func (e *PeerError) Error() string {
 
 // describe is the message without the "collective: op: " prefix.
 func (e *PeerError) describe() string {
-	s := "rank " + strconv.Itoa(e.Rank) + " (" + e.Addr + ") " + e.Err.Error()
+	s := "rank " + e.name(e.Rank) + " (" + e.Addr + ") " + e.Err.Error()
 	if e.Via >= 0 {
-		s += " (reported by rank " + strconv.Itoa(e.Via) + ")"
+		s += " (reported by rank " + e.name(e.Via) + ")"
 	}
 	return s
 }
 
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// JobRank is the culprit's rank in the job: Rank, or its job rank in a
+// sub-communicator (Config.Members).
+func (e *PeerError) JobRank() int {
+	if e.Rank >= 0 && e.Rank < len(e.members) {
+		return e.members[e.Rank]
+	}
+	return e.Rank
+}
+
+// name is rank r of the communicator as the message names it.
+func (e *PeerError) name(r int) string {
+	if r >= 0 && r < len(e.members) {
+		return strconv.Itoa(e.members[r])
+	}
+	return strconv.Itoa(r)
+}
 
 // brokenError is returned by calls on a communicator that failed earlier.
 type brokenError struct {

@@ -44,6 +44,9 @@ func Init(ctx context.Context, cfg Config) (*Comm, error) {
 	cfg.Addrs = append([]string(nil), cfg.Addrs...)
 	cfg.Secret = append([]byte(nil), cfg.Secret...)
 	cfg.Hosts = append([]int(nil), cfg.Hosts...)
+	if cfg.Members != nil {
+		cfg.Members = append([]int(nil), cfg.Members...)
+	}
 	c := newComm(cfg)
 	if cfg.Size == 1 {
 		if cfg.Listener != nil {

@@ -67,8 +67,15 @@ func helperMain() error {
 			hosts = append(hosts, n)
 		}
 	}
+	var members []int
+	if m := os.Getenv("MEMBERS"); m != "" {
+		for _, f := range strings.Split(m, ",") {
+			n, _ := strconv.Atoi(f)
+			members = append(members, n)
+		}
+	}
 	c, err := Init(context.Background(), Config{Rank: rank, Size: len(addrs), Addrs: addrs, Secret: secret,
-		Timeout: timeout, Algorithm: alg, Listener: ln, Transport: transport, Hosts: hosts})
+		Timeout: timeout, Algorithm: alg, Listener: ln, Transport: transport, Hosts: hosts, Members: members})
 	if err != nil {
 		return err
 	}
@@ -108,6 +115,14 @@ func helperMain() error {
 			send[p], recv[p] = make([]float32, 1<<18), make([]float32, 1<<18)
 		}
 		return helperLoop(func() error { return c.Exchange(context.Background(), send, recv) })
+	case "sendrecv": // rank 0 sends activations, rank 1 gradients back
+		big, small := make([]float32, 1<<18), make([]float32, 1<<10)
+		return helperLoop(func() error {
+			if rank == 0 {
+				return c.SendRecv(context.Background(), big, small)
+			}
+			return c.SendRecv(context.Background(), small, big)
+		})
 	case "group": // pairs of neighbours
 		buf, err := alloc(1 << 22)
 		if err != nil {
@@ -296,6 +311,24 @@ func testKilledRank(t *testing.T, shm bool) {
 	killed := time.Now()
 	procs[victim].cmd.Process.Kill()
 	want := fmt.Sprintf("error: collective: allreduce: rank %d (%s) closed the connection", victim, addrs[victim])
+	checkSurvivors(t, procs, victim, killed, timeout, want)
+}
+
+// Killing one end of a two-rank communicator in the middle of SendRecv
+// fails the other within the timeout, naming the dead rank by its job
+// rank (Config.Members), as a pipeline stage's neighbour is named.
+func TestKilledSendRecvPeerIsNamed(t *testing.T) {
+	const victim = 1
+	t.Setenv("MEMBERS", "5,7") // inherited by the rank processes
+	timeout := 2 * time.Second
+	procs, addrs := startRanks(t, 2, Mesh, "sendrecv", timeout)
+	for _, p := range procs {
+		p.waitLine(t, "running", 20*time.Second)
+	}
+	time.Sleep(100 * time.Millisecond)
+	killed := time.Now()
+	procs[victim].cmd.Process.Kill()
+	want := fmt.Sprintf("error: collective: exchange: rank 7 (%s) closed the connection", addrs[victim])
 	checkSurvivors(t, procs, victim, killed, timeout, want)
 }
 

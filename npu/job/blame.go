@@ -28,10 +28,12 @@ type blame struct {
 // delay the end of a failing job.
 func leaveBlame(err error) {
 	var pe *collective.PeerError
-	if !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || collective.Relayed(err) {
+		// A relayed abort's sender only passed on a failure elsewhere
+		// (pipeline stage groups): it is no culprit.
 		return
 	}
-	data, jerr := json.Marshal(blame{Rank: pe.Rank, Error: err.Error()})
+	data, jerr := json.Marshal(blame{Rank: pe.JobRank(), Error: err.Error()})
 	if jerr == nil {
 		_ = os.WriteFile(BlameFile, data, 0o644)
 	}

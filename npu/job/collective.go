@@ -21,24 +21,27 @@ const multiHostConnectWait = 5 * time.Minute
 // joinCollective connects this rank to its peers and wires the trainer's
 // gradient reduction (and parameter broadcast) through the communicator;
 // it reports the transport on out.
-func joinCollective(ctx context.Context, cfg Config, rank int, tc *trainer.Config, out io.Writer) (*collective.Comm, error) {
+// The configuration it joined with is returned for the pipeline's
+// sub-communicators.
+func joinCollective(ctx context.Context, cfg Config, rank int, tc *trainer.Config, out io.Writer) (*collective.Comm, collective.Config, error) {
+	var none collective.Config
 	tablePath := os.Getenv("RANK_TABLE_FILE")
 	if tablePath == "" {
-		return nil, fmt.Errorf("RANK_TABLE_FILE is not set")
+		return nil, none, fmt.Errorf("RANK_TABLE_FILE is not set")
 	}
 	t, problems, err := ranktable.Load(tablePath)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if problems.HasErrors() {
-		return nil, fmt.Errorf("rank table %s: %w", tablePath, problems.Err())
+		return nil, none, fmt.Errorf("rank table %s: %w", tablePath, problems.Err())
 	}
 	cc, err := collective.FromRankTable(t, rank, cfg.BasePort)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if cc.Secret, err = os.ReadFile(cfg.SecretFile); err != nil {
-		return nil, fmt.Errorf("job secret: %w", err)
+		return nil, none, fmt.Errorf("job secret: %w", err)
 	}
 	cc.Timeout = cfg.timeout()
 	if cfg.SpansHosts {
@@ -51,7 +54,7 @@ func joinCollective(ctx context.Context, cfg Config, rank int, tc *trainer.Confi
 	cc.Transport = collective.Transport(cfg.Transport)
 	comm, err := collective.Init(ctx, cc)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if s := comm.Servers(); s > 1 && comm.Transport() == collective.TransportShm {
 		fmt.Fprintf(out, "collective: rank %d of %d, transport shm within each of %d servers, tcp between them\n", rank, cc.Size, s)
@@ -59,7 +62,7 @@ func joinCollective(ctx context.Context, cfg Config, rank int, tc *trainer.Confi
 		fmt.Fprintf(out, "collective: rank %d of %d, transport %s\n", rank, cc.Size, comm.Transport())
 	}
 	wireCollective(comm, cfg, tc, out)
-	return comm, nil
+	return comm, cc, nil
 }
 
 // wireCollective makes the trainer reduce its gradients, agree on the

@@ -44,6 +44,15 @@ type Config struct {
 	// or the searched one (auto_parallel).
 	Strategy  parallel.Strategy `json:"strategy,omitempty"`
 	FullBatch bool              `json:"full_batch,omitempty"`
+	// Pipeline parallel (MindSpore's pipeline_stages, micro_size and
+	// pipeline_stage): the network cut into PipelineStages stages, each
+	// run by devices/PipelineStages ranks (rank r on stage r/(devices/K)),
+	// every step in MicroSize micro-batches, scheduled by PipelineSchedule
+	// ("1f1b" or "gpipe"); PipelineStage maps operators to stages.
+	PipelineStages   int            `json:"pipeline_stages,omitempty"`
+	MicroSize        int            `json:"micro_size,omitempty"`
+	PipelineSchedule string         `json:"pipeline_schedule,omitempty"`
+	PipelineStage    map[string]int `json:"pipeline_stage,omitempty"`
 	// ParallelOptimizer splits the weight update and the optimizer
 	// moments over each parameter's data-parallel ranks (MindSpore's
 	// enable_parallel_optimizer); OptimizerShardSize is

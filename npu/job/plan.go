@@ -5,6 +5,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"text/tabwriter"
 
 	"github.com/mspipe/mspipe/internal/bytesize"
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -43,6 +44,14 @@ type Layout struct {
 	BatchSize int   // per device
 	Memory    int64 // device capacity in bytes; 0: the cost model's default
 	Devices   int
+	// PipelineStages and MicroSize: the pipeline (0 or 1: none). The
+	// strategy then lays each stage out over its Devices/PipelineStages
+	// devices, for one micro-batch. PipelineStage is the user's operator
+	// to stage map (nil: the balanced cut), PipelineSchedule "1f1b" or
+	// "gpipe" ("": 1f1b).
+	PipelineStages, MicroSize int
+	PipelineStage             map[string]int
+	PipelineSchedule          string
 	// ParallelOptimizer and OptimizerShardSize are Config's: the cost
 	// model then counts each rank's piece of the moments.
 	ParallelOptimizer  bool
@@ -75,6 +84,24 @@ func (l Layout) costOptions() []auto.Option {
 	return []auto.Option{auto.ParallelOptimizer(l.OptimizerShardSize)}
 }
 
+// stageDevices is the devices one stage (the whole job without a
+// pipeline) lays its operators out over.
+func (l Layout) stageDevices() int {
+	if l.PipelineStages > 1 {
+		return l.Devices / l.PipelineStages
+	}
+	return l.Devices
+}
+
+// passBatch is the batch one pass of the network runs: the global batch,
+// or a micro-batch of a stage group's.
+func (l Layout) passBatch() int {
+	if l.PipelineStages > 1 {
+		return l.BatchSize * l.stageDevices() / max(l.MicroSize, 1)
+	}
+	return l.GlobalBatch()
+}
+
 // GlobalBatch is the layout's batch of one step over all devices: under a
 // dataset_strategy tuple, the batch per device times its batch split.
 func (l Layout) GlobalBatch() int {
@@ -100,10 +127,11 @@ func Plan(l Layout) (*Planned, error) {
 	if !UsesEngine(l.Model, l.Mode) {
 		return &Planned{}, nil
 	}
-	g, err := shard.GraphOf(l.Model, l.GlobalBatch())
+	g, err := shard.GraphOf(l.Model, l.passBatch())
 	if err != nil {
 		return nil, fieldError("model", err)
 	}
+	devices := l.stageDevices()
 	if l.DatasetStrategy != nil {
 		if err := shard.CheckDatasetStrategy(l.DatasetStrategy, l.Devices); err != nil {
 			return nil, fieldError("dataset_strategy", err)
@@ -111,12 +139,15 @@ func Plan(l Layout) (*Planned, error) {
 	}
 	switch l.Mode {
 	case parallel.SemiAutoParallel:
-		if _, err := g.Shard(shard.FollowDataset(g, l.Strategy, l.DatasetStrategy, l.Devices, false), l.Devices); err != nil {
+		if _, err := g.Shard(shard.FollowDataset(g, l.Strategy, l.DatasetStrategy, devices, false), devices); err != nil {
 			return nil, fieldError("strategy", err)
 		}
 		return &Planned{Strategy: l.Strategy}, nil
 	case parallel.AutoParallel:
-		plan, err := auto.Search(g, l.Devices, l.machine(), l.costOptions()...)
+		// With a pipeline, every stage's operators are searched over its
+		// group, on the whole chain's graph of one micro-batch (each rank
+		// builds only its stage's).
+		plan, err := auto.Search(g, devices, l.machine(), l.costOptions()...)
 		if err != nil {
 			return nil, fieldError("mode", err)
 		}
@@ -186,7 +217,7 @@ func PlanText(out io.Writer, l Layout) error {
 	if err != nil {
 		return err
 	}
-	g, err := shard.GraphOf(l.Model, l.GlobalBatch())
+	g, err := shard.GraphOf(l.Model, l.passBatch())
 	if err != nil {
 		return err
 	}
@@ -194,9 +225,12 @@ func PlanText(out io.Writer, l Layout) error {
 	if plan == nil {
 		// The cost of the given (or the model's own) strategy, by the same
 		// model auto_parallel searches with.
-		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.Devices, l.machine(), l.costOptions()...); err != nil {
+		if plan, err = auto.Evaluate(g, costedStrategy(l, p), l.stageDevices(), l.machine(), l.costOptions()...); err != nil {
 			return err
 		}
+	}
+	if l.PipelineStages > 1 {
+		return pipelineText(out, l, plan)
 	}
 	opt := ""
 	if l.ParallelOptimizer {
@@ -217,6 +251,56 @@ func PlanText(out io.Writer, l Layout) error {
 		}
 	}
 	return nil
+}
+
+// pipelineText describes a pipeline job: the strategy of one micro-batch
+// on a stage group, then each stage's operators, parameters and
+// predicted memory, and the bubble the schedule leaves.
+func pipelineText(out io.Writer, l Layout, plan *auto.Plan) error {
+	k, m, per := l.PipelineStages, max(l.MicroSize, 1), l.stageDevices()
+	sched, err := shard.ParseSchedule(l.PipelineSchedule)
+	if err != nil {
+		return fieldError("pipeline_schedule", err)
+	}
+	spans, err := shard.PipelineStages(l.Model, k, l.PipelineStage)
+	if err != nil {
+		return fieldError("pipeline_stage", err)
+	}
+	g, err := shard.GraphOf(l.Model, l.passBatch())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s in %s on %d devices: %d pipeline stages of %d devices, global batch %d in %d micro-batches of %d (%s)\n",
+		l.Model, l.Mode, l.Devices, k, per, l.BatchSize*per, m, l.passBatch(), sched)
+	fmt.Fprintf(out, "each stage group runs one micro-batch as:\n")
+	if err := plan.Format(out); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "stage\tranks\toperators\tparameters\tmemory per rank")
+	for s, sp := range spans {
+		var mem int64
+		for _, c := range plan.Ops {
+			if i := slices.IndexFunc(g.Ops[sp.Lo:sp.Hi], func(o parallel.OpSpec) bool { return o.Name == c.Op }); i >= 0 {
+				mem += c.Memory
+			}
+		}
+		// Plus the received input of every micro-batch, kept for the
+		// backward's recomputation (a rank's share of it).
+		if sp.Lo > 0 {
+			elems := int64(1)
+			for _, d := range g.Ops[sp.Lo].Inputs[0].Shape {
+				elems *= int64(d)
+			}
+			mem += int64(m) * 4 * elems / int64(per)
+		}
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s … %s (%d)\t%d\t%s\n", s, s*per, (s+1)*per-1, sp.First, sp.Last, sp.Hi-sp.Lo, sp.Params, bytesize.Format(mem))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "bubble: (K−1)/(M+K−1) = %d/%d = %.1f%% of a step idle on each stage, if the stages took equal time\n", k-1, m+k-1, 100*float64(k-1)/float64(m+k-1))
+	return err
 }
 
 // ParseDeviceMemory reads the device_memory option as bytesize.Parse reads

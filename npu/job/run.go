@@ -120,14 +120,27 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 		return nil, err
 	}
 	var comm *collective.Comm
+	var cc collective.Config
 	if cfg.Mode.Collective() {
-		if comm, err = joinCollective(ctx, cfg, rank, &tc, say); err != nil {
+		if comm, cc, err = joinCollective(ctx, cfg, rank, &tc, say); err != nil {
 			return nil, fmt.Errorf("rank %d: join the collective: %w", rank, err)
 		}
 		defer comm.Close()
 	}
+	var pipe *pipeComms
+	if cfg.Pipelined() {
+		if comm == nil {
+			return nil, fmt.Errorf("rank %d: pipeline stages in mode %s, which has no collective", rank, cfg.Mode)
+		}
+		if pipe, err = joinPipeline(ctx, cfg, cc, comm, rank, size); err != nil {
+			return nil, fmt.Errorf("rank %d: join the pipeline: %w", rank, err)
+		}
+		defer pipe.Close()
+		fmt.Fprintf(say, "pipeline: rank %d is rank %d of stage %d of %d (%s, %d micro-batches)\n",
+			rank, pipe.rank, pipe.spec.Stage, pipe.spec.Stages, pipe.spec.Schedule, pipe.spec.Micro)
+	}
 	if cfg.Engine() {
-		wireEngine(cfg, rank, size, comm, jobDir, &tc)
+		wireEngine(cfg, rank, size, comm, pipe, jobDir, &tc)
 	}
 	res, err := trainer.Train(ctx, tc)
 	if err != nil {
@@ -220,6 +233,10 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		DeviceMemory: cfg.DeviceMemory,
 	}
 	switch {
+	case cfg.Pipelined():
+		// Every rank loads its stage group's whole global batch: the first
+		// stage reads the images of each micro-batch, the last its labels.
+		tc.BatchSize = cfg.BatchSize * size / cfg.PipelineStages
 	case cfg.FullBatch:
 		// Every device loads the whole global batch.
 		tc.BatchSize = GlobalBatch(cfg.Mode, cfg.BatchSize, size)

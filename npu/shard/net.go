@@ -46,6 +46,12 @@ type Config struct {
 	Threads       int    // worker goroutines of the device (0: GOMAXPROCS)
 	Memory        int64  // device capacity in bytes (0: unlimited)
 	Classes       int    // 0: DefaultClasses
+	// Pipeline, when it has several stages, makes this rank one of stage
+	// Pipeline.Stage's: Devices, Rank and Comm are then those of the
+	// stage's group, BatchPerDevice is per rank of a group, and TrainStep
+	// receives the whole global batch on every rank (the first stage reads
+	// the images, the last the labels).
+	Pipeline Pipeline
 	// ParallelOptimizer splits the update of every trainable parameter
 	// that ranks repeat across those ranks (MindSpore's
 	// enable_parallel_optimizer): each updates and keeps the moment of
@@ -84,6 +90,7 @@ type Net struct {
 	// firstParam is the first operator with parameters, where backward
 	// ends.
 	firstParam int
+	pipe       *pipeState // nil without pipeline stages
 	// win is the C, H and W of the images this rank receives.
 	win [3]int
 	// stepCtx is the context of the running TrainStep, for the BatchNorm
@@ -114,6 +121,15 @@ func New(cfg Config) (*Net, error) {
 		return nil, err
 	}
 	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}, strategy: strategy}
+	if cfg.Pipeline.on() {
+		spans, err := def.stages(cfg.Pipeline.Stages, cfg.Pipeline.Assign)
+		if err != nil {
+			return nil, err
+		}
+		micro := max(cfg.Pipeline.Micro, 1)
+		n.pipe = &pipeState{cfg: cfg.Pipeline, micro: micro, span: spans[cfg.Pipeline.Stage],
+			prog: program(cfg.Pipeline.Schedule, cfg.Pipeline.Stage, cfg.Pipeline.Stages, micro)}
+	}
 	if cfg.Comm != nil {
 		n.comm = &timedComm{Comm: cfg.Comm}
 		n.cfg.Comm = n.comm
@@ -135,7 +151,12 @@ func New(cfg Config) (*Net, error) {
 // mode runs it with and lays every operator out over the devices: what New
 // builds and LayoutOf reports.
 func (c *Config) lay() (*modelDef, parallel.Strategy, []*parallel.OpLayout, error) {
-	def, err := define(c.Model, c.globalBatch(c.BatchPerDevice), c.Classes)
+	global := c.globalBatch(c.BatchPerDevice)
+	if c.Pipeline.on() {
+		// Each pass runs one micro-batch.
+		global /= max(c.Pipeline.Micro, 1)
+	}
+	def, err := define(c.Model, global, c.Classes)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -182,6 +203,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: optimizer shard size %d (it needs the parallel optimizer, and at least 1)", ErrConfig, c.OptimizerShardSize)
 	case c.ParallelOptimizer && (c.Mode == parallel.StandAlone || c.Mode == parallel.HybridParallel):
 		return fmt.Errorf("%w: the parallel optimizer is for data_parallel, semi_auto_parallel and auto_parallel, not %s", ErrConfig, c.Mode)
+	}
+	if err := c.checkPipeline(); err != nil {
+		return err
 	}
 	return c.checkDataset()
 }
@@ -240,9 +264,13 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 	if n.firstParam < 0 {
 		return fmt.Errorf("%s has no parameters to train", n.def.name)
 	}
+	lo, hi := n.opRange()
 	for i, o := range n.def.ops {
 		st := &stage{def: o}
 		n.stages = append(n.stages, st)
+		if i < lo || i >= hi {
+			continue // another pipeline stage's
+		}
 		ol := layouts[i]
 		specs, pls, partial := paramSpecs(o.spec, ol)
 		for k, t := range specs {
@@ -354,6 +382,9 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 		return err
 	}
 	copy(n.win[:], box.Shape[1:])
+	if n.pipe != nil {
+		return n.buildPipe()
+	}
 	return nil
 }
 
@@ -429,8 +460,16 @@ func (n *Net) Device() *nn.Device { return n.dev }
 func (n *Net) Layouts() map[string]parallel.Layout { return n.layouts }
 
 // OpLayouts returns how every operator runs over the configured global
-// batch.
-func (n *Net) OpLayouts() []*parallel.OpLayout { return n.main.layouts }
+// batch (a micro-batch with pipeline stages); nil for the operators of
+// other pipeline stages.
+func (n *Net) OpLayouts() []*parallel.OpLayout {
+	if n.pipe == nil {
+		return n.main.layouts
+	}
+	out := make([]*parallel.OpLayout, len(n.main.layouts))
+	copy(out[n.pipe.span.Lo:n.pipe.span.Hi], n.main.layouts[n.pipe.span.Lo:n.pipe.span.Hi])
+	return out
+}
 
 // Gather returns every parameter's whole value on root (nil on the other
 // ranks), for integrated_save. All ranks call it. Each slice is sent by

@@ -37,14 +37,32 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 	cfg := n.cfg
 	x := def.ops[0].spec.Inputs[0].Shape
 	p := &pass{global: x[0], layouts: layouts}
-	p.data = dataLayout(x, cfg)
+	// A pipeline stage receives the whole batch and runs one micro-batch
+	// of it at a time.
+	dc := cfg
+	if n.pipe != nil {
+		dc.FullBatch = true
+	}
+	p.data = dataLayout(x, dc)
 	last := len(def.ops) - 1
 	if def.ops[last].spec.Kind != parallel.OpLoss {
 		return nil, fmt.Errorf("%s: the last operator is %s, not the loss", def.name, def.ops[last].spec.Name)
 	}
+	lo, hi := n.opRange()
 	prev := p.data
+	if lo > 0 {
+		prev = layouts[lo-1].Output // as the previous stage's rank of this index left it
+	}
 	for i, o := range def.ops {
 		ol := layouts[i]
+		if i < lo || i >= hi {
+			p.fwd, p.outGroup, p.gradGroup = append(p.fwd, nil), append(p.outGroup, nil), append(p.gradGroup, nil)
+			p.halo = append(p.halo, nil)
+			if i < last {
+				p.bwd = append(p.bwd, nil)
+			}
+			continue
+		}
 		h, err := haloOf(o, ol, cfg.Rank)
 		if err != nil {
 			return nil, err
@@ -90,6 +108,9 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 		}
 		prev = ol.Output
 	}
+	if hi <= last {
+		return p, n.reservePlans(p) // the loss is on a later stage
+	}
 	lossIn := layouts[last].Inputs[0]
 	p.lossGroup = p.outGroup[last]
 	rows, err := lossIn.SliceShape()
@@ -105,19 +126,23 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 	if p.logits, err = newPlan(layouts[last-1].Output, logits, cfg.Rank); err != nil {
 		return nil, fmt.Errorf("logits: %w", err)
 	}
+	return p, n.reservePlans(p)
+}
+
+// reservePlans reserves the buffers of p's redistributions.
+func (n *Net) reservePlans(p *pass) error {
 	var bytes int64
 	for _, pl := range append(append([]*plan{p.labels, p.logits}, p.fwd...), p.bwd...) {
-		bytes += pl.bytes()
+		if pl != nil {
+			bytes += pl.bytes()
+		}
 	}
 	for _, h := range p.halo {
 		if h != nil {
 			bytes += h.bytes()
 		}
 	}
-	if err := n.dev.Reserve(fmt.Sprintf("redistribution buffers (global batch %d)", p.global), bytes); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return n.dev.Reserve(fmt.Sprintf("redistribution buffers (global batch %d)", p.global), bytes)
 }
 
 // checkHybrid refuses what the engine cannot run: in hybrid_parallel a
@@ -175,6 +200,9 @@ func (n *Net) passFor(rows int) (*pass, error) {
 		return nil, fmt.Errorf("%w: empty batch", ErrConfig)
 	}
 	global := n.cfg.globalBatch(rows)
+	if n.pipe != nil { // a pipeline stage receives the whole batch
+		global = rows
+	}
 	if p, ok := n.passes[global]; ok {
 		return p, nil
 	}

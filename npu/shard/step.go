@@ -25,17 +25,33 @@ func (n *Net) window() (c, h, w int) { return n.win[0], n.win[1], n.win[2] }
 // forward runs every operator but the loss and returns the loss's input
 // slice (logits in the loss's layout) and the last operator's output.
 func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool) (lossIn, out *tensor.Tensor, err error) {
-	cur := x
 	last := len(n.stages) - 1
-	for i, st := range n.stages[:last] {
+	cur, err := n.runOps(ctx, p, x, 0, last, train)
+	if err != nil {
+		return nil, nil, err
+	}
+	lossIn, err = p.fwd[last].run(ctx, n.cfg.Comm, cur)
+	if err != nil {
+		return nil, nil, fmt.Errorf("into the loss: %w", err)
+	}
+	return lossIn, cur, nil
+}
+
+// runOps runs operators lo..hi-1 (none of them the loss) forward on cur,
+// the output of operator lo-1 (the batch for lo = 0) in the layout that
+// operator left it, and returns operator hi-1's output: complete, in its
+// layout.
+func (n *Net) runOps(ctx context.Context, p *pass, cur *tensor.Tensor, lo, hi int, train bool) (*tensor.Tensor, error) {
+	for i := lo; i < hi; i++ {
+		st := n.stages[i]
 		name := st.def.spec.Name
 		in, err := p.fwd[i].run(ctx, n.cfg.Comm, cur)
 		if err != nil {
-			return nil, nil, fmt.Errorf("operator %s: %w", name, err)
+			return nil, fmt.Errorf("operator %s: %w", name, err)
 		}
 		if st.def.spec.Kind == parallel.OpAllReduce {
 			if st.buf, err = alloc(n.dev, name, "output", st.buf, in.Shape()...); err != nil {
-				return nil, nil, fmt.Errorf("operator %s: %w", name, err)
+				return nil, fmt.Errorf("operator %s: %w", name, err)
 			}
 			copy(st.buf.Data(), in.Data())
 			if n.cfg.Devices == 1 {
@@ -43,30 +59,26 @@ func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool
 				continue
 			}
 			if err := n.cfg.Comm.GroupAllReduce(ctx, st.buf.Data(), collective.Sum, n.all); err != nil {
-				return nil, nil, fmt.Errorf("operator %s: %w", name, err)
+				return nil, fmt.Errorf("operator %s: %w", name, err)
 			}
 			cur = st.buf
 			continue
 		}
 		y, err := st.layer.Forward(in, train)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		// Summed in place: no layer whose contraction can be split reads
 		// its output in Backward. hybrid_parallel leaves partial sums to
 		// the model's AllReduce.
 		if g := p.outGroup[i]; g != nil && !n.hybrid {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, y.Data(), collective.Sum, g); err != nil {
-				return nil, nil, fmt.Errorf("operator %s output: %w", name, err)
+				return nil, fmt.Errorf("operator %s output: %w", name, err)
 			}
 		}
 		cur = y
 	}
-	lossIn, err = p.fwd[last].run(ctx, n.cfg.Comm, cur)
-	if err != nil {
-		return nil, nil, fmt.Errorf("into the loss: %w", err)
-	}
-	return lossIn, cur, nil
+	return cur, nil
 }
 
 // TrainStep runs forward, the loss, backward and every gradient reduction
@@ -82,6 +94,9 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	}
 	if len(labels) != x.Dim(0) {
 		return 0, fmt.Errorf("%s: %d labels for %d images: %w", n.cfg.Model, len(labels), x.Dim(0), tensor.ErrShape)
+	}
+	if n.pipe != nil {
+		return n.pipeStep(ctx, x, labels)
 	}
 	p, err := n.passFor(x.Dim(0))
 	if err != nil {
@@ -162,44 +177,54 @@ func (n *Net) backward(ctx context.Context, p *pass) error {
 	case !n.cfg.GradientsMean:
 		inv = float64(n.cfg.Devices) / float64(p.global)
 	}
-	d := n.loss.backward(inv)
-	for i := len(n.stages) - 2; i >= n.firstParam; i-- {
+	_, err := n.runBack(ctx, p, n.loss.backward(inv), len(n.stages)-2, n.firstParam)
+	return err
+}
+
+// runBack runs operators hi down to lo backward from d, the gradient of
+// operator hi+1's input in its layout (the loss's for the last operator),
+// reducing partial input gradients on the way, and returns the gradient of
+// operator lo's input (nil when lo is the first operator with parameters,
+// whose input gradient nothing needs).
+func (n *Net) runBack(ctx context.Context, p *pass, d *tensor.Tensor, hi, lo int) (*tensor.Tensor, error) {
+	for i := hi; i >= lo; i-- {
 		st := n.stages[i]
 		name := st.def.spec.Name
 		dy, err := p.bwd[i].run(ctx, n.cfg.Comm, d)
 		if err != nil {
-			return fmt.Errorf("gradient of operator %s: %w", name, err)
+			return nil, fmt.Errorf("gradient of operator %s: %w", name, err)
 		}
 		if st.def.spec.Kind == parallel.OpAllReduce {
 			d = dy // the gradient of a sum passes to every summand
 			continue
 		}
 		if d, err = st.layer.Backward(dy); err != nil {
-			return err
+			return nil, err
 		}
 		if i == n.firstParam {
 			continue
 		}
 		if g := p.gradGroup[i]; g != nil {
 			if err := n.cfg.Comm.GroupAllReduce(ctx, d.Data(), collective.Sum, g); err != nil {
-				return fmt.Errorf("input gradient of operator %s: %w", name, err)
+				return nil, fmt.Errorf("input gradient of operator %s: %w", name, err)
 			}
 		}
 		if h := p.halo[i]; h != nil {
 			// The halo's gradient goes back to the ranks that own
 			// those rows and columns, added to theirs.
 			if d, err = h.run(ctx, n.cfg.Comm, d); err != nil {
-				return fmt.Errorf("input gradient of operator %s: %w", name, err)
+				return nil, fmt.Errorf("input gradient of operator %s: %w", name, err)
 			}
 		}
 	}
-	return nil
+	return d, nil
 }
 
 // Predict returns the logits [rows classes] of x, this rank's batch as
-// the data pipeline delivers it, with the moving statistics of BatchNorm.
-// Under a dataset strategy x may also hold whole images: the rank keeps
-// its window of them. Every rank calls it.
+// the data pipeline delivers it (the whole batch for a pipeline stage),
+// with the moving statistics of BatchNorm. Under a dataset strategy x may
+// also hold whole images: the rank keeps its window of them. Every rank
+// calls it.
 func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, error) {
 	if c, h, w := n.window(); x.Rank() == 4 && x.Dim(0) > 0 && (c != imageChannels || h != imageSide || w != imageSide) &&
 		x.Dim(1) == imageChannels && x.Dim(2) == imageSide && x.Dim(3) == imageSide {
@@ -210,6 +235,9 @@ func (n *Net) Predict(ctx context.Context, x *tensor.Tensor) (*tensor.Tensor, er
 	}
 	if err := n.checkInput(x); err != nil {
 		return nil, err
+	}
+	if n.pipe != nil {
+		return n.pipePredict(ctx, x)
 	}
 	p, err := n.passFor(x.Dim(0))
 	if err != nil {

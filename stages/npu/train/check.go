@@ -61,10 +61,67 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 			out = append(out, plugins.Problem{Path: "/model", Message: err.Error()})
 		}
 	}
-	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch", "dataset_strategy") || w.Mode != parallel.SemiAutoParallel {
+	if known("mode", "model", "pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage", "batch_size",
+		"grad_accumulation_step", "parallel_optimizer", "dataset_strategy") {
+		out = append(out, pipelineProblems(w, cluster.Devices)...)
+	}
+	if len(out) > 0 || cluster.Devices < 1 || !known("mode", "model", "strategy", "batch_size", "full_batch", "dataset_strategy", "pipeline_stages", "micro_size") || w.Mode != parallel.SemiAutoParallel {
 		return out
 	}
 	return strategyProblems(w, cluster.Devices)
+}
+
+// pipelineProblems checks the pipeline options: what needs stages, the
+// mode, the device count and the micro-batch count against the batch,
+// and the stage assignment against the model's operators. devices < 1
+// when the cluster is not known yet.
+func pipelineProblems(w With, devices int) []plugins.Problem {
+	k := w.PipelineStages
+	if k <= 1 {
+		var out []plugins.Problem
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{"micro_size", w.MicroSize > 1}, {"pipeline_schedule", w.PipelineSchedule != ""}, {"pipeline_stage", len(w.PipelineStage) > 0}} {
+			if f.set {
+				out = append(out, plugins.Problem{Path: "/" + f.key, Message: f.key + " is for pipeline parallel: set pipeline_stages to 2 or more"})
+			}
+		}
+		return out
+	}
+	if w.Mode != parallel.SemiAutoParallel && w.Mode != parallel.AutoParallel {
+		return []plugins.Problem{{Path: "/pipeline_stages", Message: fmt.Sprintf("pipeline_stages is for modes semi_auto_parallel and auto_parallel (a strategy-free semi_auto_parallel stage runs data parallel), not %s", w.Mode)}}
+	}
+	var out []plugins.Problem
+	if w.DatasetStrategy.Splits != nil {
+		out = append(out, plugins.Problem{Path: "/dataset_strategy", Message: "a dataset_strategy tuple with pipeline_stages is not supported yet"})
+	}
+	if w.ParallelOptimizer {
+		// Not tried together yet: the optimizer's shards would live in each
+		// stage group.
+		out = append(out, plugins.Problem{Path: "/parallel_optimizer", Message: "parallel_optimizer with pipeline_stages is not supported yet"})
+	}
+	if w.GradAccumulation > 1 {
+		out = append(out, plugins.Problem{Path: "/grad_accumulation_step", Message: "with pipeline_stages, micro_size splits each step into micro-batches: leave grad_accumulation_step out"})
+	}
+	if _, err := shard.PipelineStages(w.Model, k, w.PipelineStage); err != nil {
+		at := "/pipeline_stages"
+		if len(w.PipelineStage) > 0 {
+			at = "/pipeline_stage"
+		}
+		out = append(out, plugins.Problem{Path: at, Message: err.Error()})
+	}
+	if devices < 1 {
+		return out
+	}
+	if devices%k != 0 {
+		return append(out, plugins.Problem{Path: "/pipeline_stages", Message: fmt.Sprintf("%d pipeline stages do not split %d devices into equal stage groups", k, devices)})
+	}
+	micro := max(w.MicroSize, 1)
+	if batch := w.BatchSize * devices / k; batch%micro != 0 {
+		out = append(out, plugins.Problem{Path: "/micro_size", Message: fmt.Sprintf("micro_size %d does not divide the global batch of %d (batch_size %d × %d devices per stage)", micro, batch, w.BatchSize, devices/k)})
+	}
+	return out
 }
 
 // optimizerProblems checks the parallel optimizer's options: the modes
@@ -129,7 +186,15 @@ func datasetProblems(w With, devices int) []plugins.Problem {
 // then the whole (shared parameters laid out one way).
 func strategyProblems(w With, devices int) []plugins.Problem {
 	l := job.Layout{Mode: w.Mode, BatchSize: w.BatchSize, Devices: devices, DatasetStrategy: w.DatasetStrategy.Splits}
-	g, err := shard.GraphOf(w.Model, l.GlobalBatch())
+	batch := l.GlobalBatch()
+	if w.PipelineStages > 1 {
+		// Each stage lays its operators out over its group, for one
+		// micro-batch.
+		devices /= w.PipelineStages
+		batch = w.BatchSize * devices / max(w.MicroSize, 1)
+		l.Devices = devices
+	}
+	g, err := shard.GraphOf(w.Model, batch)
 	if err != nil {
 		return []plugins.Problem{{Path: "/model", Message: err.Error()}}
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/ranktable"
 )
 
@@ -20,7 +21,9 @@ import (
 // concurrent jobs on one machine do not collide. A
 // rank table naming addresses of other machines cannot be checked here;
 // the collective layer refuses non-loopback addresses on its own.
-func freeBasePort(t *ranktable.RankTable) (int, error) {
+// Each rank listens on blocks ports (job.PortBlocks), base+b·ranks+i for
+// rank i and block b.
+func freeBasePort(t *ranktable.RankTable, blocks int) (int, error) {
 	ranks, err := t.Ranks()
 	if err != nil {
 		return 0, err
@@ -28,13 +31,15 @@ func freeBasePort(t *ranktable.RankTable) (int, error) {
 	for try := 0; try < 50; try++ {
 		base := 20000 + rand.IntN(30000)
 		free := true
-		for i, r := range ranks {
-			ln, err := net.Listen("tcp", net.JoinHostPort(r.ListenIP(), fmt.Sprint(base+i)))
-			if err != nil {
-				free = false
-				break
+		for b := 0; b < blocks && free; b++ {
+			for i, r := range ranks {
+				ln, err := net.Listen("tcp", net.JoinHostPort(r.ListenIP(), fmt.Sprint(base+b*len(ranks)+i)))
+				if err != nil {
+					free = false
+					break
+				}
+				ln.Close()
 			}
-			ln.Close()
 		}
 		if free {
 			return base, nil
@@ -98,24 +103,30 @@ func sharedSecretFile(spansHosts bool) (string, error) {
 // server must compute the same addresses on its own; a job on this host
 // only takes with.collective_base_port when set, else a free range.
 // Either way the ports of this host's ranks must be free now.
+//
+// A pipeline job's ranks listen on job.PortBlocks blocks of ports: its
+// sub-communicators take base+b·devices+rank for block b.
 func basePort(w With, t *ranktable.RankTable, share hostShare) (int, error) {
+	blocks := job.PortBlocks(w.PipelineStages)
 	if !share.SpansHosts() && w.CollectiveBasePort == 0 {
-		return freeBasePort(t)
+		return freeBasePort(t, blocks)
 	}
 	base := w.CollectiveBasePort
 	if base == 0 {
 		base = collective.DefaultBasePort
 	}
-	if base+share.Size-1 > 65535 {
-		return 0, fmt.Errorf("collective_base_port %d leaves no port for rank %d (ports go up to 65535)", base, share.Size-1)
+	if base+blocks*share.Size-1 > 65535 {
+		return 0, fmt.Errorf("collective_base_port %d leaves no port for rank %d (ports go up to 65535; each rank needs %d)", base, share.Size-1, blocks)
 	}
-	for _, r := range share.Ranks {
-		addr := net.JoinHostPort(r.ListenIP(), fmt.Sprint(base+r.RankID))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return 0, fmt.Errorf("rank %d cannot listen on %s (another job?): set with.collective_base_port to the start of %d free ports, the same on every server: %w", r.RankID, addr, share.Size, err)
+	for b := range blocks {
+		for _, r := range share.Ranks {
+			addr := net.JoinHostPort(r.ListenIP(), fmt.Sprint(base+b*share.Size+r.RankID))
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return 0, fmt.Errorf("rank %d cannot listen on %s (another job?): set with.collective_base_port to the start of %d free ports, the same on every server: %w", r.RankID, addr, blocks*share.Size, err)
+			}
+			ln.Close()
 		}
-		ln.Close()
 	}
 	return base, nil
 }

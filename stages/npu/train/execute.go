@@ -46,6 +46,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	if cfg.StrategyFile != "" {
 		_ = os.Remove(cfg.StrategyFile)
+		for st := range cfg.PipelineStages {
+			_ = os.Remove(job.StageStrategyFile(cfg.StrategyFile, st))
+		}
 	}
 	ranks, err := placeRanks(sc, w, rankTable, jobDir, devices, &cfg)
 	if err != nil {
@@ -65,7 +68,35 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}); err != nil {
 		return nil, err
 	}
+	if err := mergeStageStrategies(sc, cfg, ranks, devices); err != nil {
+		return nil, err
+	}
 	return collectResults(jobDir, ranks, cfg)
+}
+
+// mergeStageStrategies writes a pipeline job's merged strategy file at
+// cfg.StrategyFile once its ranks have ended (the stage's `strategy`
+// output, what ckpt/integrate, ckpt/reshard and mspipe ckpt find beside
+// the set), from the per-stage files the first rank of each stage wrote.
+// A host that did not run every stage's first rank (a job across servers)
+// cannot see every file: it says so and leaves the merge to the user.
+func mergeStageStrategies(sc sdk.Context, cfg job.Config, ranks []launch.Rank, devices int) error {
+	if !cfg.Pipelined() || cfg.StrategyFile == "" {
+		return nil
+	}
+	here := map[int]bool{}
+	for _, r := range ranks {
+		here[r.RankID] = true
+	}
+	per := devices / cfg.PipelineStages
+	for st := range cfg.PipelineStages {
+		if !here[st*per] {
+			sc.Warn(fmt.Sprintf("pipeline stage %d's first rank (%d) ran on another server: its strategy file is there, so no merged %s is written here; merge the stages' files with mspipe ckpt strategy merge",
+				st, st*per, filepath.Base(cfg.StrategyFile)))
+			return nil
+		}
+	}
+	return job.MergeStageStrategies(cfg)
 }
 
 // prepare checks what only the run can check (the device count of a
@@ -92,6 +123,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	plan, err := job.Plan(job.Layout{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
 		Memory: cfg.DeviceMemory, Devices: devices, DatasetStrategy: cfg.DatasetStrategy,
+		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 	})
 	if err != nil {
@@ -134,6 +166,8 @@ func resolve(w With) (job.Config, error) {
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		IntegratedSave: w.IntegratedSave == nil || *w.IntegratedSave,
 		AsyncSave:      w.AsyncSave, ExceptionSave: w.ExceptionSave, Fault: w.Fault,
+		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
+		PipelineSchedule: w.PipelineSchedule, PipelineStage: w.PipelineStage,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
 		ParameterBroadcast: w.ParameterBroadcast,
 		CollectiveTimeout:  timeout, Transport: job.Transport(transport),
@@ -333,7 +367,8 @@ func withReportedFailures(err error, failures map[int]string) error {
 // directory when with.strategy_ckpt_save_file does not name one.
 const defaultStrategyFile = "strategy.ckpt"
 
-// strategyOutput returns path when rank 0 wrote it, else "".
+// strategyOutput returns path when it was written (by rank 0, or merged
+// from a pipeline job's stages), else "".
 func strategyOutput(path string) string {
 	if path == "" {
 		return ""

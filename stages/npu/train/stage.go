@@ -72,7 +72,7 @@ func New() plugins.Stage {
 			{Name: "wall_time", Type: plugins.TypeFloat, Description: "seconds of training"},
 			{Name: "images_per_second", Type: plugins.TypeFloat, Description: "training images per second, all devices of this host together (every device unless the rank table spans hosts)"},
 			{Name: "peak_device_memory", Type: plugins.TypeInt, Description: "most memory in use at once on any device, in bytes"},
-			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices), or \"\""},
+			{Name: "strategy", Type: plugins.TypeString, Description: "the strategy file of a split network (semi_auto/auto/hybrid parallel on several devices; with pipeline_stages, every stage's files merged, as ckpt/integrate and ckpt/reshard read it), or \"\""},
 		},
 		Defaults:     defaults(),
 		Check:        check,

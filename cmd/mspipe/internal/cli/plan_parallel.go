@@ -94,7 +94,8 @@ func rankTableDevices(path string) (devices, perServer int, why string) {
 
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
-var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size", "dataset_strategy"}
+var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size", "dataset_strategy",
+	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -184,6 +185,10 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		ParallelOpt  bool                     `json:"parallel_optimizer"`
 		OptShardSize int                      `json:"optimizer_weight_shard_size"`
 		Dataset      parallel.DatasetStrategy `json:"dataset_strategy"`
+		Stages       int                      `json:"pipeline_stages"`
+		Micro        int                      `json:"micro_size"`
+		Schedule     string                   `json:"pipeline_schedule"`
+		StageOf      map[string]int           `json:"pipeline_stage"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -199,6 +204,7 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	return job.Layout{
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
 		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+		PipelineStages: with.Stages, MicroSize: with.Micro, PipelineSchedule: with.Schedule, PipelineStage: with.StageOf,
 		ParallelOptimizer: with.ParallelOpt, OptimizerShardSize: with.OptShardSize,
 		DatasetStrategy: with.Dataset.Splits,
 	}, nil
