@@ -41,6 +41,26 @@ type WriteOptions struct {
 	// DigestExt), which ReadFile checks; the file itself is unchanged.
 	// Without it Write removes a sidecar an earlier write left there.
 	Digest bool
+	// Progress, when set, is called by Write with the checkpoint's path
+	// and the bytes written so far into its temporary file, after each
+	// piece: fault injection (npu/train's fault, kind kill_during_save)
+	// kills the process there, part-way through a write.
+	Progress func(path string, written int64)
+}
+
+// progressWriter reports the bytes written through it.
+type progressWriter struct {
+	w       io.Writer
+	path    string
+	written int64
+	report  func(path string, written int64)
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.written += int64(n)
+	p.report(p.path, p.written)
+	return n, err
 }
 
 // Write atomically writes tensors to path as a MindSpore checkpoint: a reader
@@ -58,6 +78,9 @@ func Write(path string, tensors []Tensor, opts WriteOptions) error {
 	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
 		if opts.Digest {
 			w = io.MultiWriter(w, sum)
+		}
+		if opts.Progress != nil {
+			w = &progressWriter{w: w, path: path, report: opts.Progress}
 		}
 		return Encode(w, tensors, opts)
 	})

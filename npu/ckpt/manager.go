@@ -38,6 +38,14 @@ type CheckpointConfig struct {
 	ReusePrefix bool
 	// Write is passed to Write for every checkpoint.
 	Write WriteOptions
+	// AsyncSave is CheckpointConfig's async_save: StepEnd and End take the
+	// tensors (which the caller's params function must return as copies
+	// no training step changes) and a writer goroutine encodes and commits
+	// them, with the same bytes and sidecar as a synchronous save. At most
+	// one write is in flight: a save that finds the previous one unfinished
+	// waits for it (LastWait says how long). Call Wait before reading
+	// Latest, and before the process ends.
+	AsyncSave bool
 }
 
 // ModelCheckpoint saves checkpoints during training with MindSpore's
@@ -52,6 +60,22 @@ type ModelCheckpoint struct {
 	write     WriteOptions
 	lastStep  int    // global step of the last save (_last_triggered_step)
 	latest    string // path of the last file written
+	async     bool
+	// inFlight is the asynchronous write not yet waited for, or nil.
+	inFlight *pendingWrite
+	// lastWait is how long the last save waited for the previous write.
+	lastWait time.Duration
+	// staged and peakStaged count the host memory holding tensors handed
+	// to the writer (the one checkpoint in flight), now and at most.
+	staged, peakStaged int64
+}
+
+// pendingWrite is one asynchronous write: done is closed when err is set.
+type pendingWrite struct {
+	path  string
+	bytes int64
+	done  chan struct{}
+	err   error
 }
 
 // NewModelCheckpoint prepares checkpointing into dir (created if missing)
@@ -78,6 +102,7 @@ func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpo
 		saveSteps: cfg.SaveCheckpointSteps,
 		keepMax:   cfg.KeepCheckpointMax,
 		write:     cfg.Write,
+		async:     cfg.AsyncSave,
 	}
 	if m.saveSteps == 0 {
 		m.saveSteps = defaultSaveCheckpointSteps
@@ -108,6 +133,9 @@ func NewModelCheckpoint(prefix, dir string, cfg CheckpointConfig) (*ModelCheckpo
 func removeKilledSaves(dir, prefix string) error {
 	stale, err := atomicfile.Leftovers(dir, func(target string) bool {
 		target = strings.TrimSuffix(target, DigestExt)
+		if stem, found := strings.CutSuffix(target, BreakpointSuffix); found {
+			target = stem + ".ckpt"
+		}
 		p, _, _, ok := ParseFileName(target)
 		if !ok || p == prefix {
 			return ok
@@ -133,9 +161,39 @@ func (m *ModelCheckpoint) Prefix() string { return m.prefix }
 // Dir returns the checkpoint directory.
 func (m *ModelCheckpoint) Dir() string { return m.dir }
 
-// Latest returns the path of the last checkpoint this ModelCheckpoint wrote,
-// or "" (MindSpore's latest_ckpt_file_name).
+// Latest returns the path of the last checkpoint this ModelCheckpoint wrote
+// and committed, or "" (MindSpore's latest_ckpt_file_name). With AsyncSave
+// a write still in flight is not counted: call Wait first.
 func (m *ModelCheckpoint) Latest() string { return m.latest }
+
+// Wait blocks until the asynchronous write in flight (if any) is committed
+// and its old files pruned, and returns its error, which names the file.
+// It returns how long it waited. Without AsyncSave it returns at once.
+func (m *ModelCheckpoint) Wait() (time.Duration, error) {
+	p := m.inFlight
+	if p == nil {
+		return 0, nil
+	}
+	began := time.Now()
+	<-p.done
+	waited := time.Since(began)
+	m.inFlight = nil
+	m.staged -= p.bytes
+	if p.err != nil {
+		return waited, p.err
+	}
+	m.latest = p.path
+	return waited, nil
+}
+
+// LastWait is how long the last StepEnd or End that saved waited for the
+// previous asynchronous write to finish (0 without AsyncSave).
+func (m *ModelCheckpoint) LastWait() time.Duration { return m.lastWait }
+
+// PeakStaged is the most host memory (bytes of tensor data) that tensors
+// handed to the asynchronous writer held at once: at most one checkpoint,
+// since a save waits for the previous write before staging its own.
+func (m *ModelCheckpoint) PeakStaged() int64 { return m.peakStaged }
 
 // ResumeAt records that training resumes after global step step, whose
 // checkpoint already exists, so the save schedule continues as it would
@@ -169,6 +227,7 @@ func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]
 	if !force && step < m.lastStep+m.saveSteps {
 		return "", nil
 	}
+	m.lastWait = 0
 	tensors, err := params()
 	if errors.Is(err, ErrSkipSave) {
 		m.lastStep = step
@@ -179,14 +238,80 @@ func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]
 	}
 	stepInEpoch := (step-1)%stepsPerEpoch + 1
 	path := filepath.Join(m.dir, FileName(m.prefix, epoch, stepInEpoch))
-	// Unlike MindSpore, which deletes the oldest file before saving, write
-	// first: a failed save then costs no old checkpoint.
-	if err := Write(path, tensors, m.write); err != nil {
+	if m.async {
+		// The staging buffer holds one checkpoint: the previous write must
+		// be done before this one's tensors are handed over.
+		waited, err := m.Wait()
+		m.lastWait = waited
+		if err != nil {
+			return "", err
+		}
+		m.lastStep = step
+		m.startWrite(path, tensors)
+		return path, nil
+	}
+	if err := m.commit(path, tensors); err != nil {
 		return "", err
 	}
 	m.lastStep = step
 	m.latest = path
-	return path, m.prune()
+	return path, nil
+}
+
+// commit writes one checkpoint and prunes the series. Unlike MindSpore,
+// which deletes the oldest file before saving, it writes first: a failed
+// save then costs no old checkpoint.
+func (m *ModelCheckpoint) commit(path string, tensors []Tensor) error {
+	if err := Write(path, tensors, m.write); err != nil {
+		return err
+	}
+	return m.prune()
+}
+
+// startWrite hands tensors to a writer goroutine that commits them to path.
+// The goroutine reads only what it is given and the fields set at
+// construction (dir, prefix, keepMax, write), which never change.
+func (m *ModelCheckpoint) startWrite(path string, tensors []Tensor) {
+	p := &pendingWrite{path: path, done: make(chan struct{})}
+	for _, t := range tensors {
+		p.bytes += int64(len(t.Data))
+	}
+	m.staged += p.bytes
+	m.peakStaged = max(m.peakStaged, m.staged)
+	m.inFlight = p
+	go func() {
+		defer close(p.done)
+		p.err = m.commit(path, tensors)
+	}()
+}
+
+// BreakpointSuffix ends the name of the checkpoint exception_save writes:
+// {prefix}-{epoch}_{step}_breakpoint.ckpt, as MindSpore names it. Such
+// files are not of the series (ListCheckpoints, Latest and pruning skip
+// them).
+const BreakpointSuffix = "_breakpoint.ckpt"
+
+// BreakpointName returns the name of the exception_save checkpoint of the
+// given epoch and step in epoch.
+func BreakpointName(prefix string, epoch, stepInEpoch int) string {
+	return strings.TrimSuffix(FileName(prefix, epoch, stepInEpoch), ".ckpt") + BreakpointSuffix
+}
+
+// SaveBreakpoint is exception_save: it writes tensors, the last good state
+// (after global step step), to {prefix}-{epoch}_{step in epoch}_breakpoint.ckpt,
+// atomically and with the series' write options (its sidecar digest), once
+// any write in flight is done. A write in flight that failed is reported
+// with the breakpoint's own result.
+func (m *ModelCheckpoint) SaveBreakpoint(epoch, step, stepsPerEpoch int, tensors []Tensor) (string, error) {
+	if epoch < 1 || step < 1 || stepsPerEpoch < 1 {
+		return "", fmt.Errorf("breakpoint checkpoint at epoch %d step %d (%d steps per epoch): all must be positive", epoch, step, stepsPerEpoch)
+	}
+	_, inFlightErr := m.Wait()
+	path := filepath.Join(m.dir, BreakpointName(m.prefix, epoch, (step-1)%stepsPerEpoch+1))
+	if err := Write(path, tensors, m.write); err != nil {
+		return "", errors.Join(err, inFlightErr)
+	}
+	return path, inFlightErr
 }
 
 // prune deletes the oldest files of the prefix until KeepCheckpointMax remain.

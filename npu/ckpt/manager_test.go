@@ -290,7 +290,7 @@ func TestParseFileName(t *testing.T) {
 // of disk), and leaves other series' files and everything else alone.
 func TestModelCheckpointRemovesKilledSaves(t *testing.T) {
 	dir := t.TempDir()
-	killed := []string{".CKP-1_10.ckpt.tmp-123", ".CKP_2-3_5.ckpt.tmp-4"}
+	killed := []string{".CKP-1_10.ckpt.tmp-123", ".CKP_2-3_5.ckpt.tmp-4", ".CKP-1_4_breakpoint.ckpt.tmp-7"}
 	kept := []string{".OTHER-1_10.ckpt.tmp-5", ".CKP_x-1_1.ckpt.tmp-6", "CKP-1_5.ckpt", "notes.txt"}
 	for _, name := range append(slices.Clone(killed), kept...) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("partial"), 0o644); err != nil {

@@ -93,6 +93,12 @@ type Config struct {
 	CRCCheck bool `json:"crc_check,omitempty"`
 	// IntegratedSave has rank 0 of a split network save whole tensors.
 	IntegratedSave bool `json:"integrated_save,omitempty"`
+	// AsyncSave writes checkpoints in a writer goroutine (async_save);
+	// ExceptionSave writes the state before a failing step (exception_save).
+	AsyncSave     bool `json:"async_save,omitempty"`
+	ExceptionSave bool `json:"exception_save,omitempty"`
+	// Fault injects a failure (for tests and demos), or is nil.
+	Fault *Fault `json:"fault,omitempty"`
 	// InitFile is a checkpoint every rank starts from; InitDir a directory
 	// with device{i}/ckpt_{i}/ per rank. At most one is set.
 	InitFile string `json:"init_file,omitempty"`
@@ -194,6 +200,13 @@ type Result struct {
 	Checkpoint   string  `json:"checkpoint"`
 	ResumedFrom  string  `json:"resumed_from,omitempty"`
 	PeakMemory   int64   `json:"peak_device_memory"` // bytes
+	// PeakSaveStaging is the most host memory async_save's staged
+	// checkpoint held (bytes; one checkpoint of this rank at most).
+	PeakSaveStaging int64 `json:"peak_save_staging,omitempty"`
+	// SaveBlocked is the time checkpoint saves held training up in all
+	// (seconds; with async_save the snapshots and the waits for the
+	// previous write).
+	SaveBlocked float64 `json:"save_blocked_seconds,omitempty"`
 }
 
 // ReadResult reads the Result a rank left in dir.

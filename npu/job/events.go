@@ -70,7 +70,12 @@ type Event struct {
 	ImagesPerSecond float64 `json:"images_per_second,omitempty"`
 	DeviceMemory    int64   `json:"device_memory,omitempty"`
 	EpochEnd        bool    `json:"epoch_end,omitempty"`
-	Message         string  `json:"message,omitempty"`
+	// SaveBlocked is how long the step's checkpoint save held training up
+	// (seconds), SaveWait the part of it spent waiting for the previous
+	// asynchronous write (async_save).
+	SaveBlocked float64 `json:"save_blocked_seconds,omitempty"`
+	SaveWait    float64 `json:"save_wait_seconds,omitempty"`
+	Message     string  `json:"message,omitempty"`
 	// Accuracy is an eval event's held-out accuracy (Loss its mean loss):
 	// a pointer, since 0 is an accuracy and must not be left out.
 	Accuracy *float64 `json:"accuracy,omitempty"`
@@ -99,6 +104,7 @@ func (e *eventWriter) step(s trainer.StepInfo) {
 		GlobalStep: int64(s.GlobalStep), TotalSteps: int64(s.TotalSteps),
 		Loss: float64(s.Loss), LearningRate: float64(s.LearningRate), ImagesPerSecond: s.ImagesPerSec,
 		DeviceMemory: s.DeviceMemory, EpochEnd: s.StepInEpoch == s.StepsPerEpoch,
+		SaveBlocked: s.SaveBlocked.Seconds(), SaveWait: s.SaveWait.Seconds(),
 	})
 }
 

@@ -116,6 +116,9 @@ func train(ctx context.Context, cfg Config, rank, size int, jobDir string, event
 			tc.OnEval = events.eval
 		}
 	}
+	if tc.Fault, err = trainerFault(cfg.Fault, rank, say); err != nil {
+		return nil, err
+	}
 	var comm *collective.Comm
 	var cc collective.Config
 	if cfg.Mode.Collective() {
@@ -158,9 +161,19 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 	out := Result{
 		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
-		PeakMemory: res.PeakDeviceMemory,
+		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging, SaveBlocked: res.SaveBlocked.Seconds(),
+	}
+	if res.Saves > 0 {
+		how := "synchronous"
+		if cfg.AsyncSave {
+			how = fmt.Sprintf("async_save, %.2fs of it waiting for the previous write", res.SaveWait.Seconds())
+		}
+		fmt.Fprintf(say, "checkpoints: %d saves held training up %.2fs in all (%s)\n", res.Saves, res.SaveBlocked.Seconds(), how)
 	}
 	fmt.Fprintf(say, "device memory: peak %s (high-water mark) of %s\n", bytesize.Format(res.PeakDeviceMemory), bytesize.Format(res.DeviceMemory))
+	if cfg.AsyncSave {
+		fmt.Fprintf(say, "async_save: host memory staging checkpoints: peak %s (one checkpoint of this rank at most)\n", bytesize.Format(res.PeakSaveStaging))
+	}
 	if res.Checkpoint != "" {
 		out.Checkpoint, _ = filepath.Abs(res.Checkpoint)
 	}
@@ -213,6 +226,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		NumShards: 1, ShardID: 0,
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
 		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
+		AsyncSave: cfg.AsyncSave, ExceptionSave: cfg.ExceptionSave,
 		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
 		EvalEachEpoch: evalEach, EvalPart: evalPart, EvalParts: evalParts,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,

@@ -2,8 +2,10 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -27,7 +29,17 @@ func Train(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer j.net.Close()
-	if err := j.loop(ctx); err != nil {
+	err = j.loop(ctx)
+	// An asynchronous write may still be in flight: the result names a
+	// checkpoint only once it is committed, and no write outlives Train.
+	if j.mc != nil {
+		if _, werr := j.mc.Wait(); werr != nil {
+			err = errors.Join(err, werr)
+		}
+		j.res.Checkpoint = j.mc.Latest()
+		j.res.PeakSaveStaging = j.mc.PeakStaged()
+	}
+	if err != nil {
 		return j.res, err
 	}
 	return j.res, j.finish(ctx)
@@ -44,6 +56,7 @@ type training struct {
 	model *nn.Model // the whole model, when it is not sharded
 	opt   *optim.Momentum
 	mc    *ckpt.ModelCheckpoint // nil when no checkpoints are saved
+	every int                   // steps between saves
 	start int                   // this job's steps already done
 	// base is the optimizer's global step before this job's first step:
 	// an init checkpoint's count, which this job continues (as MindSpore's
@@ -234,10 +247,15 @@ func (j *training) restoreStart(ctx context.Context) error {
 		// Every file gets a sidecar digest, so a damaged checkpoint is
 		// found on resume instead of training on, while the file stays what
 		// MindSpore writes (with a trailer only when asked for).
+		j.every = every
+		write := ckpt.WriteOptions{CRC: cfg.CRCCheck, Digest: true}
+		if f := cfg.Fault; f != nil && f.DuringSave {
+			write.Progress = j.faultInSave
+		}
 		var err error
 		if j.mc, err = ckpt.NewModelCheckpoint(cfg.Prefix, cfg.CkptDir, ckpt.CheckpointConfig{
 			SaveCheckpointSteps: every, KeepCheckpointMax: cfg.KeepCheckpointMax, ReusePrefix: cfg.Resume,
-			Write: ckpt.WriteOptions{CRC: cfg.CRCCheck, Digest: true},
+			Write: write, AsyncSave: cfg.AsyncSave,
 		}); err != nil {
 			return err
 		}
@@ -288,6 +306,17 @@ func (j *training) loop(ctx context.Context) error {
 			acc[i] = make([]float32, p.Grad.Len())
 		}
 	}
+	if err := j.checkFault(total); err != nil {
+		return err
+	}
+	// exception_save needs the state before a failing step: the optimizer
+	// and the trainable parameters change only in the update, after every
+	// point a step can fail, but BatchNorm's moving statistics change in
+	// the forward pass, so they are kept aside before each step.
+	var before *movingState
+	if cfg.ExceptionSave && j.mc != nil {
+		before = newMovingState(j.net.Params())
+	}
 	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(j.net, j.opt) }
 	if sn, ok := j.net.(*shardedNet); ok && cfg.IntegratedSave {
 		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
@@ -305,14 +334,18 @@ func (j *training) loop(ctx context.Context) error {
 		if step == 0 && g > j.start {
 			epochBegan, epochSteps = time.Now(), 0
 		}
-		l, err := j.forwardBackward(ctx, loader, batch, acc, epoch, step)
-		if err != nil {
-			return err
+		if f := cfg.Fault; f != nil && f.Act != nil && !f.DuringSave && f.Step == g+1 {
+			f.Act()
 		}
-		if cfg.Reduce != nil && j.model != nil {
-			if err := cfg.Reduce(ctx, j.model.Grads()); err != nil {
-				return fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
+		before.keep()
+		l, err := j.forwardBackward(ctx, loader, batch, acc, epoch, step)
+		if err == nil && cfg.Reduce != nil && j.model != nil {
+			if err = cfg.Reduce(ctx, j.model.Grads()); err != nil {
+				err = fmt.Errorf("gradient allreduce at step %d: %w", g+1, err)
 			}
+		}
+		if err != nil {
+			return j.stepFailed(g, before, err)
 		}
 		lr := j.opt.LR()
 		j.opt.Step()
@@ -326,11 +359,16 @@ func (j *training) loop(ctx context.Context) error {
 			LossMonitorLine(cfg.Log, epoch+1, step+1, l)
 		}
 		if j.mc != nil {
+			saveBegan := time.Now()
 			path, err := j.mc.StepEnd(epoch+1, g+1, steps, snapshot)
 			if err != nil {
 				return err
 			}
-			info.Checkpoint = path
+			if path != "" {
+				info.Checkpoint = path
+				info.SaveBlocked, info.SaveWait = time.Since(saveBegan), j.mc.LastWait()
+				res.SaveBlocked, res.SaveWait, res.Saves = res.SaveBlocked+info.SaveBlocked, res.SaveWait+info.SaveWait, res.Saves+1
+			}
 		}
 		epochSteps++
 		if cfg.OnStep != nil {
@@ -356,12 +394,111 @@ func (j *training) loop(ctx context.Context) error {
 	}
 	if j.mc != nil && last > 0 {
 		epoch := (last - 1) / steps
-		if _, err := j.mc.End(epoch+1, last, steps, snapshot); err != nil {
+		saveBegan := time.Now()
+		path, err := j.mc.End(epoch+1, last, steps, snapshot)
+		if err != nil {
 			return err
 		}
-		res.Checkpoint = j.mc.Latest()
+		if path != "" {
+			res.SaveBlocked, res.SaveWait, res.Saves = res.SaveBlocked+time.Since(saveBegan), res.SaveWait+j.mc.LastWait(), res.Saves+1
+		}
 	}
 	return nil
+}
+
+// stepFailed is the end of a training whose step g (0-based) failed with
+// err: with ExceptionSave it writes the state before that step as a
+// breakpoint checkpoint (nothing when no step has run), putting back the
+// moving statistics the failed forward pass changed. The breakpoint's own
+// failure is reported with err.
+func (j *training) stepFailed(g int, before *movingState, err error) error {
+	if before == nil || g == 0 {
+		return err
+	}
+	before.restore()
+	tensors, serr := Snapshot(j.net, j.opt)
+	if serr != nil {
+		return errors.Join(err, fmt.Errorf("exception_save: %w", serr))
+	}
+	// A path with an error: the breakpoint was written, an earlier
+	// asynchronous write had failed.
+	path, werr := j.mc.SaveBreakpoint((g-1)/j.steps+1, g, j.steps, tensors)
+	if path != "" {
+		j.res.Breakpoint = path
+		if j.cfg.Log != nil {
+			fmt.Fprintf(j.cfg.Log, "exception_save: wrote %s, the state after step %d, before the failing step %d\n", path, g, g+1)
+		}
+	}
+	if werr != nil {
+		return errors.Join(err, fmt.Errorf("exception_save: %w", werr))
+	}
+	return err
+}
+
+// movingState keeps the values of a network's non-trainable parameters
+// (BatchNorm's moving mean and variance) as they were before a step.
+type movingState struct {
+	params []*nn.Param
+	saved  [][]float32
+}
+
+func newMovingState(params []*nn.Param) *movingState {
+	m := &movingState{}
+	for _, p := range params {
+		if !p.Trainable {
+			m.params = append(m.params, p)
+			m.saved = append(m.saved, make([]float32, p.Value.Len()))
+		}
+	}
+	return m
+}
+
+// keep copies the current values aside (nothing on a nil movingState).
+func (m *movingState) keep() {
+	if m == nil {
+		return
+	}
+	for i, p := range m.params {
+		copy(m.saved[i], p.Value.Data())
+	}
+}
+
+// restore puts the kept values back.
+func (m *movingState) restore() {
+	for i, p := range m.params {
+		copy(p.Value.Data(), m.saved[i])
+	}
+}
+
+// checkFault refuses an injected fault at a step this run does not have
+// (total is the last step, counted from 1), or during a save at a step
+// that saves nothing.
+func (j *training) checkFault(total int) error {
+	f := j.cfg.Fault
+	if f == nil {
+		return nil
+	}
+	if f.Step < 1 || f.Step > total {
+		return fmt.Errorf("%w: fault at step %d: this run has steps 1 to %d", ErrConfig, f.Step, total)
+	}
+	if f.DuringSave && (j.mc == nil || (f.Step%j.every != 0 && f.Step != total)) {
+		return fmt.Errorf("%w: fault during the save of step %d: no checkpoint is saved after that step (every %d steps and at the last, %d)", ErrConfig, f.Step, j.every, total)
+	}
+	return nil
+}
+
+// faultInSave is the write progress hook of a fault DuringSave: it acts
+// once some bytes of the fault step's checkpoint are in its temporary file.
+func (j *training) faultInSave(path string, written int64) {
+	f := j.cfg.Fault
+	if f.Act == nil {
+		return
+	}
+	step := f.Step
+	want := ckpt.FileName(j.mc.Prefix(), (step-1)/j.steps+1, (step-1)%j.steps+1)
+	if written > 0 && filepath.Base(path) == want {
+		f.Act()
+	}
 }
 
 // forwardBackward runs the micro-batches of step step of epoch epoch

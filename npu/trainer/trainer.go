@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/data"
@@ -62,6 +63,22 @@ type Config struct {
 	// (save_checkpoint's crc_check). Off, as in MindSpore, the files are
 	// plain protobuf; either way a sidecar digest proves them on resume.
 	CRCCheck bool
+	// AsyncSave is CheckpointConfig's async_save: a save copies the
+	// tensors to host memory and a writer goroutine writes the file while
+	// training goes on (at most one write in flight; a save that finds the
+	// previous one unfinished waits). The files are byte for byte those of
+	// a synchronous save, and Train returns only once every write is
+	// committed.
+	AsyncSave bool
+	// ExceptionSave is CheckpointConfig's exception_save: when a step
+	// fails (a peer's death seen in a collective, a diverged loss), the
+	// state before that step is written to
+	// {prefix}-{epoch}_{step}_breakpoint.ckpt (see ckpt.SaveBreakpoint).
+	// Resume does not pick such files; Init can start from one.
+	ExceptionSave bool
+	// Fault, when set, injects a failure into this rank (for tests and
+	// demos of failure handling).
+	Fault *Fault
 
 	// Init is a checkpoint file to start from: its weights, and its
 	// optimizer state when it has one.
@@ -159,7 +176,29 @@ type StepInfo struct {
 	ImagesPerSec float64
 	// DeviceMemory is the memory in use on the device after the step.
 	DeviceMemory int64
-	Checkpoint   string // written after this step, or ""
+	// Checkpoint is the file saved after this step, or "": with AsyncSave
+	// its write has begun, and is committed by the next save or the end.
+	Checkpoint string
+	// SaveBlocked is how long this step's save held training up: the
+	// snapshot (and, gathering whole tensors, its collective), and then
+	// the whole write when saving synchronously, or the wait for the
+	// previous write (SaveWait) with AsyncSave. 0 when nothing was saved.
+	SaveBlocked time.Duration
+	// SaveWait is the part of SaveBlocked spent waiting for the previous
+	// asynchronous write to finish.
+	SaveWait time.Duration
+}
+
+// Fault is an injected failure: Act is called (and is expected not to
+// return, e.g. to kill the process) at the start of step Step of this job
+// (counted from 1 over all epochs), or with DuringSave part-way through
+// writing the checkpoint of that step, which must then be a save step.
+// With Act nil the fault is only checked against the run (the ranks that
+// do not fail check it too).
+type Fault struct {
+	Step       int
+	DuringSave bool
+	Act        func()
 }
 
 // EvalInfo is one evaluation on the test split: after epoch Epoch of
@@ -190,6 +229,18 @@ type Result struct {
 	// and DeviceMemory the capacity it was counted against.
 	PeakDeviceMemory, DeviceMemory int64
 	StepsPerEpoch                  int
+	// PeakSaveStaging is the most host memory the tensors handed to the
+	// asynchronous checkpoint writer held at once (AsyncSave; at most one
+	// checkpoint of this rank).
+	PeakSaveStaging int64
+	// Breakpoint is the checkpoint ExceptionSave wrote, or "".
+	Breakpoint string
+	// SaveBlocked is the time checkpoint saves held training up in all
+	// (StepInfo.SaveBlocked summed, the final save included), SaveWait the
+	// part of it spent waiting for a previous asynchronous write, and
+	// Saves the number of saves.
+	SaveBlocked, SaveWait time.Duration
+	Saves                 int
 }
 
 // Defaults returns the value each option of Config takes when it is left

@@ -47,6 +47,11 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 	if known("mode", "full_batch") && w.FullBatch && !w.Mode.Sharded() {
 		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
 	}
+	if known("fault") && w.Fault != nil && cluster.Devices >= 1 {
+		if err := w.Fault.Check(cluster.Devices); err != nil {
+			out = append(out, plugins.Problem{Path: "/fault", Message: err.Error()})
+		}
+	}
 	out = append(out, optimizerProblems(w, cluster, known)...)
 	if known("mode", "full_batch", "dataset_strategy") {
 		out = append(out, datasetProblems(w, cluster.Devices)...)

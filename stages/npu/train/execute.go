@@ -108,6 +108,11 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	if w.Mode.OneDevice() && devices != 1 {
 		return job.Config{}, nil, fmt.Errorf("mode %s trains on one device, but the stage's cluster has %d: use mode %s, or set cluster: {devices: 1} on this stage", w.Mode, devices, parallel.DataParallel)
 	}
+	if w.Fault != nil {
+		if err := w.Fault.Check(devices); err != nil {
+			return job.Config{}, nil, &job.FieldError{Field: "fault", Err: err}
+		}
+	}
 	if err := checkData(w.Data); err != nil {
 		return job.Config{}, nil, err
 	}
@@ -160,6 +165,7 @@ func resolve(w With) (job.Config, error) {
 		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		IntegratedSave: w.IntegratedSave == nil || *w.IntegratedSave,
+		AsyncSave:      w.AsyncSave, ExceptionSave: w.ExceptionSave, Fault: w.Fault,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		PipelineSchedule: w.PipelineSchedule, PipelineStage: w.PipelineStage,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,

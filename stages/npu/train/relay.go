@@ -25,6 +25,9 @@ func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]
 		case job.KindStep:
 			if ev.Rank == lead {
 				sc.Metric("loss", ev.Loss, ev.GlobalStep)
+				if ev.SaveBlocked > 0 {
+					sc.Metric("save_blocked_seconds", ev.SaveBlocked, ev.GlobalStep)
+				}
 			}
 			sc.Step(plugins.StepEvent{
 				Rank: ev.Rank, Epoch: ev.Epoch, Step: ev.Step, GlobalStep: ev.GlobalStep, TotalSteps: ev.TotalSteps,

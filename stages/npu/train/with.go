@@ -2,6 +2,7 @@ package train
 
 import (
 	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/trainer"
@@ -39,6 +40,9 @@ type With struct {
 	KeepCheckpointMax   int                      `json:"keep_checkpoint_max,omitempty" jsonschema:"minimum=1"`
 	Prefix              string                   `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$"`
 	CRCCheck            bool                     `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every checkpoint (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf that every MindSpore version reads, and a sidecar {file}.sha256 proves them on resume either way"`
+	AsyncSave           bool                     `json:"async_save,omitempty" description:"CheckpointConfig's async_save: a save copies this rank's tensors to host memory (one checkpoint per rank at most) and a writer goroutine writes the file while training goes on; a save that finds the previous write unfinished waits, and the step events say how long. The files are the same bytes as a synchronous save's, and the stage ends only after every write is committed"`
+	ExceptionSave       bool                     `json:"exception_save,omitempty" description:"CheckpointConfig's exception_save: when a step fails (a peer died, the loss diverged), each rank that can writes the state before that step to {prefix}-{epoch}_{step}_breakpoint.ckpt in its ckpt_{i}/ (this rank's own tensors, also with integrated_save). Resume does not pick these files; use one as init"`
+	Fault               *job.Fault               `json:"fault,omitempty" description:"for testing failure handling only: rank rank dies (SIGKILL) at step step of this training, e.g. {rank: 1, step: 20} or {rank: 1, step: 20, kind: kill_during_save}; it fires once per work directory (device{rank}/fault_fired records it), so resuming gets past it"`
 	IntegratedSave      *bool                    `json:"integrated_save,omitempty" description:"split modes: true (MindSpore's default) has rank 0 save whole tensors; false has every rank save its slices (merge them with ckpt/integrate or mspipe ckpt merge)"`
 	DeviceMemory        string                   `json:"device_memory,omitempty" description:"memory capacity of each simulated device, e.g. 32GiB (the default, an Ascend 910's HBM), 512MiB; a model that does not fit fails naming the buffer"`
 	Eval                *bool                    `json:"eval,omitempty" description:"measure held-out accuracy and loss after each epoch and after training (the eval_accuracy and eval_loss metrics, the accuracy output); default true"`
