@@ -28,6 +28,11 @@ func TestDatasetSliceStageEqualsStandAlone(t *testing.T) {
 		{"semi_auto_parallel", 4, []any{[]any{1, 1, 1, 4}, []any{1}}},
 		{"semi_auto_parallel", 8, []any{[]any{1, 1, 2, 2}, []any{1}}},
 		{"auto_parallel", 2, []any{[]any{1, 1, 2, 1}, []any{1}}},
+		// Each direction on each device count.
+		{"semi_auto_parallel", 2, []any{[]any{1, 1, 1, 2}, []any{1}}},
+		{"semi_auto_parallel", 4, []any{[]any{1, 1, 4, 1}, []any{1}}},
+		{"semi_auto_parallel", 8, []any{[]any{1, 1, 8, 1}, []any{1}}},
+		{"semi_auto_parallel", 8, []any{[]any{1, 1, 1, 8}, []any{1}}},
 	} {
 		t.Run(fmt.Sprintf("%s %d devices %v", tc.mode, tc.devices, tc.splits), func(t *testing.T) {
 			dir := t.TempDir()
