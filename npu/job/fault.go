@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 
 	"github.com/mspipe/mspipe/internal/atomicfile"
 	"github.com/mspipe/mspipe/npu/trainer"
@@ -79,8 +78,12 @@ func trainerFault(f *Fault, rank int, say io.Writer) (*trainer.Fault, error) {
 			fmt.Fprintf(say, "fault: %v (it may fire again on resume)\n", err)
 		}
 		fmt.Fprintf(say, "fault injection: rank %d kills itself (SIGKILL, %s) at step %d\n", rank, kind, f.Step)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL cannot be caught: the process ends here
+		// Process.Kill is SIGKILL on Unix (it cannot be caught: the
+		// process ends here) and TerminateProcess elsewhere.
+		if p, err := os.FindProcess(os.Getpid()); err == nil && p.Kill() == nil {
+			select {}
+		}
+		os.Exit(137) // as a shell reports a SIGKILLed process
 	}
 	return tf, nil
 }
