@@ -222,3 +222,35 @@ func TestSynthReadsAsCIFAR(t *testing.T) {
 		t.Errorf("batches.meta.txt = %q", meta)
 	}
 }
+
+// TestSynthTrainSplitsExactly: SynthTrain writes exactly n training
+// images, n/5 in each data_batch file and one more in the first n%5, so
+// prepare's train_images is what the data set holds.
+func TestSynthTrainSplitsExactly(t *testing.T) {
+	for _, n := range []int{5, 7, 12, 54} {
+		dir := t.TempDir()
+		if err := WriteSynthetic(context.Background(), dir, smallSynth().SynthTrain(n)); err != nil {
+			t.Fatalf("%d images: %v", n, err)
+		}
+		for i, name := range TrainFileNames() {
+			st, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := n / NumTrainFiles
+			if i < n%NumTrainFiles {
+				want++
+			}
+			if got := int(st.Size()) / RecordBytes; got != want || st.Size()%RecordBytes != 0 {
+				t.Errorf("%d images: %s holds %d bytes, want %d records", n, name, st.Size(), want)
+			}
+		}
+		train, err := ReadDir(dir, SplitTrain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if train.Len() != n {
+			t.Errorf("%d images: the train split reads %d", n, train.Len())
+		}
+	}
+}
