@@ -57,20 +57,10 @@ func Open(files []string, sf *parallel.StrategyFile) (*Set, error) {
 	if stages > 1 {
 		indexed = len(files)
 	}
-	idx := make([]*ckpt.Index, indexed)
-	for r := range idx {
-		x, err := indexFile(files[r])
-		if err != nil {
-			return nil, err
-		}
-		idx[r] = x
+	s, idx, err := indexedSet(files, indexed)
+	if err != nil {
+		return nil, err
 	}
-	s := &Set{
-		Source: reshard.Source{Files: slices.Clone(files), Placements: map[string]reshard.Placement{}},
-		Shapes: map[string][]int{},
-		DTypes: map[string]string{},
-	}
-	s.Names = reshard.TensorOrder(idx)
 	held := map[string]*ckpt.IndexedTensor{} // each tensor's entry in its first holder's file
 	for _, x := range idx {
 		for i := range x.Tensors {
@@ -152,20 +142,10 @@ func OpenWholeStages(files []string, sf *parallel.StrategyFile) (*Set, error) {
 	if got := sf.Stages(); len(got) != k || got[k-1] != k-1 {
 		return nil, fmt.Errorf("checkpoint set of %d pipeline stages (the first rank of each saved its stage's whole tensors), but the strategy describes stages %v: give every stage's strategy file", k, got)
 	}
-	idx := make([]*ckpt.Index, k)
-	for r := range idx {
-		x, err := indexFile(files[r])
-		if err != nil {
-			return nil, err
-		}
-		idx[r] = x
+	s, idx, err := indexedSet(files, k)
+	if err != nil {
+		return nil, err
 	}
-	s := &Set{
-		Source: reshard.Source{Files: slices.Clone(files), Placements: map[string]reshard.Placement{}},
-		Shapes: map[string][]int{},
-		DTypes: map[string]string{},
-	}
-	s.Names = reshard.TensorOrder(idx)
 	held := map[string]*ckpt.IndexedTensor{}
 	for _, x := range idx {
 		for i := range x.Tensors {
@@ -532,4 +512,24 @@ func clipNames(names []string) []string {
 		return append(names[:5:5], fmt.Sprintf("%d more", len(names)-5))
 	}
 	return names
+}
+
+// indexedSet indexes the first n of files and starts the Set over all of
+// them, its tensor names in the files' order.
+func indexedSet(files []string, n int) (*Set, []*ckpt.Index, error) {
+	idx := make([]*ckpt.Index, n)
+	for r := range idx {
+		x, err := indexFile(files[r])
+		if err != nil {
+			return nil, nil, err
+		}
+		idx[r] = x
+	}
+	s := &Set{
+		Source: reshard.Source{Files: slices.Clone(files), Placements: map[string]reshard.Placement{}},
+		Shapes: map[string][]int{},
+		DTypes: map[string]string{},
+	}
+	s.Names = reshard.TensorOrder(idx)
+	return s, idx, nil
 }
