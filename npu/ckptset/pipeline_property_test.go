@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/reshard"
 )
@@ -213,38 +214,10 @@ func (j jobLayout) writeStrategies(t *testing.T, rng *rand.Rand) string {
 	return dir
 }
 
-// sliceOf returns box of a whole tensor's row-major bytes, element by
-// element: a reference independent of the engine.
+// sliceOf returns box of a whole tensor's bytes (ckpttest.BoxBytes).
 func sliceOf(whole ckpt.Tensor, box parallel.Box) []byte {
 	elem, _ := ckpt.DTypeSize(whole.DType)
-	if len(whole.Dims) == 0 {
-		return slices.Clone(whole.Data)
-	}
-	shape := toInts(whole.Dims)
-	var out []byte
-	for _, d := range box.Shape {
-		if d == 0 {
-			return out
-		}
-	}
-	idx := make([]int, len(shape))
-	for {
-		lin := 0
-		for d := range shape {
-			lin = lin*shape[d] + box.Offset[d] + idx[d]
-		}
-		out = append(out, whole.Data[lin*elem:(lin+1)*elem]...)
-		d := len(shape) - 1
-		for ; d >= 0; d-- {
-			if idx[d]++; idx[d] < box.Shape[d] {
-				break
-			}
-			idx[d] = 0
-		}
-		if d < 0 {
-			return out
-		}
-	}
+	return ckpttest.BoxBytes(whole.Data, whole.Dims, elem, box.Offset, box.Shape)
 }
 
 func sameBytes(t *testing.T, what string, got, want []string) {

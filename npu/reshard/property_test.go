@@ -12,39 +12,14 @@ import (
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
+	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/parallel"
 )
 
-// extract returns the row-major bytes of box from a whole tensor, element
-// by element (a reference independent of the engine's run logic).
+// extract returns box of a whole tensor's bytes (ckpttest.BoxBytes).
 func extract(whole ckpt.Tensor, box parallel.Box) []byte {
 	elem, _ := ckpt.DTypeSize(whole.DType)
-	shape := intShape(whole.Dims)
-	if len(shape) == 0 {
-		return slices.Clone(whole.Data)
-	}
-	var out []byte
-	if volume(box.Shape) == 0 {
-		return out
-	}
-	idx := make([]int, len(shape))
-	for {
-		lin := 0
-		for d := range shape {
-			lin = lin*shape[d] + box.Offset[d] + idx[d]
-		}
-		out = append(out, whole.Data[lin*elem:(lin+1)*elem]...)
-		d := len(shape) - 1
-		for ; d >= 0; d-- {
-			if idx[d]++; idx[d] < box.Shape[d] {
-				break
-			}
-			idx[d] = 0
-		}
-		if d < 0 {
-			return out
-		}
-	}
+	return ckpttest.BoxBytes(whole.Data, whole.Dims, elem, box.Offset, box.Shape)
 }
 
 // randomPlacement splits shape into parts boxes (parts divides ranks) with
