@@ -93,6 +93,8 @@ type shmGroup struct {
 
 	srcs, dsts [][]float32 // tensor.SumBroadcast's arguments
 	acc        []float32   // portable reduction block
+
+	stg *staging // staging memory for ordinary buffers (shm_staging.go), or nil; set under bellMu
 }
 
 // flat reports whether every rank of the job is on this server.
@@ -273,7 +275,7 @@ func (c *Comm) setupShm(ctx context.Context) error {
 	c.bellMu.Lock()
 	c.bell = c.shm.bell
 	c.bellMu.Unlock()
-	return nil
+	return c.setupStaging()
 }
 
 // serverLayout returns, for rank of a job of size ranks on the servers
@@ -374,6 +376,9 @@ func (c *Comm) wakeShm() {
 	defer c.bellMu.RUnlock()
 	if c.bell != nil {
 		ring(c.bell)
+		if c.shm.stg != nil {
+			c.shm.stg.wake()
+		}
 	}
 }
 
@@ -698,6 +703,9 @@ func (c *Comm) closeShm() {
 	g.regions = nil
 	c.bellMu.Lock()
 	c.bell = nil
+	if g.stg != nil {
+		g.stg.close()
+	}
 	unmap(g.ctl)
 	c.bellMu.Unlock()
 	g.ctl = nil
