@@ -80,6 +80,7 @@ type staging struct {
 	hdrSize int
 	dataOff int
 
+	limit     int       // bytes a call may stage (stageHalfBytes; tests lower it)
 	committed [2]int    // bytes of each own data area allocated so far
 	lastUse   [2]uint32 // the call that last wrote each own half (0: none)
 	readers   [2][]int  // the ranks that read it in that call
@@ -115,7 +116,7 @@ func (c *Comm) setupStaging() error {
 	}
 	hdrSize, dataOff, size := stagingLayout(c.size)
 	name := func(r int) string { return filepath.Join(g.dir, fmt.Sprintf("mspipe-%s-r%d-stage", g.tag, r)) }
-	st := &staging{self: c.rank, maps: make([][]byte, c.size), hdrSize: hdrSize, dataOff: dataOff,
+	st := &staging{self: c.rank, maps: make([][]byte, c.size), hdrSize: hdrSize, dataOff: dataOff, limit: stageHalfBytes,
 		srcs: make([][]float32, c.size), dsts: make([][]float32, 2),
 		ps: make([][]float32, c.size), pd: make([][]float32, 2), acc: make([]float32, stageBlock)}
 	own, f, err := mapSparse(name(c.rank), size, true)
@@ -284,7 +285,7 @@ func (c *Comm) stageBegin(readers []int) (int, error) {
 func (c *Comm) stageFits(h, n int) bool {
 	st := c.shm.stg
 	need := 4 * n
-	if need > stageHalfBytes {
+	if need > st.limit {
 		return false
 	}
 	if need <= st.committed[h] {
