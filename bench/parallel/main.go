@@ -104,8 +104,14 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 		strategy parallel.Strategy
 	}{"auto_parallel", parallel.AutoParallel, plan.Strategy})
 
-	fmt.Printf("%s, %d devices, global batch %d, transport %s, %d CPUs (GOMAXPROCS %d), %d timed steps\n\n",
+	fmt.Printf("%s, %d devices, global batch %d, transport %s, %d CPUs (GOMAXPROCS %d), %d timed steps\n",
 		model, devices, batch*devices, tr, runtime.NumCPU(), runtime.GOMAXPROCS(0), steps)
+	if tr == collective.TransportTCP {
+		fmt.Print("every collective over loopback TCP\n\n")
+	} else {
+		fmt.Print("shared memory between the ranks for every collective: gradient buckets in Alloc memory, " +
+			"Exchange and group reductions through staging memory\n\n")
+	}
 	fmt.Println("| mode | strategy | step (measured) | of it in collectives | step (predicted) | comm (predicted) | peak memory per rank (measured) | (predicted) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
