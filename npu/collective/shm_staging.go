@@ -403,12 +403,14 @@ func (c *Comm) waitStage(q int, target uint32, inCall bool) error {
 	w := st.word(q)
 	p := c.peers[q]
 	var deadline time.Time
+	defer func() {
+		if !deadline.IsZero() {
+			c.waitingOn.Store(-1)
+		}
+	}()
 	for spin := 0; ; spin++ {
 		v := atomic.LoadUint32(w)
 		if stageReached(v&stageMask, target) {
-			if spin > 0 {
-				c.waitingOn.Store(-1)
-			}
 			return nil
 		}
 		if c.isBroken.Load() {
