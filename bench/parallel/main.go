@@ -58,7 +58,7 @@ func main() {
 type result struct {
 	mode                       string
 	strategy                   parallel.Strategy
-	step, comm                 time.Duration // medians over the timed steps, rank 0
+	step, comm, wait           time.Duration // medians over the timed steps, rank 0
 	peak                       int64         // largest peak device memory of any rank
 	predStep, predComm         float64       // seconds
 	predMemory                 int64
@@ -112,8 +112,8 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 		fmt.Print("shared memory between the ranks for every collective: gradient buckets in Alloc memory, " +
 			"Exchange and group reductions through staging memory\n\n")
 	}
-	fmt.Println("| mode | strategy | step (measured) | of it in collectives | step (predicted) | comm (predicted) | peak memory per rank (measured) | (predicted) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | strategy | step (measured) | of it in collectives | of that, waiting for the last rank to enter | step (predicted) | comm (predicted) | peak memory per rank (measured) | (predicted) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		r := result{mode: m.name, strategy: m.strategy}
 		if p, err := auto.Evaluate(g, m.strategy, devices, machine); err == nil {
@@ -121,15 +121,15 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 		} else {
 			r.predictionErr = err
 		}
-		r.step, r.comm, r.peak, r.measuredErr = measure(model, m.mode, m.strategy, devices, batch, steps, tr)
+		r.step, r.comm, r.wait, r.peak, r.measuredErr = measure(model, m.mode, m.strategy, devices, batch, steps, tr)
 		strategy := "-"
 		if len(m.strategy) > 0 {
 			b, _ := json.Marshal(m.strategy)
 			strategy = "`" + string(b) + "`"
 		}
-		measured := fmt.Sprintf("%.1f ms | %.1f ms | ", ms(r.step), ms(r.comm))
+		measured := fmt.Sprintf("%.1f ms | %.1f ms (%.0f%%) | %.1f ms | ", ms(r.step), ms(r.comm), 100*ms(r.comm)/ms(r.step), ms(r.wait))
 		if r.measuredErr != nil {
-			measured = fmt.Sprintf("failed: %v | - | ", r.measuredErr)
+			measured = fmt.Sprintf("failed: %v | - | - | ", r.measuredErr)
 		}
 		predicted := fmt.Sprintf("%.1f ms | %.1f ms", r.predStep*1e3, r.predComm*1e3)
 		if r.predictionErr != nil {
@@ -142,39 +142,75 @@ func run(model string, devices, batch, steps int, strategyJSON, transportName st
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-// timedComm counts the time a rank spends inside collectives.
+// timedComm counts the time a rank spends inside collectives, and the part
+// of it before the last rank of the job entered the same call (every rank
+// makes the same calls in the same order): with more ranks than cores,
+// that part is mostly the other ranks computing, not data moving.
 type timedComm struct {
 	*collective.Comm
-	spent atomic.Int64
+	spent, waited atomic.Int64
+	calls         int
+	entries       *entries
+}
+
+// entries records when each rank entered each collective call.
+type entries struct {
+	mu sync.Mutex
+	at [][]int64 // by call, by rank: unix nanoseconds (0: not yet)
+}
+
+func (e *entries) enter(call, rank, ranks int, at int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for len(e.at) <= call {
+		e.at = append(e.at, make([]int64, ranks))
+	}
+	e.at[call][rank] = at
+}
+
+// last returns when the last rank entered call.
+func (e *entries) last(call int) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Max(e.at[call])
+}
+
+func (c *timedComm) timed(f func() error) error {
+	began := time.Now()
+	call := c.calls
+	c.calls++
+	c.entries.enter(call, c.Rank(), c.Size(), began.UnixNano())
+	err := f()
+	end := time.Now()
+	c.spent.Add(int64(end.Sub(began)))
+	if w := min(c.entries.last(call), end.UnixNano()) - began.UnixNano(); w > 0 {
+		c.waited.Add(w)
+	}
+	return err
 }
 
 func (c *timedComm) Exchange(ctx context.Context, send, recv [][]float32) error {
-	began := time.Now()
-	defer func() { c.spent.Add(int64(time.Since(began))) }()
-	return c.Comm.Exchange(ctx, send, recv)
+	return c.timed(func() error { return c.Comm.Exchange(ctx, send, recv) })
 }
 
 // AllReduce is what the engine reduces whole-job gradient buckets with
 // (through shared memory on one host).
 func (c *timedComm) AllReduce(ctx context.Context, buf []float32, op collective.Op) error {
-	began := time.Now()
-	defer func() { c.spent.Add(int64(time.Since(began))) }()
-	return c.Comm.AllReduce(ctx, buf, op)
+	return c.timed(func() error { return c.Comm.AllReduce(ctx, buf, op) })
 }
 
 func (c *timedComm) GroupAllReduce(ctx context.Context, buf []float32, op collective.Op, group []int) error {
-	began := time.Now()
-	defer func() { c.spent.Add(int64(time.Since(began))) }()
-	return c.Comm.GroupAllReduce(ctx, buf, op, group)
+	return c.timed(func() error { return c.Comm.GroupAllReduce(ctx, buf, op, group) })
 }
 
 // measure trains devices in-process ranks for 2+steps steps and returns
-// rank 0's median step and median time in collectives, and the largest
-// peak device memory of any rank.
-func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (step, comm time.Duration, peak int64, err error) {
+// rank 0's median step, median time in collectives and median part of it
+// waiting for the last rank to enter, and the largest peak device memory
+// of any rank.
+func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (step, comm, wait time.Duration, peak int64, err error) {
 	comms, err := connect(devices, tr)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer func() {
 		for _, c := range comms {
@@ -183,6 +219,8 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 	}()
 	stepTimes := make([][]time.Duration, devices)
 	commTimes := make([][]time.Duration, devices)
+	waitTimes := make([][]time.Duration, devices)
+	ent := &entries{}
 	peaks := make([]int64, devices)
 	errs := make([]error, devices)
 	var wg sync.WaitGroup
@@ -190,7 +228,7 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			tc := &timedComm{Comm: comms[r]}
+			tc := &timedComm{Comm: comms[r], entries: ent}
 			net, err := shard.New(shard.Config{
 				Model: model, Mode: mode, Strategy: strategy, Devices: devices, Rank: r, Comm: tc,
 				BatchPerDevice: batch, GradientsMean: true, Seed: 1, Threads: 1,
@@ -221,7 +259,7 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 				labels[i] = int32(rng.IntN(10))
 			}
 			for s := 0; s < 2+steps; s++ {
-				before := tc.spent.Load()
+				before, waitedBefore := tc.spent.Load(), tc.waited.Load()
 				began := time.Now()
 				if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
 					errs[r] = err
@@ -231,6 +269,7 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 				if s >= 2 {
 					stepTimes[r] = append(stepTimes[r], time.Since(began))
 					commTimes[r] = append(commTimes[r], time.Duration(tc.spent.Load()-before))
+					waitTimes[r] = append(waitTimes[r], time.Duration(tc.waited.Load()-waitedBefore))
 				}
 			}
 			_, peaks[r] = net.Device().MemoryInUse()
@@ -238,9 +277,9 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
-	return median(stepTimes[0]), median(commTimes[0]), slices.Max(peaks), nil
+	return median(stepTimes[0]), median(commTimes[0]), median(waitTimes[0]), slices.Max(peaks), nil
 }
 
 func median(d []time.Duration) time.Duration {
