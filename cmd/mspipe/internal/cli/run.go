@@ -45,6 +45,9 @@ Exit status: 0 succeeded, 1 invalid spec or failed stage, 2 usage error,
 			if err != nil {
 				return err
 			}
+			// Stops the plugin processes kept for validation and the idle
+			// ones kept between stages of the same kind.
+			defer ls.env.Close()
 			eng := newEngine(cmd, ls, jobs, noCache)
 			endConsole := attachConsole(cmd, eng)
 			st, err := eng.Run(cmd.Context(), ls.p, ls.data, ls.params)
