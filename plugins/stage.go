@@ -37,7 +37,9 @@ type Info struct {
 	// Reusable says that one plugin process may run this stage several
 	// times, one run after another: its Run leaves no state behind in the
 	// process (no globals, environment, working directory, limits or
-	// goroutines that outlive it). mspipe then keeps a process that
+	// goroutines that outlive it), and it reports through events rather
+	// than its stdout and stderr, which reach mspipe apart from the reply
+	// and could land in the log of the stage before or after. mspipe then keeps a process that
 	// finished a run cleanly for the next stage of the same kind instead of
 	// starting another, which saves the start of a process per stage.
 	Reusable bool

@@ -106,9 +106,11 @@ func (p *pool) takeIdle(key string) *pooled {
 	return nil
 }
 
-// giveBack makes pc idle, or stops it when the pool is closed.
+// giveBack makes pc idle, or stops it when the pool is closed. Its log
+// stays the last stage's until the next lease: a line the plugin printed
+// during the run may arrive after the reply (stdout and stderr stream
+// apart from it), and lands there while that log is open.
 func (p *pool) giveBack(pc *pooled) {
-	pc.log.set(nil)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -220,7 +222,8 @@ func (l *lease) Close() error {
 		}
 	}
 	if broken {
-		l.pc.log.set(nil)
+		// Its log stays the stage's until it has exited: a crash's last
+		// words are this stage's.
 		l.pc.cancel()
 		return l.pc.client.Close()
 	}
@@ -229,8 +232,8 @@ func (l *lease) Close() error {
 }
 
 // switchWriter is a pooled process's log: the stage log of the stage
-// using it, nothing while it is idle (a plugin writes to its stdout and
-// stderr only while it runs a stage, or when it dies, which ends its use).
+// using it or that used it last. A reusable stage reports through events,
+// not its stdout (plugins.Info.Reusable).
 type switchWriter struct {
 	mu sync.Mutex
 	w  io.Writer

@@ -135,3 +135,20 @@ func procParent(pid int) (state byte, ppid int, ok bool) {
 	}
 	return fields[0][0], ppid, true
 }
+
+// reapExited collects every child of this process that has ended. Called
+// only when no run is in progress (served.endRun): the children left then
+// are what a finished run started and left behind, killed by
+// killDescendants and reparented here as orphans. Go waits only for the
+// children it started itself, so without this each of them would stay a
+// zombie for the life of a process that serves stage after stage, and
+// make every later hasChildren true.
+func reapExited() {
+	for {
+		var status unix.WaitStatus
+		pid, err := unix.Wait4(-1, &status, unix.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

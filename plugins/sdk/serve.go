@@ -158,9 +158,9 @@ func (s *served) Run(ctx context.Context, req plugins.RunRequest, emit func(plug
 
 // endRun ends a Run. When it was the only one, whatever it started and left
 // behind is killed before its reply reaches mspipe, as when the process
-// ends: mspipe may serve its next stage from this process (see
-// plugins.Info.Reusable), and that stage must not find the previous one's
-// processes still running. A Run that starts meanwhile waits on s.mu, so
+// ends, and collected: mspipe may serve its next stage from this process
+// (see plugins.Info.Reusable), and that stage must not find the previous
+// one's processes, not even as zombies. A Run that starts meanwhile waits on s.mu, so
 // none of its processes is taken for a leftover.
 func (s *served) endRun() {
 	s.mu.Lock()
@@ -172,6 +172,7 @@ func (s *served) endRun() {
 	if err := killDescendants(); err != nil {
 		fmt.Fprintf(os.Stderr, "mspipe stage plugin: %v\n", err)
 	}
+	reapExited()
 }
 
 // drain refuses new runs and waits for the running ones to return.
