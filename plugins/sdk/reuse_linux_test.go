@@ -77,8 +77,8 @@ func servedRole() int {
 			return 1
 		}
 		pid := out["pid"].(int)
-		_, _, exists := procParent(pid) // a zombie exists too
-		fmt.Println(pid, out["running"], exists)
+		state, ppid, exists := procParent(pid) // a zombie exists too
+		fmt.Println(pid, out["running"], exists, string(state), ppid, os.Getpid())
 	}
 	return 0
 }
@@ -100,7 +100,7 @@ func TestRunLeavesNoDescendant(t *testing.T) {
 	}
 	for i, line := range lines {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		if len(f) < 3 {
 			t.Fatalf("run %d: %q", i+1, line)
 		}
 		pid, _ := strconv.Atoi(f[0])
@@ -109,7 +109,7 @@ func TestRunLeavesNoDescendant(t *testing.T) {
 			t.Errorf("run %d: the process it left (pid %s) was not running during the run: the test proves nothing", i+1, f[0])
 		}
 		if f[2] != "false" {
-			t.Errorf("run %d: the process it left (pid %s) is still there after the run returned", i+1, f[0])
+			t.Errorf("run %d: the process it left (pid %s) is still there after the run returned (%s)", i+1, f[0], line)
 		}
 	}
 }
