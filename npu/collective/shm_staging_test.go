@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -357,7 +358,8 @@ func TestStagedExchangeHangingRankIsNamed(t *testing.T) {
 	}
 	dir := shmDir(t)
 	comms := group(t, n, func(c *Config) { c.Transport, c.ShmDir, c.Timeout = TransportShm, dir, timeout })
-	released := make(chan struct{})
+	var others sync.WaitGroup // the hanging rank comes once every other rank has given up
+	others.Add(n - 1)
 	start := time.Now()
 	errs := onAll(comms, func(r int, c *Comm) error {
 		send, recv := make([][]float32, n), make([][]float32, n)
@@ -365,15 +367,18 @@ func TestStagedExchangeHangingRankIsNamed(t *testing.T) {
 			send[p], recv[p] = make([]float32, 10), make([]float32, 10)
 		}
 		if r == hanging {
-			<-released
+			others.Wait()
+			return c.Exchange(context.Background(), send, recv)
 		}
-		err := c.Exchange(context.Background(), send, recv)
-		if r == n-1 {
-			close(released)
-		}
-		return err
+		defer others.Done()
+		return c.Exchange(context.Background(), send, recv)
 	})
 	for r, err := range errs {
+		if r == hanging && err == nil {
+			// Everything it needed was staged before the others gave up;
+			// the news reaches it at its next call.
+			err = comms[r].Barrier(context.Background())
+		}
 		wantPeer(t, fmt.Sprintf("rank %d", r), err, hanging, ErrPeerTimeout)
 	}
 	if took := time.Since(start); took < timeout {
