@@ -93,6 +93,7 @@ type shmGroup struct {
 
 	srcs, dsts [][]float32 // tensor.SumBroadcast's arguments
 	acc        []float32   // portable reduction block
+	claimed    uint64      // pieces claimed by AllReduce calls so far (reduceClaimed)
 }
 
 // flat reports whether every rank of the job is on this server.

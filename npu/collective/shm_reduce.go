@@ -13,7 +13,12 @@ package collective
 // combined over TCP with the same chunk of the other servers (see
 // combineColumn).
 
-import "github.com/mspipe/mspipe/npu/tensor"
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/mspipe/mspipe/npu/tensor"
+)
 
 const (
 	shmFallback    = 1024    // elements per block of the portable reduction
@@ -42,7 +47,7 @@ func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error
 	lo := min(len(buf), g.local*blocks/n*block)
 	hi := min(len(buf), (g.local+1)*blocks/n*block)
 	if g.flat() {
-		g.reduce(reg, off+lo, off+hi, op, g.members, g.members, c.size)
+		g.reduceClaimed(reg, off, off+len(buf), op, c.size)
 		return c.shmBarrier()
 	}
 	partial := op
@@ -228,5 +233,31 @@ func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, from, to []
 		for _, q := range to {
 			copy(reg.views[q][b:e], acc)
 		}
+	}
+}
+
+// shmClaimOff is where the claim counter of reduceClaimed lies in the
+// control segment: in the doorbell slot, after the nonce.
+const shmClaimOff = shmNonceOff + 32
+
+// reduceClaimed reduces elements [lo, hi) of every member's buffer into
+// every member's buffer, a piece at a time, each piece by whichever rank
+// claims it first.
+func (g *shmGroup) reduceClaimed(reg *shmRegion, lo, hi int, op Op, n int) {
+	next := (*uint64)(unsafe.Pointer(&g.ctl[shmClaimOff]))
+	first := lo / shmKernelPiece
+	k := uint64((hi-1)/shmKernelPiece - first + 1)
+	base := g.claimed
+	g.claimed += k
+	for {
+		v := atomic.LoadUint64(next)
+		if v >= base+k {
+			return
+		}
+		if !atomic.CompareAndSwapUint64(next, v, v+1) {
+			continue
+		}
+		p := (first + int(v-base)) * shmKernelPiece
+		g.reduce(reg, max(lo, p), min(hi, p+shmKernelPiece), op, g.members, g.members, n)
 	}
 }
