@@ -104,9 +104,9 @@ var (
 type chartSpec struct {
 	Kind, Title, YLabel string
 	Size                chartSize
-	X                   *[2]float64 // a fixed x range (charts of one lineage share it), or nil
-	Y                   *[2]float64 // a fixed y range (accuracy is 0..1), or nil
-	YFromZero           bool        // the y axis starts at 0 (a rate, a throughput)
+	X                   *[2]float64  // a fixed x range (charts of one lineage share it), or nil
+	Y                   *[2]float64  // a fixed y range (accuracy is 0..1), or nil
+	YFromZero           bool         // the y axis starts at 0 (a rate, a throughput)
 	Shrinks             []boundaryAt // shrinks of elastic stages, marked on the step axis
 }
 
