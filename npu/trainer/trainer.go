@@ -522,7 +522,7 @@ func CommonCheckpoint(dirs []string, prefix string, stepsPerEpoch int, log io.Wr
 			c := l.newest(limit)
 			lo, hi, files[i] = min(lo, c.step), max(hi, c.step), c.path
 		}
-		if lo == hi {
+		if lo == hi { // every directory holds step lo (0: none)
 			if lo == 0 {
 				return 0, nil, nil
 			}
