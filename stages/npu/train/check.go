@@ -254,12 +254,14 @@ func elasticProblems(w With, cluster plugins.Cluster, known func(keys ...string)
 				out = append(out, plugins.Problem{Path: fmt.Sprintf("/faults/%d", i), Message: fmt.Sprintf("a second fault in job %d of the stage: give each fault its own shrink", f.Shrink)})
 			}
 			seen[f.Shrink] = true
-			if err := f.Check(max(cluster.Devices, f.Rank+1)); err != nil {
+			// A later job's ranks are known once it starts: only the kind
+			// and the step are checked here.
+			devices := f.Rank + 1
+			if f.Shrink == 0 && cluster.Devices >= 1 {
+				devices = cluster.Devices
+			}
+			if err := f.Check(devices); err != nil {
 				out = append(out, plugins.Problem{Path: fmt.Sprintf("/faults/%d", i), Message: err.Error()})
-			} else if f.Shrink == 0 && cluster.Devices >= 1 {
-				if err := f.Check(cluster.Devices); err != nil {
-					out = append(out, plugins.Problem{Path: fmt.Sprintf("/faults/%d", i), Message: err.Error()})
-				}
 			}
 		}
 	}
@@ -293,7 +295,7 @@ func elasticProblems(w With, cluster plugins.Cluster, known func(keys ...string)
 		refuse(fmt.Sprintf("is for modes data_parallel and semi_auto_parallel, not %s (not done yet)", w.Mode))
 	}
 	if known("pipeline_stages") && w.PipelineStages > 1 {
-		refuse("with pipeline_stages is not done yet: a pipeline set is not resharded to a smaller pipeline layout")
+		refuse("with pipeline_stages is not done yet: the layout of a smaller pipeline job is not derived for the reshard")
 	}
 	if known("parallel_optimizer") && w.ParallelOptimizer {
 		refuse("with parallel_optimizer is not done yet")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
@@ -149,11 +150,26 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 		FromLayout: describeLayout(w.Mode, prev.devices, cfg.BatchSize, cfg.Strategy),
 		ToLayout:   describeLayout(w.Mode, to.Devices, to.BatchSize, to.Planned.Strategy),
 	}
-	next.first = func() {
-		rec.SecondsLost = time.Since(failedAt).Seconds()
-		rec.emit(sc)
-	}
+	next.shrunk = &pendingShrink{rec: rec, failedAt: failedAt}
 	return next, nil
+}
+
+// pendingShrink is a shrink whose record waits for the first step of the
+// job it started, which ends the time lost.
+type pendingShrink struct {
+	once     sync.Once
+	rec      ShrinkRecord
+	failedAt time.Time
+}
+
+// report sends the record once: at the first step of the new job, or,
+// when that job ended without a step (noStep), at its end, saying so.
+func (p *pendingShrink) report(sc sdk.Context, noStep bool) {
+	p.once.Do(func() {
+		p.rec.NoStep = noStep
+		p.rec.SecondsLost = time.Since(p.failedAt).Seconds()
+		p.rec.emit(sc)
+	})
 }
 
 // ShrinkRecord is a shrink as the events log records it: a log record
@@ -169,18 +185,23 @@ type ShrinkRecord struct {
 	FromLayout, ToLayout    string
 	// SecondsLost is the wall time from the first rank's failure report
 	// (else the end of the lost job) to the end of the new job's first
-	// step.
+	// step, or to the new job's end when it ran no step (NoStep).
 	SecondsLost float64
+	NoStep      bool
 }
 
 func (r ShrinkRecord) emit(sc sdk.Context) {
-	sc.Info(fmt.Sprintf("shrink %d: rank %d lost at global step %d; continued from step %d on %d devices (was %d): %s → %s; %d steps redone, %.1fs lost",
-		r.Generation, r.LostRank, r.FailedStep, r.ResumedStep, r.ToDevices, r.FromDevices, r.FromLayout, r.ToLayout, max(r.FailedStep-r.ResumedStep, 0), r.SecondsLost),
+	lost := fmt.Sprintf("%.1fs lost", r.SecondsLost)
+	if r.NoStep {
+		lost = fmt.Sprintf("the new job ended after %.1fs without a step", r.SecondsLost)
+	}
+	sc.Info(fmt.Sprintf("shrink %d: rank %d lost after global step %d; continued after step %d on %d devices (was %d): %s → %s; %d steps redone, %s",
+		r.Generation, r.LostRank, r.FailedStep, r.ResumedStep, r.ToDevices, r.FromDevices, r.FromLayout, r.ToLayout, max(r.FailedStep-r.ResumedStep, 0), lost),
 		ShrinkField, "shrink", "shrink", r.Generation, "lost_rank", r.LostRank,
 		"resumed_step", r.ResumedStep, "failed_step", r.FailedStep,
 		"from_devices", r.FromDevices, "to_devices", r.ToDevices,
 		"from_layout", r.FromLayout, "to_layout", r.ToLayout,
-		"steps_redone", max(r.FailedStep-r.ResumedStep, 0), "seconds_lost", r.SecondsLost)
+		"steps_redone", max(r.FailedStep-r.ResumedStep, 0), "seconds_lost", r.SecondsLost, "no_step", r.NoStep)
 }
 
 // describeLayout says how a job is laid out, for the shrink record.

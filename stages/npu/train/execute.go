@@ -34,10 +34,13 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	budget := w.shrinks()
 	for gen := 0; ; gen++ {
 		ran, err := runJob(ctx, sc, spec)
+		if spec.shrunk != nil {
+			spec.shrunk.report(sc, true) // unless its first step did
+		}
 		if err == nil {
 			return collectResults(spec.dir, ran.ranks, ran.cfg)
 		}
-		if gen >= budget || ran.cfg.Model == "" || ctx.Err() != nil {
+		if gen >= budget || !ran.started || ctx.Err() != nil {
 			return nil, err
 		}
 		next, serr := shrink(ctx, sc, spec, ran, err, gen+1)
@@ -57,19 +60,20 @@ type jobSpec struct {
 	// rankTable is the cluster's, "" for one written in dir.
 	rankTable string
 	fault     *job.Fault
-	// gen is the number of shrinks before it; first, if not nil, is
-	// called when its first step has ended.
-	gen   int
-	first func()
+	// gen is the number of shrinks before it; shrunk is the shrink that
+	// started it (nil for the stage's first job), reported when the job's
+	// first step has ended.
+	gen    int
+	shrunk *pendingShrink
 }
 
-// ranJob is what a job that started left: its config (a zero one when it
-// failed before any rank started), its ranks and what its event stream
-// told.
+// ranJob is what a job left: whether its ranks started, its config, its
+// ranks and what its event stream told.
 type ranJob struct {
-	cfg   job.Config
-	ranks []launch.Rank
-	watch *jobWatch
+	started bool
+	cfg     job.Config
+	ranks   []launch.Rank
+	watch   *jobWatch
 	// ended is when the launcher returned.
 	ended time.Time
 }
@@ -114,7 +118,10 @@ func runJob(ctx context.Context, sc sdk.Context, spec jobSpec) (ranJob, error) {
 	if spec.gen == 0 {
 		sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
 	}
-	ran := ranJob{cfg: cfg, ranks: ranks, watch: &jobWatch{first: spec.first}}
+	ran := ranJob{started: true, cfg: cfg, ranks: ranks, watch: &jobWatch{}}
+	if spec.shrunk != nil {
+		ran.watch.first = func() { spec.shrunk.report(sc, false) }
+	}
 	err = runRanks(ctx, sc, w, cfg, launch.Job{
 		Args: []string{job.Command, cfgPath}, Dir: jobDir,
 		RankSize: devices, Ranks: ranks, RankTable: rankTable,
