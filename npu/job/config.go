@@ -103,6 +103,10 @@ type Config struct {
 	// with device{i}/ckpt_{i}/ per rank. At most one is set.
 	InitFile string `json:"init_file,omitempty"`
 	InitDir  string `json:"init_dir,omitempty"`
+	// InitResumes says the init is a checkpoint of this same training
+	// that the job resumes after (npu/train's init_resumes, and each job
+	// after a shrink): see trainer.Config.InitResumes.
+	InitResumes bool `json:"init_resumes,omitempty"`
 	// StrategyFile is where rank 0 writes the strategy file ("" for none).
 	StrategyFile string `json:"strategy_file,omitempty"`
 

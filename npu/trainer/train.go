@@ -222,7 +222,7 @@ func (j *training) restoreStart(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
-		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, OwnHyperparameters: true,
+		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, OwnHyperparameters: true, RequireOptimizer: cfg.InitResumes,
 			Recut: func(name string) { j.res.Recut = append(j.res.Recut, name) }})
 		if err := Restore(j.net, tensors, opts); err != nil {
 			return fmt.Errorf("init from %s: %w", cfg.Init, err)
@@ -237,6 +237,11 @@ func (j *training) restoreStart(ctx context.Context) error {
 			}
 		}
 		j.base = j.opt.GlobalStep()
+		if cfg.InitResumes {
+			if err := j.resumeAtInit(); err != nil {
+				return err
+			}
+		}
 		j.opt.ScheduleFrom(j.base)
 	}
 	if cfg.CkptDir != "" {
@@ -278,11 +283,34 @@ func (j *training) restoreStart(ctx context.Context) error {
 			j.res.ResumedFrom = latest
 		}
 	}
+	if j.start > 0 && j.res.ResumedFrom == "" && j.mc != nil {
+		// InitResumes: the saves go on counting from the init's step.
+		j.mc.ResumeAt(j.start)
+	}
 	if cfg.Broadcast != nil && j.start == 0 && j.model != nil {
 		if err := cfg.Broadcast(ctx, j.model.Values()); err != nil {
 			return fmt.Errorf("parameter broadcast: %w", err)
 		}
 	}
+	return nil
+}
+
+// resumeAtInit sets the start of a job whose init is a checkpoint of
+// this same training (Config.InitResumes): the step its file name gives is
+// this job's steps already done, and the global step before them is the
+// one the training began at.
+func (j *training) resumeAtInit() error {
+	cfg := j.cfg
+	_, epoch, inEpoch, ok := ckpt.ParseFileName(filepath.Base(cfg.Init))
+	if !ok {
+		return fmt.Errorf("init %s: its name does not say where the training was ({prefix}-{epoch}_{step}.ckpt), which a resuming init needs", cfg.Init)
+	}
+	done := (epoch-1)*j.steps + inEpoch
+	if inEpoch > j.steps || done > cfg.Epochs*j.steps || done > j.base {
+		return fmt.Errorf("init %s: epoch %d step %d (global step %d) is not a step of this job's %d epochs of %d steps", cfg.Init, epoch, inEpoch, j.base, cfg.Epochs, j.steps)
+	}
+	j.start, j.base = done, j.base-done
+	j.res.ResumedFrom = ""
 	return nil
 }
 
@@ -592,4 +620,15 @@ func (j *training) epochEval(ctx context.Context, epoch, globalStep int) error {
 		cfg.OnEval(EvalInfo{Epoch: epoch, GlobalStep: globalStep, Accuracy: acc, Loss: loss})
 	}
 	return nil
+}
+
+// StepsPerEpoch returns the steps of one epoch of cfg's job as its rank
+// reads the data (its shard, its batch, the gradient accumulation),
+// without building the network.
+func StepsPerEpoch(cfg Config) (int, error) {
+	j := &training{cfg: cfg}
+	if err := j.openData(); err != nil {
+		return 0, err
+	}
+	return j.steps, nil
 }

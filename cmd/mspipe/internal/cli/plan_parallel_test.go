@@ -141,3 +141,45 @@ stages:
 		t.Errorf("plan --machine bad.yaml: exit %d, stderr lacks %q:\n%s%s", code, want, out, errOut)
 	}
 }
+
+// mspipe plan shows where an elastic stage goes on when one of its 8
+// devices is lost: 7 are left, HCCL takes 4 on a server, and the seeds'
+// strategy (fc.matmul split in two) fits them; the global batch of 16 is
+// kept, 4 per device. A data_parallel stage of global batch 8 on 4
+// devices goes to 2, a stage without on_failure: shrink is not listed.
+func TestPlanShowsShrink(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "elastic.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: elastic
+cluster: {devices: 8}
+stages:
+  semi:
+    uses: npu/train
+    with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, batch_size: 2, strategy: {fc.matmul: [[1, 1], [1, 2]]}, on_failure: shrink}
+  dp:
+    uses: npu/train
+    cluster: {devices: 4}
+    with: {data: /nonexistent, model: cnn, mode: data_parallel, batch_size: 2, on_failure: shrink, max_shrinks: 1}
+  plain:
+    uses: npu/train
+    with: {data: /nonexistent, model: cnn, mode: data_parallel}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "plan", spec)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"on failure of semi (on_failure: shrink):\n  on failure: 8 → 4 devices (one device lost leaves 7; batch 2 → 4 per device, the global batch 16 kept)\n",
+		"on failure of dp (on_failure: shrink):\n  on failure: 4 → 2 devices (one device lost leaves 3; batch 2 → 4 per device, the global batch 8 kept)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "on failure of plain") {
+		t.Errorf("plan lists a stage without on_failure: shrink:\n%s", out)
+	}
+}
