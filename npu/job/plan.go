@@ -171,14 +171,23 @@ func costedStrategy(l Layout, p *Planned) parallel.Strategy {
 }
 
 // Machine is the cost model's machine for a job of devices simulated
-// devices with the given memory (0: the default) on this computer: the
-// measured defaults, each device getting its share of the cores. The
-// collectives of the split modes (redistribution, group AllReduce) travel
-// over TCP in this build even within a server, so the link inside a
-// server is priced as the TCP link.
+// devices with the given memory (0: the default) on this computer, each
+// rank with the trainer's default threads (the cores divided among the
+// ranks): see [MachineFor].
 func Machine(devices int, memory int64) auto.Machine {
-	m := auto.DefaultMachine().ShareCores(runtime.NumCPU(), devices)
-	m.IntraServer = m.InterServer
+	return MachineFor(devices, 0, memory)
+}
+
+// MachineFor is the cost model's machine for a job of devices simulated
+// devices of threads compute threads each (0: the trainer's default) with
+// the given memory (0: the default) on this computer: [auto.LocalMachine],
+// the measured figures with the devices sharing the cores.
+func MachineFor(devices, threads int, memory int64) auto.Machine {
+	cores := runtime.NumCPU()
+	if threads < 1 {
+		threads = max(cores/max(devices, 1), 1)
+	}
+	m := auto.LocalMachine(cores, devices, threads)
 	if memory > 0 {
 		m.Memory = memory
 	}

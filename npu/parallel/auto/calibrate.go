@@ -34,3 +34,30 @@ func MeasureFLOPS(ctx context.Context, d time.Duration) (float64, error) {
 	}
 	return 2 * m * n * k * float64(calls) / time.Since(start).Seconds(), nil
 }
+
+// MeasureMemoryBandwidth times the optimizer's loop (npu/optim's Momentum
+// update, the step's largest loop besides the products) on the calling
+// goroutine over buffers well beyond the caches, for at least d, and
+// returns the bytes/s it moves, counting [UpdateBytesPerElement] per
+// element: a device's MemoryBandwidth with a core to itself.
+func MeasureMemoryBandwidth(ctx context.Context, d time.Duration) (float64, error) {
+	const n = 8 << 20 // 3 buffers of 32 MiB: past a 32 MiB L3
+	w, g, m := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range g {
+		g[i] = float32(i%9) / 9
+	}
+	const lr, mom = 0.01, 0.9
+	start := time.Now()
+	passes := 0
+	for passes == 0 || time.Since(start) < d {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("measure memory bandwidth: %w", err)
+		}
+		for j := range m {
+			m[j] = m[j]*mom + g[j]
+			w[j] -= lr * m[j]
+		}
+		passes++
+	}
+	return float64(passes) * n * UpdateBytesPerElement / time.Since(start).Seconds(), nil
+}

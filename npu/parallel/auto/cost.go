@@ -16,7 +16,11 @@ type OpCost struct {
 	// Used is the number of devices the strategy splits over; the others
 	// repeat the calculation.
 	Used int
-	// ComputeSeconds is the forward and backward FLOPs over Used devices.
+	// ComputeSeconds is the forward and backward pass on one rank: its
+	// FLOPs over the device's FLOP/s or its memory traffic over the
+	// memory bandwidth, whichever is longer, plus the optimizer's update
+	// of the parameters this operator is the first to use and the
+	// packing of their gradients for reduction (memory traffic).
 	ComputeSeconds float64
 	// CommSeconds covers the AllReduce of a partial output, the
 	// reductions of partial gradients (of the input and of the parameters
@@ -42,7 +46,33 @@ type OpCost struct {
 	// Largest names the biggest tensor counted in Memory, with its bytes.
 	Largest      string
 	LargestBytes int64
+	// buckets are the gradient reductions counted in CommSeconds, each
+	// with a latency; the engine makes one call a step per group, which
+	// [pricer.plan] keeps.
+	buckets []bucketCall
 }
+
+// bucketCall is one call reducing parameter gradients over groups of the
+// same size and reach.
+type bucketCall struct {
+	kind   Collective
+	size   int
+	across bool
+}
+
+// Memory traffic of the step's loops besides the products, in bytes per
+// parameter element.
+const (
+	// UpdateBytesPerElement is what npu/optim's Momentum reads and writes
+	// per element: parameter, gradient and moment read, parameter and
+	// moment written.
+	UpdateBytesPerElement = 5 * BytesPerElement
+	// PackBytesPerElement is what npu/shard moves per element of a
+	// gradient it reduces: copied into the reduction buffer and back
+	// (read and write each), and divided by the group size in place
+	// (gradients_mean).
+	PackBytesPerElement = 6 * BytesPerElement
+)
 
 // Plan is a strategy for every operator of a graph with its predicted
 // cost per training step.
@@ -242,18 +272,45 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 	// The backward pass computes the input gradient and, for an operator
 	// with parameters, the parameter gradients too: one or two products
 	// the size of the forward one.
-	flops := 2 * float64(o.FLOPs)
+	// Memory traffic likewise: each pass reads the operator's input and
+	// parameter slices and writes an output's worth.
+	passes := 2.0
 	if len(o.Params()) > 0 {
-		flops += float64(o.FLOPs)
+		passes++
 	}
-	c.ComputeSeconds = flops / float64(ol.Used) / p.m.FLOPS
+	flops := passes * float64(o.FLOPs)
+	out, err := sliceBytes(ol.Output)
+	if err != nil {
+		return OpCost{}, err
+	}
+	traffic := out
+	for _, ls := range [][]parallel.Layout{ol.Inputs, ol.Extra} {
+		for _, l := range ls {
+			b, err := sliceBytes(l)
+			if err != nil {
+				return OpCost{}, err
+			}
+			traffic += b
+		}
+	}
+	c.ComputeSeconds = max(flops/float64(ol.Used)/p.m.FLOPS, p.m.StreamSeconds(int64(passes*float64(traffic))))
 
-	allReduce := func(l parallel.Layout, axes []int, bytes int64) error {
+	// A partial output or input gradient is reduced by GroupAllReduce; a
+	// gradient bucket (bucket) by the communicator's own AllReduce when
+	// its group is every rank.
+	allReduce := func(bucket bool, l parallel.Layout, axes []int, bytes int64) error {
 		g, err := p.group(l, axes)
 		if err != nil || g.size <= 1 || bytes == 0 {
 			return err
 		}
-		c.CommSeconds += p.m.AllReduceSeconds(bytes, g.size, g.across)
+		kind := GroupAllReduce
+		if bucket && g.size == p.devices {
+			kind = WholeAllReduce
+		}
+		if bucket {
+			c.buckets = append(c.buckets, bucketCall{kind, g.size, g.across})
+		}
+		c.CommSeconds += p.m.AllReduceSeconds(kind, bytes, g.size, g.across)
 		ring := 2 * int64(g.size-1) * bytes / int64(g.size)
 		c.CommBytes += ring
 		if g.across {
@@ -269,11 +326,7 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 			c.Largest, c.LargestBytes = name, bytes
 		}
 	}
-	out, err := sliceBytes(ol.Output)
-	if err != nil {
-		return OpCost{}, err
-	}
-	if err := allReduce(ol.Output, ol.OutputPartial, out); err != nil {
+	if err := allReduce(false, ol.Output, ol.OutputPartial, out); err != nil {
 		return OpCost{}, err
 	}
 	c.ActivationMemory += out
@@ -310,6 +363,13 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		}
 		c.ParamMemory += held
 		keep("parameter "+t.Name, held)
+		// The optimizer updates this rank's piece; a reduced gradient is
+		// packed into its bucket and back.
+		update := bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
+		if groupSize(l, axes) > 1 {
+			update += bytes / BytesPerElement * PackBytesPerElement
+		}
+		c.ComputeSeconds += p.m.StreamSeconds(update)
 		key := fmt.Sprint(axes)
 		if _, ok := fused[key]; !ok {
 			fusedOrder = append(fusedOrder, key)
@@ -331,7 +391,7 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 			if err != nil {
 				return OpCost{}, err
 			}
-			if err := allReduce(l, ol.GradPartial[k], bytes); err != nil {
+			if err := allReduce(false, l, ol.GradPartial[k], bytes); err != nil {
 				return OpCost{}, err
 			}
 		default:
@@ -350,7 +410,7 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		}
 	}
 	for _, key := range fusedOrder {
-		if err := allReduce(fusedLayout[key], fusedAxes[key], fused[key]); err != nil {
+		if err := allReduce(true, fusedLayout[key], fusedAxes[key], fused[key]); err != nil {
 			return OpCost{}, err
 		}
 	}
@@ -421,10 +481,23 @@ func (p *pricer) cutsOf(l *parallel.Layout) (cuts, error) {
 // plan prices a whole layout of the graph.
 func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
 	plan := &Plan{Model: p.g.Model, Devices: p.devices, Machine: p.m, Strategy: parallel.Strategy{}}
+	reduced := map[bucketCall]bool{}
 	for i, ol := range ols {
 		c, err := p.op(i, ol)
 		if err != nil {
 			return nil, fmt.Errorf("price operator %s: %w", ol.Op, err)
+		}
+		// The engine packs the gradients reduced over one partition of
+		// the ranks into one bucket and reduces it once a step: later
+		// operators' reductions over groups like an earlier one's add
+		// their bytes but no latency. (The search prices each operator
+		// alone, a latency each.)
+		for _, b := range c.buckets {
+			if reduced[b] {
+				c.CommSeconds -= p.m.link(b.kind, b.across).Latency.Seconds()
+				c.Collectives--
+			}
+			reduced[b] = true
 		}
 		if i > 0 {
 			r, err := p.redistribute(ols[i-1], ol)

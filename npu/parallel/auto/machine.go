@@ -21,15 +21,60 @@ type Link struct {
 	Latency time.Duration
 }
 
+// Collective is a kind of collective call the training engine makes. Within
+// a server the kinds may travel over different links ([Machine.Loopback]).
+type Collective uint8
+
+// The collective kinds.
+const (
+	// WholeAllReduce reduces a gradient bucket over every rank of the job.
+	WholeAllReduce Collective = iota
+	// GroupAllReduce reduces a partial output, a partial input gradient
+	// or a gradient bucket over a group of ranks (the loss too).
+	GroupAllReduce
+	// Redistribution is Exchange (AllToAllv) from one layout to another.
+	Redistribution
+	// StageSendRecv is a pipeline's send and receive between stages.
+	StageSendRecv
+)
+
+// Collectives is a set of collective kinds.
+type Collectives uint8
+
+// KindSet returns the set of kinds.
+func KindSet(kinds ...Collective) Collectives {
+	var s Collectives
+	for _, k := range kinds {
+		s |= 1 << k
+	}
+	return s
+}
+
+// Has reports whether kind is in s.
+func (s Collectives) Has(kind Collective) bool { return s&(1<<kind) != 0 }
+
 // Machine is what the cost model knows of the hardware: the speed of one
 // device, the links between devices, and each device's memory.
 type Machine struct {
 	// FLOPS is the sustained float32 FLOP/s of one device.
 	FLOPS float64
+	// MemoryBandwidth is the bytes/s one device streams through its
+	// memory in the loops a step runs besides the products (elementwise
+	// operators, the optimizer, packing gradients for their reduction):
+	// an operator takes the longer of its FLOPs over FLOPS and its memory
+	// traffic over MemoryBandwidth. 0 prices FLOPs alone, and no
+	// optimizer or packing time.
+	MemoryBandwidth float64
 	// IntraServer is the link between devices of one server (shared
 	// memory here, HCCS on an Ascend server); InterServer the link
 	// between servers (TCP).
 	IntraServer, InterServer Link
+	// Loopback is the link the collective kinds in OverLoopback take
+	// between devices of one server instead of IntraServer: on this
+	// build's simulated devices, loopback TCP for the kinds that have no
+	// shared-memory path yet. Unused when OverLoopback is empty.
+	Loopback     Link
+	OverLoopback Collectives
 	// DevicesPerServer is how many consecutive ranks share a server.
 	DevicesPerServer int
 	// Memory is one device's memory in bytes.
@@ -37,7 +82,8 @@ type Machine struct {
 }
 
 // DefaultMachine describes the simulated devices on the 2-core AMD EPYC
-// development VM (AVX-512) the figures were measured on:
+// development VM (Zen 3: AVX2 and FMA, no AVX-512) the figures were
+// measured on, one device a core:
 //
 //   - FLOPS 115 GFLOP/s, measured: one thread of the GEMM kernel on the
 //     convolution-shaped product 16×16384×144 (go test ./npu/tensor -run '^$'
@@ -52,6 +98,10 @@ type Machine struct {
 //   - DevicesPerServer 8: an assumption, HCCL's server of 8 devices.
 //   - Memory 32 GiB: an assumption, the HBM of an Ascend 910
 //     ([nn.Ascend910Memory]), which is also the trainer's default cap.
+//
+// It prices FLOPs alone (no MemoryBandwidth) and every kind over the
+// shared memory within a server; [LocalMachine] adds what this build's
+// simulated devices do besides.
 func DefaultMachine() Machine {
 	return Machine{
 		FLOPS:            115e9,
@@ -62,13 +112,19 @@ func DefaultMachine() Machine {
 	}
 }
 
-// ShareCores returns m with FLOPS scaled for devices rank processes that
-// share cores CPU cores, as simulated devices on one small machine do: each
-// gets cores/devices of a core when there are more devices than cores.
-func (m Machine) ShareCores(cores, devices int) Machine {
-	if cores > 0 && devices > cores {
-		m.FLOPS *= float64(cores) / float64(devices)
+// ShareCores returns m with FLOPS and MemoryBandwidth scaled for devices
+// rank processes of threads compute threads each (0: 1) on cores CPU
+// cores, as simulated devices on one small machine run: a device computes
+// on min(threads, cores/devices) cores' worth, so 8 devices of one thread
+// on 2 cores get a quarter of a core each, and one device of 2 threads
+// gets both (taken as twice one core's rate).
+func (m Machine) ShareCores(cores, devices, threads int) Machine {
+	if cores < 1 || devices < 1 {
+		return m
 	}
+	share := min(float64(max(threads, 1)), float64(cores)/float64(devices))
+	m.FLOPS *= share
+	m.MemoryBandwidth *= share
 	return m
 }
 
@@ -79,7 +135,11 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("%w: FLOP/s %v, want more than 0", ErrMachine, m.FLOPS)
 	case !(m.IntraServer.Bandwidth > 0) || !(m.InterServer.Bandwidth > 0):
 		return fmt.Errorf("%w: bandwidths %v (server) and %v (between servers) bytes/s, want more than 0", ErrMachine, m.IntraServer.Bandwidth, m.InterServer.Bandwidth)
-	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0:
+	case m.OverLoopback != 0 && !(m.Loopback.Bandwidth > 0):
+		return fmt.Errorf("%w: loopback bandwidth %v bytes/s, want more than 0", ErrMachine, m.Loopback.Bandwidth)
+	case !(m.MemoryBandwidth >= 0):
+		return fmt.Errorf("%w: memory bandwidth %v bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth)
+	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0 || m.Loopback.Latency < 0:
 		return fmt.Errorf("%w: negative latency", ErrMachine)
 	case m.DevicesPerServer < 1:
 		return fmt.Errorf("%w: %d devices per server, want at least 1", ErrMachine, m.DevicesPerServer)
@@ -89,25 +149,76 @@ func (m Machine) Validate() error {
 	return nil
 }
 
-// link returns the link a group of ranks uses: the slower one when the
-// group spans servers.
-func (m Machine) link(acrossServers bool) Link {
-	if acrossServers {
+// link returns the link a collective of kind uses among a group of
+// ranks: the slower one when the group spans servers.
+func (m Machine) link(kind Collective, acrossServers bool) Link {
+	switch {
+	case acrossServers:
 		return m.InterServer
+	case m.OverLoopback.Has(kind):
+		return m.Loopback
 	}
 	return m.IntraServer
 }
 
-// AllReduceSeconds is the time of a ring AllReduce of bytes bytes (each
-// rank's buffer) among group ranks: 2(g−1)/g·bytes over the bandwidth,
-// plus one latency. A group of one costs nothing.
-func (m Machine) AllReduceSeconds(bytes int64, group int, acrossServers bool) float64 {
+// AllReduceSeconds is the time of a ring AllReduce of kind of bytes bytes
+// (each rank's buffer) among group ranks: 2(g−1)/g·bytes over the
+// bandwidth, plus one latency. A group of one costs nothing.
+func (m Machine) AllReduceSeconds(kind Collective, bytes int64, group int, acrossServers bool) float64 {
 	if group <= 1 || bytes <= 0 {
 		return 0
 	}
-	l := m.link(acrossServers)
+	l := m.link(kind, acrossServers)
 	return 2*float64(group-1)/float64(group)*float64(bytes)/l.Bandwidth + l.Latency.Seconds()
+}
+
+// StreamSeconds is the time one device takes to move bytes through its
+// memory: 0 when the machine does not price memory traffic.
+func (m Machine) StreamSeconds(bytes int64) float64 {
+	if m.MemoryBandwidth <= 0 || bytes <= 0 {
+		return 0
+	}
+	return float64(bytes) / m.MemoryBandwidth
 }
 
 // server returns the server of rank.
 func (m Machine) server(rank int) int { return rank / m.DevicesPerServer }
+
+// LocalOverLoopback is the collective kinds that travel over loopback TCP
+// between the simulated devices of one server in this build: everything but
+// the whole-job gradient AllReduce, which has shared memory.
+var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
+
+// LocalMachine is this build's simulated devices: devices rank processes of
+// threads compute threads each (0: 1) on cores CPU cores of this machine,
+// [DefaultMachine] with what a step on them costs besides the products:
+//
+//   - MemoryBandwidth: see localMemoryBandwidth.
+//   - Loopback: see localLoopback, for the kinds in [LocalOverLoopback].
+//
+// Then [Machine.ShareCores]: the devices share the cores.
+func LocalMachine(cores, devices, threads int) Machine {
+	m := DefaultMachine()
+	m.MemoryBandwidth = localMemoryBandwidth
+	m.Loopback = localLoopback
+	m.OverLoopback = LocalOverLoopback
+	return m.ShareCores(cores, devices, threads)
+}
+
+// ExchangeSeconds is the time of a redistribution (Exchange) in which the
+// busiest rank receives bytes bytes: bytes over the bandwidth plus one
+// latency, of the link between servers when acrossServers. Nothing
+// received costs nothing.
+func (m Machine) ExchangeSeconds(bytes int64, acrossServers bool) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	l := m.link(Redistribution, acrossServers)
+	return float64(bytes)/l.Bandwidth + l.Latency.Seconds()
+}
+
+// Measured figures of LocalMachine (to be calibrated).
+var (
+	localMemoryBandwidth = 10e9
+	localLoopback        = Link{Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond}
+)
