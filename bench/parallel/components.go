@@ -22,10 +22,13 @@ type component struct {
 // probeCollectives times each collective kind the engine calls among
 // devices in-process ranks, with tiny buffers (a call's fixed cost) and
 // large ones (its bandwidth), against what machine m predicts for them.
-func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]component, error) {
+//
+// It also returns m with the links fitted to the measurements: each
+// kind's latency is its tiny call, its bandwidth what the large call adds.
+func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]component, auto.Machine, error) {
 	comms, err := connect(devices, tr)
 	if err != nil {
-		return nil, err
+		return nil, m, err
 	}
 	defer func() {
 		for _, c := range comms {
@@ -50,7 +53,7 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, m, err
 	}
 	type probe struct {
 		name  string
@@ -92,6 +95,7 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 		{"Exchange, 256 KiB a peer", auto.Redistribution, bigPeer, exchange(bigPeer)},
 	}
 	var out []component
+	took0 := map[auto.Collective][]float64{} // each kind's small and large call
 	for _, pr := range probes {
 		calls := 20
 		if pr.elems > 1 {
@@ -119,7 +123,7 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return nil, fmt.Errorf("%s: %w", pr.name, err)
+			return nil, m, fmt.Errorf("%s: %w", pr.name, err)
 		}
 		var slowest time.Duration
 		for _, d := range took {
@@ -133,16 +137,35 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 			want = m.AllReduceSeconds(pr.kind, bytes, devices, false)
 		}
 		out = append(out, component{pr.name, slowest.Seconds(), want, "s"})
+		took0[pr.kind] = append(took0[pr.kind], slowest.Seconds())
 	}
-	return out, nil
+	fitted := m
+	for kind, ts := range took0 {
+		small, large := ts[0], ts[1]
+		var moved float64 // bus bytes of the large call
+		if kind == auto.Redistribution {
+			moved = float64(bigPeer * auto.BytesPerElement * (devices - 1))
+		} else {
+			n := map[auto.Collective]int{auto.WholeAllReduce: big, auto.GroupAllReduce: 1 << 20}[kind]
+			moved = 2 * float64(devices-1) / float64(devices) * float64(n*auto.BytesPerElement)
+		}
+		l := auto.Link{Bandwidth: moved / max(large-small, 1e-9), Latency: time.Duration(small * 1e9)}
+		if kind == auto.WholeAllReduce || !fitted.OverLoopback.Has(kind) {
+			fitted.IntraServer = l
+		} else {
+			fitted.Loopback[kind] = l
+		}
+	}
+	return out, fitted, nil
 }
 
 // probeCompute measures the GEMM rate and the optimizer loop's memory
 // bandwidth on one goroutine alone, then on devices goroutines at once
 // (each one's rate, the mean), against the machine model's figures for
 // one device with a core to itself (alone) and for devices sharing the
-// cores.
-func probeCompute(devices int, alone, shared auto.Machine) ([]component, error) {
+// cores. It also returns alone and shared with those figures replaced by
+// the measured ones.
+func probeCompute(devices int, alone, shared auto.Machine) ([]component, auto.Machine, auto.Machine, error) {
 	const d = 300 * time.Millisecond
 	type measure func(context.Context, time.Duration) (float64, error)
 	concurrent := func(f measure, n int) (float64, error) {
@@ -164,6 +187,7 @@ func probeCompute(devices int, alone, shared auto.Machine) ([]component, error) 
 		return sum / float64(n), errors.Join(errs...)
 	}
 	var out []component
+	var measuredOne, measuredEach []float64
 	for _, c := range []struct {
 		name       string
 		f          measure
@@ -172,18 +196,23 @@ func probeCompute(devices int, alone, shared auto.Machine) ([]component, error) 
 	}{
 		{"GEMM 16×16384×144, one thread", auto.MeasureFLOPS, alone.FLOPS, shared.FLOPS, "FLOP/s"},
 		{"optimizer loop, memory", auto.MeasureMemoryBandwidth, alone.MemoryBandwidth, shared.MemoryBandwidth, "B/s"},
+		{"weight read transposed (dy·wᵀ, 4×3072×4096)", auto.MeasureTransposedBandwidth, alone.TransposedBandwidth, shared.TransposedBandwidth, "B/s"},
 	} {
 		one, err := concurrent(c.f, 1)
 		if err != nil {
-			return nil, err
+			return nil, alone, shared, err
 		}
 		each, err := concurrent(c.f, devices)
 		if err != nil {
-			return nil, err
+			return nil, alone, shared, err
 		}
+		measuredOne = append(measuredOne, one)
+		measuredEach = append(measuredEach, each)
 		out = append(out,
 			component{c.name + ", alone", one, c.one, c.unit},
 			component{fmt.Sprintf("%s, each of %d at once", c.name, devices), each, c.share, c.unit})
 	}
-	return out, nil
+	alone.FLOPS, alone.MemoryBandwidth, alone.TransposedBandwidth = measuredOne[0], measuredOne[1], measuredOne[2]
+	shared.FLOPS, shared.MemoryBandwidth, shared.TransposedBandwidth = measuredEach[0], measuredEach[1], measuredEach[2]
+	return out, alone, shared, nil
 }

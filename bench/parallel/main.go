@@ -109,17 +109,18 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 
 	fmt.Printf("%s, %d devices, global batch %d, transport %s, %d CPUs (GOMAXPROCS %d), one compute thread a rank, %d timed steps; load average %s\n\n",
 		model, devices, global, tr, runtime.NumCPU(), runtime.GOMAXPROCS(0), steps, loadAverage())
+	var fitAlone, fitShared auto.Machine
 	if components {
-		if err := printComponents(devices, tr, alone, shared); err != nil {
+		if fitAlone, fitShared, err = printComponents(devices, tr, alone, shared); err != nil {
 			return err
 		}
 	}
-	fmt.Println("| mode | model | strategy | step (measured) | of it in collectives | step (predicted) | predicted / measured | comm (predicted) | peak memory per rank (measured) | (predicted) |")
-	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| mode | model | strategy | step (measured) | of it in collectives | step (predicted) | predicted / measured | comm (predicted) | peak memory per rank (measured) | (predicted) | step (predicted from this run's components) |")
+	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, m := range modes {
-		machine := shared
+		machine, fitted := shared, fitShared
 		if m.devices == 1 {
-			machine = alone
+			machine, fitted = alone, fitAlone
 		}
 		mg, err := shard.GraphOf(m.model, global)
 		if err != nil {
@@ -149,21 +150,28 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 		if merr != nil {
 			measured = fmt.Sprintf("failed: %v | -", merr)
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", m.name, m.model, strategy, measured, predicted, bytesize.Format(peak), bytesize.Format(predMemory))
+		refit := "-"
+		if components && merr == nil {
+			if p, err := auto.Evaluate(mg, m.priced, m.devices, fitted); err == nil {
+				refit = fmt.Sprintf("%.1f ms (%+.0f%%)", p.StepSeconds*1e3, (p.StepSeconds/step.Seconds()-1)*100)
+			}
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, m.model, strategy, measured, predicted, bytesize.Format(peak), bytesize.Format(predMemory), refit)
 	}
 	return nil
 }
 
 // printComponents measures the machine model's components and prints them
 // beside the model's figures.
-func printComponents(devices int, tr collective.Transport, alone, shared auto.Machine) error {
-	comp, err := probeCompute(devices, alone, shared)
+// It returns the machines with the measured figures.
+func printComponents(devices int, tr collective.Transport, alone, shared auto.Machine) (auto.Machine, auto.Machine, error) {
+	comp, fitAlone, fitShared, err := probeCompute(devices, alone, shared)
 	if err != nil {
-		return err
+		return alone, shared, err
 	}
-	coll, err := probeCollectives(devices, tr, shared)
+	coll, fitShared, err := probeCollectives(devices, tr, fitShared)
 	if err != nil {
-		return err
+		return alone, shared, err
 	}
 	fmt.Println("| component | measured | model | model / measured |")
 	fmt.Println("|---|---:|---:|---:|")
@@ -177,7 +185,7 @@ func printComponents(devices int, tr collective.Transport, alone, shared auto.Ma
 		fmt.Printf("| %s | %s | %s | %+.0f%% |\n", c.name, f(c.measured), f(c.predicted), (c.predicted/c.measured-1)*100)
 	}
 	fmt.Println()
-	return nil
+	return fitAlone, fitShared, nil
 }
 
 // loadAverage returns the 1, 5 and 15 minute load averages, or "?".

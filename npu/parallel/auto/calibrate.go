@@ -61,3 +61,26 @@ func MeasureMemoryBandwidth(ctx context.Context, d time.Duration) (float64, erro
 	}
 	return float64(passes) * n * UpdateBytesPerElement / time.Since(start).Seconds(), nil
 }
+
+// MeasureTransposedBandwidth times the product kernel on the calling
+// goroutine for at least d on the input gradient of a wide MatMul with a
+// small batch, dy·wᵀ of 4×3072 by a weight w of 3072×4096 (48 MiB) read
+// transposed, and returns the weight's bytes over the time: a device's
+// TransposedBandwidth with a core to itself.
+func MeasureTransposedBandwidth(ctx context.Context, d time.Duration) (float64, error) {
+	const n, k, m = 4, 3072, 4096
+	dy, w, dx := make([]float32, n*m), make([]float32, k*m), make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(i%7) / 7
+	}
+	start := time.Now()
+	calls := 0
+	for calls == 0 || time.Since(start) < d {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("measure transposed bandwidth: %w", err)
+		}
+		tensor.Gemm(false, true, n, k, m, 1, dy, m, w, m, 0, dx, k)
+		calls++
+	}
+	return float64(calls) * k * m * BytesPerElement / time.Since(start).Seconds(), nil
+}

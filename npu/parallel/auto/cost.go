@@ -272,28 +272,43 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 	// The backward pass computes the input gradient and, for an operator
 	// with parameters, the parameter gradients too: one or two products
 	// the size of the forward one.
-	// Memory traffic likewise: each pass reads the operator's input and
-	// parameter slices and writes an output's worth.
-	passes := 2.0
-	if len(o.Params()) > 0 {
-		passes++
-	}
-	flops := passes * float64(o.FLOPs)
+	// Each pass takes the longer of its FLOPs and its memory traffic:
+	// it reads the operator's input and parameter slices and writes an
+	// output's worth. The input gradient of a MatMul reads the weight
+	// transposed, which the product kernel packs at its own rate.
 	out, err := sliceBytes(ol.Output)
 	if err != nil {
 		return OpCost{}, err
 	}
-	traffic := out
-	for _, ls := range [][]parallel.Layout{ol.Inputs, ol.Extra} {
-		for _, l := range ls {
-			b, err := sliceBytes(l)
-			if err != nil {
-				return OpCost{}, err
-			}
-			traffic += b
+	var data, params int64
+	for k, l := range ol.Inputs {
+		b, err := sliceBytes(l)
+		if err != nil {
+			return OpCost{}, err
+		}
+		if o.Inputs[k].Name != "" {
+			params += b
+		} else {
+			data += b
 		}
 	}
-	c.ComputeSeconds = max(flops/float64(ol.Used)/p.m.FLOPS, p.m.StreamSeconds(int64(passes*float64(traffic))))
+	for _, l := range ol.Extra {
+		b, err := sliceBytes(l)
+		if err != nil {
+			return OpCost{}, err
+		}
+		params += b
+	}
+	pass := float64(o.FLOPs) / float64(ol.Used) / p.m.FLOPS
+	stream := p.m.StreamSeconds(data + params + out)
+	inputGrad := stream
+	if o.Kind == parallel.OpMatMul && p.m.TransposedBandwidth > 0 {
+		inputGrad = p.m.StreamSeconds(data+out) + float64(params)/p.m.TransposedBandwidth
+	}
+	c.ComputeSeconds = max(pass, stream) + max(pass, inputGrad)
+	if len(o.Params()) > 0 {
+		c.ComputeSeconds += max(pass, stream)
+	}
 
 	// A partial output or input gradient is reduced by GroupAllReduce; a
 	// gradient bucket (bucket) by the communicator's own AllReduce when

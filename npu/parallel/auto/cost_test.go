@@ -42,7 +42,7 @@ func TestAllReduceSeconds(t *testing.T) {
 	// Group reductions and exchanges over loopback within a server, the
 	// whole-job AllReduce over the server's link; between servers every
 	// kind takes the link between servers.
-	m.Loopback = Link{Bandwidth: 3e8, Latency: 3 * time.Millisecond}
+	m.Loopback = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
 	m.OverLoopback = KindSet(GroupAllReduce, Redistribution)
 	for _, tc := range []struct {
 		kind   Collective
@@ -88,7 +88,7 @@ func TestStreamSeconds(t *testing.T) {
 func TestEvaluateMemoryTraffic(t *testing.T) {
 	m := roundMachine()
 	m.MemoryBandwidth = 1e9
-	m.Loopback = Link{Bandwidth: 3e8, Latency: 3 * time.Millisecond}
+	m.Loopback = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
 	m.OverLoopback = KindSet(GroupAllReduce, Redistribution)
 	g := seedsNet(32)
 	const weight = 512 * 128 * 4
@@ -105,6 +105,14 @@ func TestEvaluateMemoryTraffic(t *testing.T) {
 	if want := (traffic + 20*elems + 24*elems) / 1e9; !near(fc.ComputeSeconds, want) {
 		t.Errorf("matmul compute %v s, want %v", fc.ComputeSeconds, want)
 	}
+	// The input gradient reads the weight transposed, at its own rate.
+	m.TransposedBandwidth = 2.5e8
+	if p, err := Evaluate(g, nil, 4, m); err != nil {
+		t.Fatal(err)
+	} else if want := (2*traffic/3+8*512*4+8*128*4+20*elems+24*elems)/1e9 + weight/2.5e8; !near(p.Ops[0].ComputeSeconds, want) {
+		t.Errorf("matmul compute with the weight read transposed at 250 MB/s: %v s, want %v", p.Ops[0].ComputeSeconds, want)
+	}
+	m.TransposedBandwidth = 0
 	// The gradient spans every rank: the whole-job AllReduce's link.
 	if want := 1.5*weight/1e10 + 0.0005; !near(fc.CommSeconds, want) {
 		t.Errorf("matmul comm %v s, want %v (shared memory)", fc.CommSeconds, want)

@@ -38,6 +38,12 @@ const (
 	StageSendRecv
 )
 
+// numCollectives is the number of collective kinds.
+const numCollectives = 4
+
+// KindLinks is a link for each collective kind.
+type KindLinks [numCollectives]Link
+
 // Collectives is a set of collective kinds.
 type Collectives uint8
 
@@ -65,15 +71,19 @@ type Machine struct {
 	// traffic over MemoryBandwidth. 0 prices FLOPs alone, and no
 	// optimizer or packing time.
 	MemoryBandwidth float64
+	// TransposedBandwidth is the bytes/s at which the product kernel
+	// reads an operand it must transpose: the weight, in a MatMul's input
+	// gradient (dy·wᵀ). 0: at MemoryBandwidth.
+	TransposedBandwidth float64
 	// IntraServer is the link between devices of one server (shared
 	// memory here, HCCS on an Ascend server); InterServer the link
 	// between servers (TCP).
 	IntraServer, InterServer Link
-	// Loopback is the link the collective kinds in OverLoopback take
-	// between devices of one server instead of IntraServer: on this
-	// build's simulated devices, loopback TCP for the kinds that have no
-	// shared-memory path yet. Unused when OverLoopback is empty.
-	Loopback     Link
+	// Loopback[k] is the link collectives of kind k take between devices
+	// of one server instead of IntraServer when k is in OverLoopback: on
+	// this build's simulated devices, loopback TCP for the kinds that
+	// have no shared-memory path yet. Unused for the other kinds.
+	Loopback     KindLinks
 	OverLoopback Collectives
 	// DevicesPerServer is how many consecutive ranks share a server.
 	DevicesPerServer int
@@ -125,6 +135,7 @@ func (m Machine) ShareCores(cores, devices, threads int) Machine {
 	share := min(float64(max(threads, 1)), float64(cores)/float64(devices))
 	m.FLOPS *= share
 	m.MemoryBandwidth *= share
+	m.TransposedBandwidth *= share
 	return m
 }
 
@@ -135,11 +146,11 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("%w: FLOP/s %v, want more than 0", ErrMachine, m.FLOPS)
 	case !(m.IntraServer.Bandwidth > 0) || !(m.InterServer.Bandwidth > 0):
 		return fmt.Errorf("%w: bandwidths %v (server) and %v (between servers) bytes/s, want more than 0", ErrMachine, m.IntraServer.Bandwidth, m.InterServer.Bandwidth)
-	case m.OverLoopback != 0 && !(m.Loopback.Bandwidth > 0):
-		return fmt.Errorf("%w: loopback bandwidth %v bytes/s, want more than 0", ErrMachine, m.Loopback.Bandwidth)
-	case !(m.MemoryBandwidth >= 0):
-		return fmt.Errorf("%w: memory bandwidth %v bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth)
-	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0 || m.Loopback.Latency < 0:
+	case !m.loopbackValid():
+		return fmt.Errorf("%w: a collective kind over loopback has no bandwidth or a negative latency", ErrMachine)
+	case !(m.MemoryBandwidth >= 0) || !(m.TransposedBandwidth >= 0):
+		return fmt.Errorf("%w: memory bandwidths %v and %v (transposed) bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth, m.TransposedBandwidth)
+	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0:
 		return fmt.Errorf("%w: negative latency", ErrMachine)
 	case m.DevicesPerServer < 1:
 		return fmt.Errorf("%w: %d devices per server, want at least 1", ErrMachine, m.DevicesPerServer)
@@ -149,6 +160,15 @@ func (m Machine) Validate() error {
 	return nil
 }
 
+func (m Machine) loopbackValid() bool {
+	for k, l := range m.Loopback {
+		if m.OverLoopback.Has(Collective(k)) && (!(l.Bandwidth > 0) || l.Latency < 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // link returns the link a collective of kind uses among a group of
 // ranks: the slower one when the group spans servers.
 func (m Machine) link(kind Collective, acrossServers bool) Link {
@@ -156,7 +176,7 @@ func (m Machine) link(kind Collective, acrossServers bool) Link {
 	case acrossServers:
 		return m.InterServer
 	case m.OverLoopback.Has(kind):
-		return m.Loopback
+		return m.Loopback[kind]
 	}
 	return m.IntraServer
 }
@@ -220,5 +240,9 @@ func (m Machine) ExchangeSeconds(bytes int64, acrossServers bool) float64 {
 // Measured figures of LocalMachine (to be calibrated).
 var (
 	localMemoryBandwidth = 10e9
-	localLoopback        = Link{Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond}
+	localLoopback        = KindLinks{
+		GroupAllReduce: {Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond},
+		Redistribution: {Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond},
+		StageSendRecv:  {Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond},
+	}
 )

@@ -219,13 +219,13 @@ func TestMachine(t *testing.T) {
 	if err := local.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if local.link(WholeAllReduce, false) != local.IntraServer || local.link(GroupAllReduce, false) != local.Loopback ||
-		local.link(Redistribution, false) != local.Loopback || local.link(Redistribution, true) != local.InterServer {
+	if local.link(WholeAllReduce, false) != local.IntraServer || local.link(GroupAllReduce, false) != local.Loopback[GroupAllReduce] ||
+		local.link(Redistribution, false) != local.Loopback[Redistribution] || local.link(Redistribution, true) != local.InterServer {
 		t.Errorf("local links: whole-job AllReduce %v, group %v, exchange %v and between servers %v", local.link(WholeAllReduce, false),
 			local.link(GroupAllReduce, false), local.link(Redistribution, false), local.link(Redistribution, true))
 	}
 	bad := local
-	bad.Loopback.Bandwidth = 0
+	bad.Loopback[Redistribution].Bandwidth = 0
 	if err := bad.Validate(); !errors.Is(err, ErrMachine) {
 		t.Errorf("loopback without bandwidth: %v", err)
 	}
