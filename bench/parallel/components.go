@@ -19,115 +19,98 @@ type component struct {
 	unit      string
 }
 
-// probeCollectives times each collective kind the engine calls among
-// devices in-process ranks, with tiny buffers (a call's fixed cost) and
-// large ones (its bandwidth), against what machine m predicts for them.
-//
-// It also returns m with the links fitted to the measurements: each
-// kind's latency is its tiny call, its bandwidth what the large call adds.
-func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]component, auto.Machine, error) {
-	comms, err := connect(devices, tr)
-	if err != nil {
-		return nil, m, err
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
-	all := make([]int, devices)
+// collectiveProbe is one collective call the engine makes, timed with a
+// tiny buffer (its fixed cost) and a large one (its bandwidth).
+type collectiveProbe struct {
+	name  string
+	kind  auto.Collective
+	elems int // per rank: the buffer reduced, or the block sent to each peer
+}
+
+const (
+	bigReduce = 4 << 20  // elements of the whole-job AllReduce: 16 MiB
+	bigGroup  = 1 << 20  // of the GroupAllReduce: 4 MiB
+	bigPeer   = 64 << 10 // each rank sends each peer in Exchange: 256 KiB
+)
+
+var collectiveProbes = []collectiveProbe{
+	{"AllReduce, whole job, 1 element", auto.WholeAllReduce, 1},
+	{"AllReduce, whole job, 16 MiB", auto.WholeAllReduce, bigReduce},
+	{"GroupAllReduce, 1 element", auto.GroupAllReduce, 1},
+	{"GroupAllReduce, 4 MiB", auto.GroupAllReduce, bigGroup},
+	{"Exchange, 1 element a peer", auto.Redistribution, 1},
+	{"Exchange, 256 KiB a peer", auto.Redistribution, bigPeer},
+}
+
+// probeRank runs every collective probe on one rank process and returns
+// the mean time of a call of each, after two warm-up calls (the first
+// touches of shared pages).
+func probeRank(j rankJob, c *collective.Comm) ([]time.Duration, error) {
+	ctx := context.Background()
+	all := make([]int, j.Devices)
 	for i := range all {
 		all[i] = i
 	}
-	// Whole-job buffers come from Alloc, as the engine's gradient buckets.
-	const big = 4 << 20 // elements: 16 MiB
-	whole := make([][]float32, devices)
-	var wg sync.WaitGroup
-	errs := make([]error, devices)
-	for r := range devices {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			whole[r], errs[r] = comms[r].Alloc(context.Background(), big)
-		}(r)
+	whole, err := c.Alloc(ctx, bigReduce) // as the engine's gradient buckets
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, m, err
-	}
-	type probe struct {
-		name  string
-		kind  auto.Collective
-		elems int // per rank: the buffer reduced, or sent to each peer
-		call  func(ctx context.Context, c *collective.Comm, r int) error
-	}
-	exchange := func(per int) func(ctx context.Context, c *collective.Comm, r int) error {
-		send, recv := make([][][]float32, devices), make([][][]float32, devices)
-		for r := range devices {
-			send[r], recv[r] = make([][]float32, devices), make([][]float32, devices)
-			for p := range devices {
-				send[r][p], recv[r][p] = make([]float32, per), make([]float32, per)
+	var out []time.Duration
+	for _, pr := range collectiveProbes {
+		var call func() error
+		switch pr.kind {
+		case auto.WholeAllReduce:
+			buf := whole[:pr.elems]
+			call = func() error { return c.AllReduce(ctx, buf, collective.Sum) }
+		case auto.GroupAllReduce:
+			buf := make([]float32, pr.elems)
+			call = func() error { return c.GroupAllReduce(ctx, buf, collective.Sum, all) }
+		default:
+			send, recv := make([][]float32, j.Devices), make([][]float32, j.Devices)
+			for p := range send {
+				send[p], recv[p] = make([]float32, pr.elems), make([]float32, pr.elems)
 			}
+			call = func() error { return c.Exchange(ctx, send, recv) }
 		}
-		return func(ctx context.Context, c *collective.Comm, r int) error { return c.Exchange(ctx, send[r], recv[r]) }
-	}
-	group := func(n int) func(ctx context.Context, c *collective.Comm, r int) error {
-		bufs := make([][]float32, devices)
-		for r := range bufs {
-			bufs[r] = make([]float32, n)
-		}
-		return func(ctx context.Context, c *collective.Comm, r int) error {
-			return c.GroupAllReduce(ctx, bufs[r], collective.Sum, all)
-		}
-	}
-	wholeReduce := func(n int) func(ctx context.Context, c *collective.Comm, r int) error {
-		return func(ctx context.Context, c *collective.Comm, r int) error {
-			return c.AllReduce(ctx, whole[r][:n], collective.Sum)
-		}
-	}
-	const bigPeer = 64 << 10 // elements each rank sends each peer: 256 KiB
-	probes := []probe{
-		{"AllReduce, whole job, 1 element", auto.WholeAllReduce, 1, wholeReduce(1)},
-		{"AllReduce, whole job, 16 MiB", auto.WholeAllReduce, big, wholeReduce(big)},
-		{"GroupAllReduce, 1 element", auto.GroupAllReduce, 1, group(1)},
-		{"GroupAllReduce, 4 MiB", auto.GroupAllReduce, 1 << 20, group(1 << 20)},
-		{"Exchange, 1 element a peer", auto.Redistribution, 1, exchange(1)},
-		{"Exchange, 256 KiB a peer", auto.Redistribution, bigPeer, exchange(bigPeer)},
-	}
-	var out []component
-	took0 := map[auto.Collective][]float64{} // each kind's small and large call
-	for _, pr := range probes {
 		calls := 20
 		if pr.elems > 1 {
 			calls = 6
 		}
-		took := make([]time.Duration, devices)
-		for r := range devices {
-			wg.Add(1)
-			go func(r int) {
-				defer wg.Done()
-				ctx := context.Background()
-				for range 2 { // warm-up: first touches of shared pages
-					if errs[r] = pr.call(ctx, comms[r], r); errs[r] != nil {
-						return
-					}
-				}
-				began := time.Now()
-				for range calls {
-					if errs[r] = pr.call(ctx, comms[r], r); errs[r] != nil {
-						return
-					}
-				}
-				took[r] = time.Since(began) / time.Duration(calls)
-			}(r)
+		for range 2 {
+			if err := call(); err != nil {
+				return nil, fmt.Errorf("%s: %w", pr.name, err)
+			}
 		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return nil, m, fmt.Errorf("%s: %w", pr.name, err)
+		began := time.Now()
+		for range calls {
+			if err := call(); err != nil {
+				return nil, fmt.Errorf("%s: %w", pr.name, err)
+			}
 		}
+		out = append(out, time.Since(began)/time.Duration(calls))
+	}
+	return out, nil
+}
+
+// probeCollectives times each collective kind the engine calls among
+// devices rank processes (the slowest rank's time of a call) against what
+// machine m predicts. It also returns m with the links fitted to the
+// measurements: each kind's latency is its tiny call, its bandwidth what
+// the large call adds.
+func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]component, auto.Machine, error) {
+	res, err := spawn(rankJob{Kind: "probe", Devices: devices, Transport: tr.String()})
+	if err != nil {
+		return nil, m, err
+	}
+	var out []component
+	took := map[auto.Collective][]float64{} // each kind's small and large call
+	for i, pr := range collectiveProbes {
 		var slowest time.Duration
-		for _, d := range took {
-			slowest = max(slowest, d)
+		for _, r := range res {
+			if len(r.Probes) != len(collectiveProbes) {
+				return nil, m, fmt.Errorf("a rank reported %d probes, want %d", len(r.Probes), len(collectiveProbes))
+			}
+			slowest = max(slowest, r.Probes[i])
 		}
 		var want float64
 		bytes := int64(pr.elems) * auto.BytesPerElement
@@ -137,23 +120,25 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 			want = m.AllReduceSeconds(pr.kind, bytes, devices, false)
 		}
 		out = append(out, component{pr.name, slowest.Seconds(), want, "s"})
-		took0[pr.kind] = append(took0[pr.kind], slowest.Seconds())
+		took[pr.kind] = append(took[pr.kind], slowest.Seconds())
 	}
 	fitted := m
-	for kind, ts := range took0 {
+	for kind, ts := range took {
 		small, large := ts[0], ts[1]
 		var moved float64 // bus bytes of the large call
-		if kind == auto.Redistribution {
+		switch kind {
+		case auto.Redistribution:
 			moved = float64(bigPeer * auto.BytesPerElement * (devices - 1))
-		} else {
-			n := map[auto.Collective]int{auto.WholeAllReduce: big, auto.GroupAllReduce: 1 << 20}[kind]
-			moved = 2 * float64(devices-1) / float64(devices) * float64(n*auto.BytesPerElement)
+		case auto.WholeAllReduce:
+			moved = 2 * float64(devices-1) / float64(devices) * bigReduce * auto.BytesPerElement
+		default:
+			moved = 2 * float64(devices-1) / float64(devices) * bigGroup * auto.BytesPerElement
 		}
 		l := auto.Link{Bandwidth: moved / max(large-small, 1e-9), Latency: time.Duration(small * 1e9)}
-		if kind == auto.WholeAllReduce || !fitted.OverLoopback.Has(kind) {
-			fitted.IntraServer = l
-		} else {
+		if fitted.OverLoopback.Has(kind) {
 			fitted.Loopback[kind] = l
+		} else {
+			fitted.IntraServer = l
 		}
 	}
 	return out, fitted, nil

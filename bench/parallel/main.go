@@ -16,16 +16,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,15 +28,19 @@ import (
 
 	"github.com/mspipe/mspipe/npu/collective"
 	"github.com/mspipe/mspipe/npu/job"
-	"github.com/mspipe/mspipe/npu/nn"
-	"github.com/mspipe/mspipe/npu/optim"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/parallel/auto"
 	"github.com/mspipe/mspipe/npu/shard"
-	"github.com/mspipe/mspipe/npu/tensor"
 )
 
 func main() {
+	if spec := os.Getenv(rankEnv); spec != "" {
+		if err := rankMain(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/parallel rank:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	model := flag.String("model", "wide_net", "model (one of "+fmt.Sprint(shard.Models())+")")
 	hybridModel := flag.String("hybrid-model", "hybrid_net", "model for hybrid_parallel, which splits itself (\"\" to skip)")
 	devices := flag.Int("devices", 8, "simulated devices (ranks)")
@@ -252,124 +251,4 @@ func (c *timedComm) GroupAllReduce(ctx context.Context, buf []float32, op collec
 	began := time.Now()
 	defer c.note(fmt.Sprintf("group%d", len(group)), len(buf), began)
 	return c.Comm.GroupAllReduce(ctx, buf, op, group)
-}
-
-// measure trains devices in-process ranks for 2+steps steps and returns
-// rank 0's median step and median time in collectives, and the largest
-// peak device memory of any rank.
-func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (step, comm time.Duration, peak int64, err error) {
-	comms, err := connect(devices, tr)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
-	stepTimes := make([][]time.Duration, devices)
-	commTimes := make([][]time.Duration, devices)
-	peaks := make([]int64, devices)
-	errs := make([]error, devices)
-	var wg sync.WaitGroup
-	for r := 0; r < devices; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			tc := &timedComm{Comm: comms[r]}
-			net, err := shard.New(shard.Config{
-				Model: model, Mode: mode, Strategy: strategy, Devices: devices, Rank: r, Comm: tc,
-				BatchPerDevice: batch, GradientsMean: true, Seed: 1, Threads: 1,
-			})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer net.Close()
-			var trainable []*nn.Param
-			for _, p := range net.Params() {
-				if p.Trainable {
-					trainable = append(trainable, p)
-				}
-			}
-			opt, err := optim.NewMomentum(trainable, optim.MomentumConfig{LearningRates: []float32{0.01}, Momentum: 0.9})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			rng := rand.New(rand.NewPCG(uint64(r), 7))
-			x, _ := tensor.New(batch, 3, 32, 32)
-			for i := range x.Data() {
-				x.Data()[i] = float32(rng.NormFloat64())
-			}
-			labels := make([]int32, batch)
-			for i := range labels {
-				labels[i] = int32(rng.IntN(10))
-			}
-			for s := 0; s < 2+steps; s++ {
-				before := tc.spent.Load()
-				tc.keep, tc.events = detail && r == 0 && s == 1+steps, tc.events[:0]
-				began := time.Now()
-				if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
-					errs[r] = err
-					return
-				}
-				optBegan := time.Now()
-				opt.Step()
-				if tc.keep {
-					fmt.Fprintf(os.Stderr, "  rank 0 last step: train %.2f ms, optimizer %.2f ms\n", ms(optBegan.Sub(began)), ms(time.Since(optBegan)))
-					for _, e := range tc.events {
-						fmt.Fprintf(os.Stderr, "    %-10s %10d elems %8.3f ms\n", e.kind, e.elems, ms(e.d))
-					}
-				}
-				if s >= 2 {
-					stepTimes[r] = append(stepTimes[r], time.Since(began))
-					commTimes[r] = append(commTimes[r], time.Duration(tc.spent.Load()-before))
-				}
-			}
-			_, peaks[r] = net.Device().MemoryInUse()
-		}(r)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return 0, 0, 0, err
-	}
-	return median(stepTimes[0]), median(commTimes[0]), slices.Max(peaks), nil
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-// connect joins devices in-process ranks over loopback.
-func connect(devices int, tr collective.Transport) ([]*collective.Comm, error) {
-	lns := make([]net.Listener, devices)
-	addrs := make([]string, devices)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns[i], addrs[i] = ln, ln.Addr().String()
-	}
-	secret, err := collective.NewSecret()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*collective.Comm, devices)
-	errs := make([]error, devices)
-	var wg sync.WaitGroup
-	for i := 0; i < devices; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			out[i], errs[i] = collective.Init(context.Background(), collective.Config{
-				Rank: i, Size: devices, Addrs: addrs, Secret: secret, Timeout: 60 * time.Second, Listener: lns[i], Transport: tr,
-			})
-		}(i)
-	}
-	wg.Wait()
-	return out, errors.Join(errs...)
 }
