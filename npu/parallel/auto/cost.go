@@ -336,6 +336,30 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		c.Collectives++
 		return nil
 	}
+	// The loader gives each rank its share of the batch's rows; a layout
+	// that needs more rows of loader data (the images, the labels) than
+	// that, on each rank, gets the rest from the others in one Exchange.
+	gather := func(l parallel.Layout, bytes int64) error {
+		shape, err := l.SliceShape()
+		if err != nil || len(shape) == 0 || len(l.Shape) == 0 || l.Shape[0]%p.devices != 0 || shape[0] == 0 {
+			return err
+		}
+		held := l.Shape[0] / p.devices
+		if shape[0] <= held {
+			return nil
+		}
+		recv := bytes / int64(shape[0]) * int64(shape[0]-held)
+		across := p.devices > p.m.DevicesPerServer
+		c.CommSeconds += p.m.ExchangeSeconds(recv, across)
+		c.CommBytes += recv
+		if across {
+			c.InterBytes += recv
+		} else {
+			c.IntraBytes += recv
+		}
+		c.Collectives++
+		return nil
+	}
 	keep := func(name string, bytes int64) {
 		if bytes > c.LargestBytes {
 			c.Largest, c.LargestBytes = name, bytes
@@ -410,13 +434,29 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 				return OpCost{}, err
 			}
 		default:
-			// Data the loader supplies in this layout: the batch, labels.
+			// Data the loader supplies: the batch, labels.
 			bytes, err := sliceBytes(l)
 			if err != nil {
 				return OpCost{}, err
 			}
 			c.ActivationMemory += bytes
 			keep(o.Name+" input batch", bytes)
+			if err := gather(l, bytes); err != nil {
+				return OpCost{}, err
+			}
+		}
+	}
+	if o.Kind == parallel.OpLoss && len(ol.Inputs) == 1 {
+		// The labels of the loss's rows, when the graph leaves them out
+		// of its inputs (npu/shard's): one float32 a row.
+		shape, err := ol.Inputs[0].SliceShape()
+		if err != nil {
+			return OpCost{}, err
+		}
+		if len(shape) > 0 {
+			if err := gather(ol.Inputs[0], int64(shape[0])*BytesPerElement); err != nil {
+				return OpCost{}, err
+			}
 		}
 	}
 	for k, t := range o.Extra {

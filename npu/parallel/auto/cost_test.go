@@ -265,8 +265,13 @@ func TestEvaluateSeedsNet(t *testing.T) {
 		}
 		fc, red := p.Ops[0], p.Ops[1]
 		// Two devices split the columns; two repeat: no gradient reduction.
-		if want := 3.0 * matmulFLOPs / 2 / 1e12; !near(fc.ComputeSeconds, want) || fc.CommSeconds != 0 || fc.Used != 2 {
-			t.Errorf("matmul compute %v s (want %v), comm %v s, used %d", fc.ComputeSeconds, want, fc.CommSeconds, fc.Used)
+		// Every rank needs all 32 rows of the batch and the loader gave it
+		// 8: it fetches the other 24 rows of 512 in one Exchange.
+		if want := 3.0 * matmulFLOPs / 2 / 1e12; !near(fc.ComputeSeconds, want) || fc.Used != 2 {
+			t.Errorf("matmul compute %v s (want %v), used %d", fc.ComputeSeconds, want, fc.Used)
+		}
+		if want := 24*512*4/1e10 + 0.0005; !near(fc.CommSeconds, want) || fc.Collectives != 1 || fc.CommBytes != 24*512*4 {
+			t.Errorf("matmul comm %v s in %d calls, %d bytes, want %v s in 1, %d bytes (the batch gathered)", fc.CommSeconds, fc.Collectives, fc.CommBytes, want, 24*512*4)
 		}
 		if want := int64(3*weight/2 + 32*64*4 + 32*512*4); fc.Memory != want {
 			t.Errorf("matmul memory %d, want %d", fc.Memory, want)
@@ -284,8 +289,10 @@ func TestEvaluateSeedsNet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Each rank sums a quarter of k: the 32×128 output is all-reduced.
-		if want := 1.5*32*128*4/1e10 + 0.0005; !near(p.Ops[0].CommSeconds, want) {
+		// Each rank sums a quarter of k: the 32×128 output is all-reduced;
+		// of its 32 rows of 128 columns of the batch it has 8 from the
+		// loader.
+		if want := 1.5*32*128*4/1e10 + 0.0005 + 24*128*4/1e10 + 0.0005; !near(p.Ops[0].CommSeconds, want) {
 			t.Errorf("partial output comm %v s, want %v", p.Ops[0].CommSeconds, want)
 		}
 	})
@@ -324,5 +331,30 @@ func TestSharedParameterCountedOnce(t *testing.T) {
 		if !slices.Equal(st[1], []int{1, 1}) {
 			t.Errorf("candidate %v splits the shared weight", st)
 		}
+	}
+}
+
+// The loader gives each rank its rows of the batch; a loss that runs on
+// more rows than that fetches their labels, a float32 a row.
+func TestLossGathersLabels(t *testing.T) {
+	m := roundMachine()
+	g := parallel.Graph{Model: "head", Ops: []parallel.OpSpec{matmul("fc", 32, 64, 10), loss(32, 10)}}
+	p, err := Evaluate(g, parallel.Strategy{"loss": {{1, 1}, {1}}}, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Ops[1]
+	// Labels: 24 rows fetched. Logits: forward the 24 rows of 10 the
+	// rank lacks; backward nothing (its gradient rows are its own).
+	want := 24*4/1e10 + 0.0005 + 24*10*4/1e10 + 0.0005
+	if !near(l.CommSeconds, want) || l.Collectives != 2 {
+		t.Errorf("loss comm %v s in %d calls, want %v s in 2", l.CommSeconds, l.Collectives, want)
+	}
+	dp, err := Evaluate(g, nil, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := dp.Ops[1]; c.Collectives != 1 || c.CommBytes != 6 {
+		t.Errorf("data-parallel loss: %d calls, %d bytes, want 1 and 6 (the loss's sum, no labels fetched)", c.Collectives, c.CommBytes)
 	}
 }

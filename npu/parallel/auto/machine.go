@@ -91,9 +91,8 @@ type Machine struct {
 	Memory int64
 }
 
-// DefaultMachine describes the simulated devices on the 2-core AMD EPYC
-// development VM (Zen 3: AVX2 and FMA, no AVX-512) the figures were
-// measured on, one device a core:
+// DefaultMachine describes one device a core on the 2-core AMD EPYC
+// development VM (with AVX-512) the figures were measured on:
 //
 //   - FLOPS 115 GFLOP/s, measured: one thread of the GEMM kernel on the
 //     convolution-shaped product 16×16384×144 (go test ./npu/tensor -run '^$'
@@ -110,8 +109,8 @@ type Machine struct {
 //     ([nn.Ascend910Memory]), which is also the trainer's default cap.
 //
 // It prices FLOPs alone (no MemoryBandwidth) and every kind over the
-// shared memory within a server; [LocalMachine] adds what this build's
-// simulated devices do besides.
+// shared memory within a server. [LocalMachine] is the simulated devices
+// of this build on today's VM (AVX2, no AVX-512), measured afresh.
 func DefaultMachine() Machine {
 	return Machine{
 		FLOPS:            115e9,
@@ -206,21 +205,55 @@ func (m Machine) server(rank int) int { return rank / m.DevicesPerServer }
 
 // LocalOverLoopback is the collective kinds that travel over loopback TCP
 // between the simulated devices of one server in this build: everything but
-// the whole-job gradient AllReduce, which has shared memory.
+// the whole-job gradient AllReduce, which has shared memory. (When Exchange,
+// the group reductions and the pipeline's send/receive get shared memory,
+// this set empties and those kinds take IntraServer.)
 var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 
-// LocalMachine is this build's simulated devices: devices rank processes of
-// threads compute threads each (0: 1) on cores CPU cores of this machine,
-// [DefaultMachine] with what a step on them costs besides the products:
+// LocalMachine is this build's simulated devices on this machine: devices
+// rank processes of threads compute threads each (0: 1) on cores CPU
+// cores, sharing them ([Machine.ShareCores]). Its figures were measured on
+// the 2-core AMD EPYC VM (Zen 3: AVX2 and FMA, no AVX-512) on 2026-11-28,
+// at load averages of 35-50 from other work, with the measuring process's
+// scheduling group (its autogroup) at nice -20 so that it ran most of the
+// time; go run ./bench/parallel prints each one measured afresh beside
+// the model's:
 //
-//   - MemoryBandwidth: see localMemoryBandwidth.
-//   - Loopback: see localLoopback, for the kinds in [LocalOverLoopback].
+//   - FLOPS 24 GFLOP/s: the GEMM kernel on one thread, 16×16384×144
+//     ([MeasureFLOPS]): 21.5-26.7 GFLOP/s in three runs (the products of
+//     wide_net: 32×4096×3072 18.8-26.0, 32×512×3072 30.6).
+//   - MemoryBandwidth 12 GB/s: the optimizer's loop over 8M elements
+//     ([MeasureMemoryBandwidth]): 10.4-13.9 GB/s.
+//   - TransposedBandwidth 1.5 GB/s: dy·wᵀ of 4×3072 by 3072×4096
+//     ([MeasureTransposedBandwidth]): 1.3-1.8 GB/s. The kernel packs a
+//     transposed operand 7-8× slower than the loop streams memory; with a
+//     small batch this pass is most of a wide layer's step.
+//   - IntraServer 2.0 GB/s, 3 ms: the shared-memory AllReduce among 8
+//     rank processes (go run ./bench/collective -ranks 8 -algorithms shm):
+//     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB. Alone a
+//     small call takes 0.4-0.7 ms; inside a training step about 3 ms
+//     (bench/parallel -detail: 2.9 ms for a 10-element bucket), since all
+//     8 processes must be scheduled on the 2 cores between their
+//     computations before any can go on.
+//   - Loopback 0.25 GB/s (GroupAllReduce, 4 MiB) and 0.21 GB/s (Exchange,
+//     256 KiB a peer), 3.5 ms: loopback TCP among 8 rank processes
+//     (bench/parallel's probes); per call inside a step 1.5-5 ms for
+//     small calls (bench/parallel -detail), 0.6-2.3 ms alone.
+//   - InterServer: DefaultMachine's (not measured on this VM).
 //
-// Then [Machine.ShareCores]: the devices share the cores.
+// The model leaves out: the weight gradient of a wide MatMul with a small
+// batch (xᵀ·dy writing a large result, 2-3× slower than the stream rate);
+// ranks waiting for each other at a collective beyond the per-call
+// latency; a gradient reduction the engine makes of parameters every rank
+// computed alike (hybrid_parallel's bias).
 func LocalMachine(cores, devices, threads int) Machine {
 	m := DefaultMachine()
-	m.MemoryBandwidth = localMemoryBandwidth
-	m.Loopback = localLoopback
+	m.FLOPS = 24e9
+	m.MemoryBandwidth = 12e9
+	m.TransposedBandwidth = 1.5e9
+	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 3 * time.Millisecond}
+	tcp := Link{Bandwidth: 0.25e9, Latency: 3500 * time.Microsecond}
+	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: tcp.Latency}, StageSendRecv: tcp}
 	m.OverLoopback = LocalOverLoopback
 	return m.ShareCores(cores, devices, threads)
 }
@@ -236,13 +269,3 @@ func (m Machine) ExchangeSeconds(bytes int64, acrossServers bool) float64 {
 	l := m.link(Redistribution, acrossServers)
 	return float64(bytes)/l.Bandwidth + l.Latency.Seconds()
 }
-
-// Measured figures of LocalMachine (to be calibrated).
-var (
-	localMemoryBandwidth = 10e9
-	localLoopback        = KindLinks{
-		GroupAllReduce: {Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond},
-		Redistribution: {Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond},
-		StageSendRecv:  {Bandwidth: 0.3e9, Latency: 3500 * time.Microsecond},
-	}
-)
