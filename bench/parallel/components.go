@@ -182,6 +182,7 @@ func probeCompute(devices int, alone, shared auto.Machine) ([]component, auto.Ma
 		{"GEMM 16×16384×144, one thread", auto.MeasureFLOPS, alone.FLOPS, shared.FLOPS, "FLOP/s"},
 		{"optimizer loop, memory", auto.MeasureMemoryBandwidth, alone.MemoryBandwidth, shared.MemoryBandwidth, "B/s"},
 		{"weight read transposed (dy·wᵀ, 4×3072×4096)", auto.MeasureTransposedBandwidth, alone.TransposedBandwidth, shared.TransposedBandwidth, "B/s"},
+		{"weight gradient written (xᵀ·dy, 3072×4×4096)", auto.MeasureWeightGradBandwidth, alone.WeightGradBandwidth, shared.WeightGradBandwidth, "B/s"},
 	} {
 		one, err := concurrent(c.f, 1)
 		if err != nil {
@@ -197,7 +198,7 @@ func probeCompute(devices int, alone, shared auto.Machine) ([]component, auto.Ma
 			component{c.name + ", alone", one, c.one, c.unit},
 			component{fmt.Sprintf("%s, each of %d at once", c.name, devices), each, c.share, c.unit})
 	}
-	alone.FLOPS, alone.MemoryBandwidth, alone.TransposedBandwidth = measuredOne[0], measuredOne[1], measuredOne[2]
-	shared.FLOPS, shared.MemoryBandwidth, shared.TransposedBandwidth = measuredEach[0], measuredEach[1], measuredEach[2]
+	alone.FLOPS, alone.MemoryBandwidth, alone.TransposedBandwidth, alone.WeightGradBandwidth = measuredOne[0], measuredOne[1], measuredOne[2], measuredOne[3]
+	shared.FLOPS, shared.MemoryBandwidth, shared.TransposedBandwidth, shared.WeightGradBandwidth = measuredEach[0], measuredEach[1], measuredEach[2], measuredEach[3]
 	return out, alone, shared, nil
 }

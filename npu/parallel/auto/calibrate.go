@@ -90,3 +90,27 @@ func MeasureTransposedBandwidth(ctx context.Context, d time.Duration) (float64, 
 	}
 	return float64(calls) * k * m * BytesPerElement / time.Since(start).Seconds(), nil
 }
+
+// MeasureWeightGradBandwidth times the product kernel on the calling
+// goroutine for at least d on the weight gradient of a wide MatMul with a
+// small batch, xᵀ·dy of 3072×4 by 4×4096 (a 48 MiB result), and returns
+// the result's bytes over the time: a device's WeightGradBandwidth with a
+// core to itself.
+func MeasureWeightGradBandwidth(ctx context.Context, d time.Duration) (float64, error) {
+	const n, k, m = 4, 3072, 4096
+	x, dy, dw := make([]float32, n*k), make([]float32, n*m), make([]float32, k*m)
+	for i := range x {
+		x[i] = float32(i%7) / 7
+	}
+	tensor.Gemm(true, false, k, m, n, 1, x, k, dy, m, 0, dw, m) // first touches
+	start := time.Now()
+	calls := 0
+	for calls == 0 || time.Since(start) < d {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("measure weight-gradient bandwidth: %w", err)
+		}
+		tensor.Gemm(true, false, k, m, n, 1, x, k, dy, m, 0, dw, m)
+		calls++
+	}
+	return float64(calls) * k * m * BytesPerElement / time.Since(start).Seconds(), nil
+}

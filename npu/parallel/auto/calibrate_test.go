@@ -11,6 +11,7 @@ import (
 func TestMeasure(t *testing.T) {
 	for name, f := range map[string]func(context.Context, time.Duration) (float64, error){
 		"FLOPS": MeasureFLOPS, "memory bandwidth": MeasureMemoryBandwidth, "transposed bandwidth": MeasureTransposedBandwidth,
+		"weight-gradient bandwidth": MeasureWeightGradBandwidth,
 	} {
 		rate, err := f(context.Background(), 20*time.Millisecond)
 		if err != nil || !(rate > 0) || math.IsInf(rate, 0) {

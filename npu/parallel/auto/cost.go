@@ -275,7 +275,8 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 	// Each pass takes the longer of its FLOPs and its memory traffic:
 	// it reads the operator's input and parameter slices and writes an
 	// output's worth. The input gradient of a MatMul reads the weight
-	// transposed, which the product kernel packs at its own rate.
+	// transposed, which the product kernel packs at its own rate, and its
+	// weight gradient writes a weight-sized result at another.
 	out, err := sliceBytes(ol.Output)
 	if err != nil {
 		return OpCost{}, err
@@ -301,13 +302,16 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 	}
 	pass := float64(o.FLOPs) / float64(ol.Used) / p.m.FLOPS
 	stream := p.m.StreamSeconds(data + params + out)
-	inputGrad := stream
+	inputGrad, weightGrad := stream, stream
 	if o.Kind == parallel.OpMatMul && p.m.TransposedBandwidth > 0 {
 		inputGrad = p.m.StreamSeconds(data+out) + float64(params)/p.m.TransposedBandwidth
 	}
+	if o.Kind == parallel.OpMatMul && p.m.WeightGradBandwidth > 0 {
+		weightGrad = p.m.StreamSeconds(data+out) + float64(params)/p.m.WeightGradBandwidth
+	}
 	c.ComputeSeconds = max(pass, stream) + max(pass, inputGrad)
 	if len(o.Params()) > 0 {
-		c.ComputeSeconds += max(pass, stream)
+		c.ComputeSeconds += max(pass, weightGrad)
 	}
 
 	// A partial output or input gradient is reduced by GroupAllReduce; a

@@ -112,7 +112,14 @@ func TestEvaluateMemoryTraffic(t *testing.T) {
 	} else if want := (2*traffic/3+8*512*4+8*128*4+20*elems+24*elems)/1e9 + weight/2.5e8; !near(p.Ops[0].ComputeSeconds, want) {
 		t.Errorf("matmul compute with the weight read transposed at 250 MB/s: %v s, want %v", p.Ops[0].ComputeSeconds, want)
 	}
-	m.TransposedBandwidth = 0
+	// And the weight gradient is written at its own rate too.
+	m.WeightGradBandwidth = 5e8
+	if p, err := Evaluate(g, nil, 4, m); err != nil {
+		t.Fatal(err)
+	} else if want := (traffic/3+2*(8*512*4+8*128*4)+20*elems+24*elems)/1e9 + weight/2.5e8 + weight/5e8; !near(p.Ops[0].ComputeSeconds, want) {
+		t.Errorf("matmul compute with the weight gradient written at 500 MB/s: %v s, want %v", p.Ops[0].ComputeSeconds, want)
+	}
+	m.TransposedBandwidth, m.WeightGradBandwidth = 0, 0
 	// The gradient spans every rank: the whole-job AllReduce's link.
 	if want := 1.5*weight/1e10 + 0.0005; !near(fc.CommSeconds, want) {
 		t.Errorf("matmul comm %v s, want %v (shared memory)", fc.CommSeconds, want)

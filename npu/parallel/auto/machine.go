@@ -75,6 +75,11 @@ type Machine struct {
 	// reads an operand it must transpose: the weight, in a MatMul's input
 	// gradient (dy·wᵀ). 0: at MemoryBandwidth.
 	TransposedBandwidth float64
+	// WeightGradBandwidth is the bytes/s at which the product kernel
+	// writes a MatMul's weight gradient (xᵀ·dy), whose small inner
+	// dimension (the batch) leaves it bound by the writing. 0: at
+	// MemoryBandwidth.
+	WeightGradBandwidth float64
 	// IntraServer is the link between devices of one server (shared
 	// memory here, HCCS on an Ascend server); InterServer the link
 	// between servers (TCP).
@@ -135,6 +140,7 @@ func (m Machine) ShareCores(cores, devices, threads int) Machine {
 	m.FLOPS *= share
 	m.MemoryBandwidth *= share
 	m.TransposedBandwidth *= share
+	m.WeightGradBandwidth *= share
 	return m
 }
 
@@ -147,8 +153,8 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("%w: bandwidths %v (server) and %v (between servers) bytes/s, want more than 0", ErrMachine, m.IntraServer.Bandwidth, m.InterServer.Bandwidth)
 	case !m.loopbackValid():
 		return fmt.Errorf("%w: a collective kind over loopback has no bandwidth or a negative latency", ErrMachine)
-	case !(m.MemoryBandwidth >= 0) || !(m.TransposedBandwidth >= 0):
-		return fmt.Errorf("%w: memory bandwidths %v and %v (transposed) bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth, m.TransposedBandwidth)
+	case !(m.MemoryBandwidth >= 0) || !(m.TransposedBandwidth >= 0) || !(m.WeightGradBandwidth >= 0):
+		return fmt.Errorf("%w: memory bandwidths %v, %v (transposed) and %v (weight gradient) bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth, m.TransposedBandwidth, m.WeightGradBandwidth)
 	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0:
 		return fmt.Errorf("%w: negative latency", ErrMachine)
 	case m.DevicesPerServer < 1:
@@ -228,22 +234,25 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 //     ([MeasureTransposedBandwidth]): 1.3-1.8 GB/s. The kernel packs a
 //     transposed operand 7-8× slower than the loop streams memory; with a
 //     small batch this pass is most of a wide layer's step.
-//   - IntraServer 2.0 GB/s, 3 ms: the shared-memory AllReduce among 8
+//   - Latencies are what a small call takes inside a training step
+//     (bench/parallel -detail, three runs: 0.6-6.5 ms, median about 2.5
+//     ms; Exchange's somewhat more): all 8 processes must be scheduled
+//     on the 2 cores between their computations before any can go on.
+//     Alone, back to back, the same calls take 0.4-0.9 ms (shared
+//     memory), 0.6-1.2 ms (GroupAllReduce) and 1.1-2.3 ms (Exchange).
+//   - IntraServer 2.0 GB/s, 2.5 ms: the shared-memory AllReduce among 8
 //     rank processes (go run ./bench/collective -ranks 8 -algorithms shm):
-//     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB. Alone a
-//     small call takes 0.4-0.7 ms; inside a training step about 3 ms
-//     (bench/parallel -detail: 2.9 ms for a 10-element bucket), since all
-//     8 processes must be scheduled on the 2 cores between their
-//     computations before any can go on.
-//   - Loopback 0.25 GB/s (GroupAllReduce, 4 MiB) and 0.21 GB/s (Exchange,
-//     256 KiB a peer), 3.5 ms: loopback TCP among 8 rank processes
-//     (bench/parallel's probes); per call inside a step 1.5-5 ms for
-//     small calls (bench/parallel -detail), 0.6-2.3 ms alone.
+//     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB.
+//   - Loopback 0.25 GB/s, 2.5 ms (GroupAllReduce, 4 MiB) and 0.21 GB/s,
+//     3 ms (Exchange, 256 KiB a peer): loopback TCP among 8 rank
+//     processes (bench/parallel's probes).
 //   - InterServer: DefaultMachine's (not measured on this VM).
 //
-// The model leaves out: the weight gradient of a wide MatMul with a small
-// batch (xᵀ·dy writing a large result, 2-3× slower than the stream rate);
-// ranks waiting for each other at a collective beyond the per-call
+//   - WeightGradBandwidth 4 GB/s: xᵀ·dy of 3072×4 by 4×4096, a 48 MiB
+//     result, at 8.0 GFLOP/s (thread CPU time, probe of the three GEMMs
+//     of a MatMul's step), 3× slower than the loop streams memory.
+//
+// The model leaves out: ranks waiting for each other at a collective beyond the per-call
 // latency; a gradient reduction the engine makes of parameters every rank
 // computed alike (hybrid_parallel's bias).
 func LocalMachine(cores, devices, threads int) Machine {
@@ -251,9 +260,10 @@ func LocalMachine(cores, devices, threads int) Machine {
 	m.FLOPS = 24e9
 	m.MemoryBandwidth = 12e9
 	m.TransposedBandwidth = 1.5e9
-	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 3 * time.Millisecond}
-	tcp := Link{Bandwidth: 0.25e9, Latency: 3500 * time.Microsecond}
-	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: tcp.Latency}, StageSendRecv: tcp}
+	m.WeightGradBandwidth = 4e9
+	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 2500 * time.Microsecond}
+	tcp := Link{Bandwidth: 0.25e9, Latency: 2500 * time.Microsecond}
+	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: 3 * time.Millisecond}, StageSendRecv: tcp}
 	m.OverLoopback = LocalOverLoopback
 	return m.ShareCores(cores, devices, threads)
 }
