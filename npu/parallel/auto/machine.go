@@ -234,17 +234,18 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 //     ([MeasureTransposedBandwidth]): 1.3-1.8 GB/s. The kernel packs a
 //     transposed operand 7-8× slower than the loop streams memory; with a
 //     small batch this pass is most of a wide layer's step.
-//   - Latencies are what a small call takes inside a training step
-//     (bench/parallel -detail, three runs: 0.6-6.5 ms, median about 2.5
-//     ms; Exchange's somewhat more): all 8 processes must be scheduled
-//     on the 2 cores between their computations before any can go on.
-//     Alone, back to back, the same calls take 0.4-0.9 ms (shared
-//     memory), 0.6-1.2 ms (GroupAllReduce) and 1.1-2.3 ms (Exchange).
-//   - IntraServer 2.0 GB/s, 2.5 ms: the shared-memory AllReduce among 8
+//   - Latencies are what a small call takes among 8 rank processes back
+//     to back (bench/parallel's probes, five runs): 0.48-0.85 ms over
+//     shared memory, 0.64-1.45 ms for GroupAllReduce and 1.6-2.3 ms for
+//     Exchange over loopback TCP. Inside a step a call often waits longer
+//     (0.6-6.5 ms, bench/parallel -detail) for ranks still computing,
+//     but that wait is the other ranks' share of the cores, which the
+//     shared FLOP/s already price.
+//   - IntraServer 2.0 GB/s, 0.65 ms: the shared-memory AllReduce among 8
 //     rank processes (go run ./bench/collective -ranks 8 -algorithms shm):
 //     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB.
-//   - Loopback 0.25 GB/s, 2.5 ms (GroupAllReduce, 4 MiB) and 0.21 GB/s,
-//     3 ms (Exchange, 256 KiB a peer): loopback TCP among 8 rank
+//   - Loopback 0.25 GB/s, 1.2 ms (GroupAllReduce, 4 MiB) and 0.21 GB/s,
+//     1.8 ms (Exchange, 256 KiB a peer): loopback TCP among 8 rank
 //     processes (bench/parallel's probes).
 //   - InterServer: DefaultMachine's (not measured on this VM).
 //
@@ -261,9 +262,9 @@ func LocalMachine(cores, devices, threads int) Machine {
 	m.MemoryBandwidth = 12e9
 	m.TransposedBandwidth = 1.5e9
 	m.WeightGradBandwidth = 4e9
-	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 2500 * time.Microsecond}
-	tcp := Link{Bandwidth: 0.25e9, Latency: 2500 * time.Microsecond}
-	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: 3 * time.Millisecond}, StageSendRecv: tcp}
+	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 650 * time.Microsecond}
+	tcp := Link{Bandwidth: 0.25e9, Latency: 1200 * time.Microsecond}
+	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: 1800 * time.Microsecond}, StageSendRecv: tcp}
 	m.OverLoopback = LocalOverLoopback
 	return m.ShareCores(cores, devices, threads)
 }
