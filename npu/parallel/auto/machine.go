@@ -225,15 +225,23 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 // time; go run ./bench/parallel prints each one measured afresh beside
 // the model's:
 //
-//   - FLOPS 24 GFLOP/s: the GEMM kernel on one thread, 16×16384×144
-//     ([MeasureFLOPS]): 21.5-26.7 GFLOP/s in three runs (the products of
-//     wide_net: 32×4096×3072 18.8-26.0, 32×512×3072 30.6).
+//   - FLOPS 20 GFLOP/s: the GEMM kernel on one thread, 16×16384×144
+//     ([MeasureFLOPS]): 10.3-26.7 GFLOP/s in nine runs, median 17.3, the
+//     three runs of a probe alone 21.5-26.7 (the products of wide_net:
+//     32×4096×3072 18.8-26.0, 32×512×3072 30.6).
+//
 //   - MemoryBandwidth 12 GB/s: the optimizer's loop over 8M elements
 //     ([MeasureMemoryBandwidth]): 10.4-13.9 GB/s.
+//
 //   - TransposedBandwidth 1.5 GB/s: dy·wᵀ of 4×3072 by 3072×4096
 //     ([MeasureTransposedBandwidth]): 1.3-1.8 GB/s. The kernel packs a
 //     transposed operand 7-8× slower than the loop streams memory; with a
 //     small batch this pass is most of a wide layer's step.
+//
+//   - WeightGradBandwidth 4 GB/s: xᵀ·dy of 3072×4 by 4×4096, a 48 MiB
+//     result ([MeasureWeightGradBandwidth]): 3.5-4.9 GB/s, 3× slower
+//     than the loop streams memory.
+//
 //   - Latencies are what a small call takes among 8 rank processes back
 //     to back (bench/parallel's probes, five runs): 0.48-0.85 ms over
 //     shared memory, 0.64-1.45 ms for GroupAllReduce and 1.6-2.3 ms for
@@ -241,24 +249,23 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 //     (0.6-6.5 ms, bench/parallel -detail) for ranks still computing,
 //     but that wait is the other ranks' share of the cores, which the
 //     shared FLOP/s already price.
+//
 //   - IntraServer 2.0 GB/s, 0.65 ms: the shared-memory AllReduce among 8
 //     rank processes (go run ./bench/collective -ranks 8 -algorithms shm):
 //     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB.
+//
 //   - Loopback 0.25 GB/s, 1.2 ms (GroupAllReduce, 4 MiB) and 0.21 GB/s,
 //     1.8 ms (Exchange, 256 KiB a peer): loopback TCP among 8 rank
 //     processes (bench/parallel's probes).
+//
 //   - InterServer: DefaultMachine's (not measured on this VM).
 //
-//   - WeightGradBandwidth 4 GB/s: xᵀ·dy of 3072×4 by 4×4096, a 48 MiB
-//     result, at 8.0 GFLOP/s (thread CPU time, probe of the three GEMMs
-//     of a MatMul's step), 3× slower than the loop streams memory.
-//
-// The model leaves out: ranks waiting for each other at a collective beyond the per-call
-// latency; a gradient reduction the engine makes of parameters every rank
+// The model leaves out: ranks waiting for each other at a collective
+// beyond the other ranks' share of the cores; a gradient reduction the engine makes of parameters every rank
 // computed alike (hybrid_parallel's bias).
 func LocalMachine(cores, devices, threads int) Machine {
 	m := DefaultMachine()
-	m.FLOPS = 24e9
+	m.FLOPS = 20e9
 	m.MemoryBandwidth = 12e9
 	m.TransposedBandwidth = 1.5e9
 	m.WeightGradBandwidth = 4e9
