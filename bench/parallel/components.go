@@ -153,23 +153,31 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 func probeCompute(devices int, alone, shared auto.Machine) ([]component, auto.Machine, auto.Machine, error) {
 	const d = 300 * time.Millisecond
 	type measure func(context.Context, time.Duration) (float64, error)
+	// concurrent runs f on n goroutines at once and returns the work they
+	// did together (each one's rate times its time) over the time they
+	// took together, per goroutine: a mean of the rates would favour the
+	// goroutines that ran while others waited.
 	concurrent := func(f measure, n int) (float64, error) {
-		rates := make([]float64, n)
+		work := make([]float64, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
+		began := time.Now()
 		for i := range n {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				rates[i], errs[i] = f(context.Background(), d)
+				start := time.Now()
+				rate, err := f(context.Background(), d)
+				work[i], errs[i] = rate*time.Since(start).Seconds(), err
 			}(i)
 		}
 		wg.Wait()
+		took := time.Since(began).Seconds()
 		sum := 0.0
-		for _, r := range rates {
-			sum += r
+		for _, w := range work {
+			sum += w
 		}
-		return sum / float64(n), errors.Join(errs...)
+		return sum / took / float64(n), errors.Join(errs...)
 	}
 	var out []component
 	var measuredOne, measuredEach []float64
