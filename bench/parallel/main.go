@@ -1,13 +1,15 @@
-// Command parallel measures one training step of a network split across
-// simulated devices (npu/shard) beside the same network in data parallel
-// on the same global batch, with the time spent in collectives shown
-// apart, and prints what auto_parallel's cost model predicts for each
-// beside what was measured.
+// Command parallel measures one training step of a network in every
+// parallel mode on the same global batch (stand_alone, data_parallel,
+// semi_auto_parallel, auto_parallel, and hybrid_parallel on a model that
+// splits itself), with the time spent in collectives shown apart, and
+// prints what the cost model (the local machine npu/train plans with)
+// predicts for each beside what was measured. It first measures the
+// model's components (GEMM, memory, each collective kind) beside the
+// model's figures.
 //
-// The ranks run in one process, one goroutine and one compute thread
-// each, joined by real collectives (shared memory or loopback TCP), as
-// the rank processes of npu/train are: the figures include every copy and
-// every frame, but not process scheduling.
+// Each rank is a process of its own with one compute thread (this program
+// re-executed), joined by real collectives (shared memory or loopback
+// TCP), as npu/train runs a job's ranks.
 //
 //	go run ./bench/parallel                          # wide_net on 8 devices
 //	go run ./bench/parallel -model semi_auto_net -strategy '{"fc.matmul":[[1,1],[1,2]]}'
