@@ -44,6 +44,10 @@ type Layout struct {
 	BatchSize int   // per device
 	Memory    int64 // device capacity in bytes; 0: the cost model's default
 	Devices   int
+	// Threads are compute threads per device (0: the trainer's default,
+	// the cores divided among the devices): the local machine model gives
+	// each device that many cores' worth, at most its share.
+	Threads int
 	// PipelineStages and MicroSize: the pipeline (0 or 1: none). The
 	// strategy then lays each stage out over its Devices/PipelineStages
 	// devices, for one micro-batch. PipelineStage is the user's operator
@@ -67,7 +71,7 @@ type Layout struct {
 // machine is the cost model's machine for the layout.
 func (l Layout) machine() auto.Machine {
 	if l.Target == nil {
-		return Machine(l.Devices, l.Memory)
+		return MachineFor(l.Devices, l.Threads, l.Memory)
 	}
 	m := *l.Target
 	if l.Memory > 0 {
