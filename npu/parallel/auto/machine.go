@@ -259,6 +259,7 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 //     processes (bench/parallel's probes).
 //
 //   - InterServer: DefaultMachine's (not measured on this VM).
+//
 //   - More threads than cores: 8 goroutines at once on the GEMM probe did
 //     0.86 of twice what one alone did (the work done together over the
 //     time taken together, bench/parallel's probe; another run 1.05), and
