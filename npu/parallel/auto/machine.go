@@ -269,8 +269,9 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 //     runs: no factor.)
 //
 // The model leaves out: ranks waiting for each other at a collective
-// beyond the other ranks' share of the cores; a gradient reduction the engine makes of parameters every rank
-// computed alike (hybrid_parallel's bias).
+// beyond the other ranks' share of the cores; how the devices share the
+// memory bandwidth beyond a linear share; a gradient reduction the engine
+// makes of parameters every rank computed alike (hybrid_parallel's bias).
 func LocalMachine(cores, devices, threads int) Machine {
 	m := DefaultMachine()
 	m.FLOPS = 24e9

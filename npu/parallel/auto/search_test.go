@@ -215,9 +215,17 @@ func TestMachine(t *testing.T) {
 			t.Errorf("%d devices of %d threads on %d cores: %v FLOP/s and %v B/s each, want %v of %v and 8e9", tc.devices, tc.threads, tc.cores, s.FLOPS, s.MemoryBandwidth, tc.share, m.FLOPS)
 		}
 	}
-	local := LocalMachine(2, 8, 1)
+	local, alone := LocalMachine(2, 8, 1), LocalMachine(2, 1, 1)
 	if err := local.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// A quarter of a core each, the FLOP/s scaled for 8 threads on 2 cores.
+	if local.FLOPS != alone.FLOPS/4*oversubscribedCompute || local.MemoryBandwidth != alone.MemoryBandwidth/4 ||
+		local.TransposedBandwidth != alone.TransposedBandwidth/4 || local.WeightGradBandwidth != alone.WeightGradBandwidth/4 {
+		t.Errorf("8 devices on 2 cores: %+v, one alone: %+v", local, alone)
+	}
+	if two := LocalMachine(2, 2, 1); two.FLOPS != alone.FLOPS {
+		t.Errorf("2 devices on 2 cores: %v FLOP/s each, want one alone's %v", two.FLOPS, alone.FLOPS)
 	}
 	if local.link(WholeAllReduce, false) != local.IntraServer || local.link(GroupAllReduce, false) != local.Loopback[GroupAllReduce] ||
 		local.link(Redistribution, false) != local.Loopback[Redistribution] || local.link(Redistribution, true) != local.InterServer {
