@@ -181,7 +181,7 @@ func prepare(w With, devices int, fault *job.Fault) (job.Config, *job.Planned, e
 	}
 	plan, err := job.Plan(job.Layout{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
-		Memory: cfg.DeviceMemory, Devices: devices, DatasetStrategy: cfg.DatasetStrategy,
+		Memory: cfg.DeviceMemory, Devices: devices, Threads: w.Threads, DatasetStrategy: cfg.DatasetStrategy,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 	})

@@ -97,7 +97,7 @@ func rankTableDevices(path string) (devices, perServer int, why string) {
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
 var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size", "dataset_strategy",
-	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage"}
+	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage", "threads"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -191,6 +191,7 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Micro        int                      `json:"micro_size"`
 		Schedule     string                   `json:"pipeline_schedule"`
 		StageOf      map[string]int           `json:"pipeline_stage"`
+		Threads      int                      `json:"threads"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -205,7 +206,7 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	}
 	return job.Layout{
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
-		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+		BatchSize: with.BatchSize, Memory: memory, Devices: devices, Threads: with.Threads,
 		PipelineStages: with.Stages, MicroSize: with.Micro, PipelineSchedule: with.Schedule, PipelineStage: with.StageOf,
 		ParallelOptimizer: with.ParallelOpt, OptimizerShardSize: with.OptShardSize,
 		DatasetStrategy: with.Dataset.Splits,
