@@ -317,7 +317,15 @@ func (j *training) loop(ctx context.Context) error {
 	if cfg.ExceptionSave && j.mc != nil {
 		before = newMovingState(j.net.Params())
 	}
-	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(j.net, j.opt) }
+	// One host copy serves every save: a synchronous save has written it
+	// before the next step, an asynchronous one is waited for before the
+	// next snapshot (ckpt.CheckpointConfig.AsyncSave).
+	var staging []ckpt.Tensor
+	snapshot := func() ([]ckpt.Tensor, error) {
+		var err error
+		staging, err = snapshotInto(staging, j.net, j.opt)
+		return staging, err
+	}
 	if sn, ok := j.net.(*shardedNet); ok && cfg.IntegratedSave {
 		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
 	}
