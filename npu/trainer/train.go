@@ -60,7 +60,7 @@ type training struct {
 	// stagedBytes is the tensor data of the last snapshot saved, set
 	// before its write starts (a fault during a save kills half-way).
 	stagedBytes int64
-	start int                   // this job's steps already done
+	start       int // this job's steps already done
 	// base is the optimizer's global step before this job's first step:
 	// an init checkpoint's count, which this job continues (as MindSpore's
 	// global_step parameter does), while its epochs, steps and file names
