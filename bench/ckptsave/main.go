@@ -11,7 +11,10 @@
 // epoch so far after each step, from which the step times follow), the
 // lead rank's save_blocked_seconds metric (the time each save held its
 // step up), and every rank's result.json (time blocked in all, the
-// staging buffer's peak, the process's peak resident memory). The data is a
+// staging buffer's peak, the process's peak resident memory and CPU time:
+// the CPU time saving adds is what it takes from training on a machine
+// whose cores are all busy, a figure the load of other processes moves
+// much less than the step time). The data is a
 // synthetic CIFAR-10 set in a temporary directory, removed at the end with
 // the runs.
 //
@@ -122,14 +125,16 @@ func run(devices, steps, warmup, rounds, batch int, mspipe string) error {
 	fmt.Printf("ResNet-20, data_parallel on %d devices (rank processes, gradient AllReduce through shared memory), batch %d per device, save_checkpoint_steps 1 (keep_checkpoint_max 5); %d timed steps after %d warm-up (and the epoch's last step, left out), %d round(s) in rotating order\n",
 		devices, batch, steps, warmup, rounds)
 	fmt.Printf("CPU: %s, %d logical CPUs; load average before %s, after %s\n\n", cpuName(), runtime.NumCPU(), loadBefore, loadAverage())
-	fmt.Println("| saving | median step | vs off | rank 0 blocked on saving, median per step | blocked per save, all ranks (mean) | staging peak/rank | checkpoint file/rank | peak RSS/rank (median) | every round's median step |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Println("| saving | median step | vs off | rank 0 blocked on saving, median per step | blocked per save, all ranks (mean) | CPU per rank and step (mean) | vs off | staging peak/rank | checkpoint file/rank | peak RSS/rank (median) | every round's median step |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	var off time.Duration
+	var offCPU float64
 	for _, m := range modes {
 		var all, blocked, roundMedians []time.Duration
 		var staging, slice int64
 		var rss []int64
 		blockedSum, saves := 0.0, 0
+		cpuSum, ranSteps := 0.0, 0
 		for _, got := range results[m.name] {
 			all = append(all, got.steps...)
 			blocked = append(blocked, got.blocked...)
@@ -138,6 +143,8 @@ func run(devices, steps, warmup, rounds, batch int, mspipe string) error {
 			for _, res := range got.results {
 				staging = max(staging, res.PeakSaveStaging)
 				rss = append(rss, res.PeakHostMemory)
+				cpuSum += res.CPUSeconds
+				ranSteps += warmup + steps + 1
 				if m.save {
 					blockedSum += res.SaveBlocked
 					saves += warmup + steps + 1
@@ -145,8 +152,9 @@ func run(devices, steps, warmup, rounds, batch int, mspipe string) error {
 			}
 		}
 		med := median(all)
+		cpu := cpuSum / float64(ranSteps)
 		if m.name == "off" {
-			off = med
+			off, offCPU = med, cpu
 		}
 		perSave := 0.0
 		if saves > 0 {
@@ -157,8 +165,8 @@ func run(devices, steps, warmup, rounds, batch int, mspipe string) error {
 		for _, d := range roundMedians {
 			rounds = append(rounds, ms(d))
 		}
-		fmt.Printf("| %s | %s | %+.1f%% | %s | %.1f ms | %s | %s | %s | %s |\n", m.name, ms(med), 100*(float64(med)/float64(off)-1),
-			ms(median(blocked)), 1000*perSave, mib(staging), mib(slice), mib(rss[len(rss)/2]), strings.Join(rounds, ", "))
+		fmt.Printf("| %s | %s | %+.1f%% | %s | %.1f ms | %.1f ms | %+.1f%% | %s | %s | %s | %s |\n", m.name, ms(med), 100*(float64(med)/float64(off)-1),
+			ms(median(blocked)), 1000*perSave, 1000*cpu, 100*(cpu/offCPU-1), mib(staging), mib(slice), mib(rss[len(rss)/2]), strings.Join(rounds, ", "))
 	}
 	return nil
 }

@@ -211,6 +211,9 @@ type Result struct {
 	// (bytes; Linux's ru_maxrss when the result is written): training's
 	// buffers, async_save's staging buffer, the Go heap. 0 when unknown.
 	PeakHostMemory int64 `json:"peak_host_memory,omitempty"`
+	// CPUSeconds is the CPU time (user and system) the rank process used
+	// in all, start-up and the writer goroutine included. 0 when unknown.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 // ReadResult reads the Result a rank left in dir.

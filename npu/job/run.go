@@ -162,8 +162,9 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 		Rank: rank, Loss: float64(res.Loss), GlobalStep: res.GlobalStep, Seconds: res.Seconds,
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
 		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging, SaveBlocked: res.SaveBlocked.Seconds(),
-		PeakHostMemory: peakHostMemory(),
 	}
+	rss, cpu := processUsage()
+	out.PeakHostMemory, out.CPUSeconds = rss, cpu.Seconds()
 	if res.Saves > 0 {
 		how := "synchronous"
 		if cfg.AsyncSave {
