@@ -211,6 +211,13 @@ type Result struct {
 	// (seconds; with async_save the snapshots and the waits for the
 	// previous write).
 	SaveBlocked float64 `json:"save_blocked_seconds,omitempty"`
+	// PeakHostMemory is the most resident memory the rank process held
+	// (bytes; Linux's ru_maxrss when the result is written): training's
+	// buffers, async_save's staging buffer, the Go heap. 0 when unknown.
+	PeakHostMemory int64 `json:"peak_host_memory,omitempty"`
+	// CPUSeconds is the CPU time (user and system) the rank process used
+	// in all, start-up and the writer goroutine included. 0 when unknown.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 // ReadResult reads the Result a rank left in dir.

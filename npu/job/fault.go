@@ -16,8 +16,8 @@ const (
 	// FaultKill: the rank SIGKILLs itself at the start of the step, as a
 	// device that dies does.
 	FaultKill = "kill"
-	// FaultKillDuringSave: the rank SIGKILLs itself part-way through
-	// writing the checkpoint of the step (with async_save, in the writer
+	// FaultKillDuringSave: the rank SIGKILLs itself part-way (half-way
+	// through its bytes) through writing the checkpoint of the step (with async_save, in the writer
 	// goroutine while training goes on).
 	FaultKillDuringSave = "kill_during_save"
 )

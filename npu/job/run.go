@@ -163,6 +163,8 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
 		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging, SaveBlocked: res.SaveBlocked.Seconds(),
 	}
+	rss, cpu := processUsage()
+	out.PeakHostMemory, out.CPUSeconds = rss, cpu.Seconds()
 	if res.Saves > 0 {
 		how := "synchronous"
 		if cfg.AsyncSave {

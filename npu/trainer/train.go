@@ -57,7 +57,10 @@ type training struct {
 	opt   *optim.Momentum
 	mc    *ckpt.ModelCheckpoint // nil when no checkpoints are saved
 	every int                   // steps between saves
-	start int                   // this job's steps already done
+	// stagedBytes is the tensor data of the last snapshot saved, set
+	// before its write starts (a fault during a save kills half-way).
+	stagedBytes int64
+	start       int // this job's steps already done
 	// base is the optimizer's global step before this job's first step:
 	// an init checkpoint's count, which this job continues (as MindSpore's
 	// global_step parameter does), while its epochs, steps and file names
@@ -345,9 +348,24 @@ func (j *training) loop(ctx context.Context) error {
 	if cfg.ExceptionSave && j.mc != nil {
 		before = newMovingState(j.net.Params())
 	}
-	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(j.net, j.opt) }
+	// One host copy serves every save: a synchronous save has written it
+	// before the next step, an asynchronous one is waited for before the
+	// next snapshot (ckpt.CheckpointConfig.AsyncSave).
+	var staging []ckpt.Tensor
+	take := func() ([]ckpt.Tensor, error) { return snapshotInto(staging, j.net, j.opt) }
 	if sn, ok := j.net.(*shardedNet); ok && cfg.IntegratedSave {
-		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
+		take = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
+	}
+	snapshot := func() ([]ckpt.Tensor, error) {
+		tensors, err := take()
+		if err != nil {
+			return nil, err
+		}
+		staging, j.stagedBytes = tensors, 0
+		for _, t := range tensors {
+			j.stagedBytes += int64(len(t.Data))
+		}
+		return tensors, nil
 	}
 	res := j.res
 	began := time.Now()
@@ -516,7 +534,10 @@ func (j *training) checkFault(total int) error {
 }
 
 // faultInSave is the write progress hook of a fault DuringSave: it acts
-// once some bytes of the fault step's checkpoint are in its temporary file.
+// once half of the fault step's checkpoint (its tensor data; the file is a
+// little larger) is in its temporary file, so that the kill lands in the
+// middle of the write, not at its first or last byte. It runs in the
+// writer (with async_save, a goroutine started after stagedBytes was set).
 func (j *training) faultInSave(path string, written int64) {
 	f := j.cfg.Fault
 	if f.Act == nil {
@@ -524,7 +545,7 @@ func (j *training) faultInSave(path string, written int64) {
 	}
 	step := f.Step
 	want := ckpt.FileName(j.mc.Prefix(), (step-1)/j.steps+1, (step-1)%j.steps+1)
-	if written > 0 && filepath.Base(path) == want {
+	if written > 0 && 2*written >= j.stagedBytes && filepath.Base(path) == want {
 		f.Act()
 	}
 }
