@@ -55,6 +55,7 @@ type result struct {
 	Bytes     int     `json:"bytes"`
 	Iters     int     `json:"iters"`
 	Seconds   float64 `json:"seconds"` // median iteration of the slowest rank
+	CPU       float64 `json:"cpu"`     // CPU seconds per iteration, all ranks together
 }
 
 func main() {
@@ -178,9 +179,10 @@ func parent() error {
 		memcpy[size] = max(memcpy[size], memcpyBandwidth(size, o.budget))
 	}
 	printTables(o, results, memcpy)
-	fmt.Printf("\nTimes are medians of the slowest rank's iteration time; algbw = size/time, busbw = algbw × 2(n-1)/n;\n"+
-		"memcpy is the best of ten copy() trials, five before the ranks run and five after. %d-core machine, GOMAXPROCS %d per process; total run %v.\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), time.Since(started).Round(time.Second))
+	fmt.Printf("\nTimes are medians of the slowest rank's iteration time; CPU is the CPU time of all ranks per call (mean over\n"+
+		"the timed calls); algbw = size/time, busbw = algbw × 2(n-1)/n; memcpy is the best of ten copy() trials, five before\n"+
+		"the ranks run and five after. %d-core machine, GOMAXPROCS %d per process, load average %s; total run %v.\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAverage(), time.Since(started).Round(time.Second))
 	return nil
 }
 
@@ -268,7 +270,7 @@ func runGroup(n int, alg string, o options) ([]result, error) {
 		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 			return nil, fmt.Errorf("rank 0 printed %q: %w", out.Text(), err)
 		}
-		fmt.Fprintf(os.Stderr, "%d ranks %s %s: median %.3g ms of %d\n", n, alg, sizeName(res.Bytes), res.Seconds*1e3, res.Iters)
+		fmt.Fprintf(os.Stderr, "%d ranks %s %s: median %.3g ms of %d, %.3g CPU-ms per call\n", n, alg, sizeName(res.Bytes), res.Seconds*1e3, res.Iters, res.CPU*1e3)
 		results = append(results, res)
 	}
 	var errs []error
@@ -401,6 +403,7 @@ func child() (err error) {
 		// iteration, then the median over iterations, resists the spikes
 		// of a shared machine better than one total.
 		times := make([]float32, iters)
+		cpu0 := cpuTime()
 		t0 := time.Now()
 		for i := range times {
 			if err := c.AllReduce(ctx, b, collective.Sum); err != nil {
@@ -410,12 +413,17 @@ func child() (err error) {
 			times[i] = float32(now.Sub(t0).Seconds())
 			t0 = now
 		}
+		cpu := []float32{float32((cpuTime() - cpu0).Seconds())}
 		if err := c.AllReduce(ctx, times, collective.Max); err != nil {
+			return err
+		}
+		if err := c.AllReduce(ctx, cpu, collective.Sum); err != nil {
 			return err
 		}
 		if rank == 0 {
 			slices.Sort(times)
-			line, _ := json.Marshal(result{Ranks: n, Algorithm: name, Bytes: size, Iters: iters, Seconds: float64(times[iters/2])})
+			line, _ := json.Marshal(result{Ranks: n, Algorithm: name, Bytes: size, Iters: iters, Seconds: float64(times[iters/2]),
+				CPU: float64(cpu[0]) / float64(iters)})
 			fmt.Println(string(line))
 		}
 	}
@@ -450,8 +458,8 @@ func printTables(o options, results []result, memcpy map[int]float64) {
 		fmt.Printf("\n### AllReduce (sum, float32), %d rank processes: %s, mesh and ring = loopback TCP\n\n", n, where)
 		head, rule := "| size | memcpy GB/s |", "|---:|---:|"
 		for _, alg := range o.algs {
-			head += fmt.Sprintf(" %s time | %s algbw GB/s | %s busbw GB/s |", alg, alg, alg)
-			rule += "---:|---:|---:|"
+			head += fmt.Sprintf(" %s time | %s CPU | %s algbw GB/s | %s busbw GB/s |", alg, alg, alg, alg)
+			rule += "---:|---:|---:|---:|"
 		}
 		fmt.Println(head + " best busbw / memcpy |")
 		fmt.Println(rule + "---:|")
@@ -462,7 +470,7 @@ func printTables(o options, results []result, memcpy map[int]float64) {
 				r, _ := find(n, alg, size)
 				algbw := float64(size) / r.Seconds / 1e9
 				best = max(best, algbw*factor)
-				row += fmt.Sprintf(" %s | %.3f | %.3f |", duration(r.Seconds), algbw, algbw*factor)
+				row += fmt.Sprintf(" %s | %s | %.3f | %.3f |", duration(r.Seconds), duration(r.CPU), algbw, algbw*factor)
 			}
 			fmt.Printf("%s %.1f%% |\n", row, 100*best/memcpy[size])
 		}
@@ -471,12 +479,12 @@ func printTables(o options, results []result, memcpy map[int]float64) {
 	if !slices.Contains(o.ranks, 8) || !slices.Contains(o.sizes, target) {
 		return
 	}
-	fmt.Printf("\nTarget (8 ranks, 64 MiB, busbw ≥ 30%% of memcpy %.2f GB/s):", memcpy[target])
+	fmt.Printf("\nTarget (8 ranks, 64 MiB, busbw ≥ 50%% of memcpy %.2f GB/s):", memcpy[target])
 	for _, alg := range o.algs {
 		r, _ := find(8, alg, target)
 		busbw := float64(target) / r.Seconds / 1e9 * 2 * 7 / 8
 		verdict := "not met"
-		if busbw >= 0.3*memcpy[target] {
+		if busbw >= 0.5*memcpy[target] {
 			verdict = "met"
 		}
 		fmt.Printf(" %s %.3f GB/s = %.1f%% (%s);", alg, busbw, 100*busbw/memcpy[target], verdict)
@@ -492,4 +500,16 @@ func duration(s float64) string {
 		return fmt.Sprintf("%.1f ms", s*1e3)
 	}
 	return fmt.Sprintf("%.2f s", s)
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages, or "unknown"
+// where /proc/loadavg cannot be read: the figures mean little without it
+// on a shared machine.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if err != nil || len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

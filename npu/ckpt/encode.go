@@ -71,6 +71,13 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 // an earlier write is removed first, so no reader pairs the new file with
 // the old digest.
 func Write(path string, tensors []Tensor, opts WriteOptions) error {
+	var scratch []byte
+	return write(path, tensors, opts, &scratch)
+}
+
+// write is Write encoding through *scratch, which it may grow and keeps
+// for the caller's next write (ModelCheckpoint: one per series).
+func write(path string, tensors []Tensor, opts WriteOptions, scratch *[]byte) error {
 	if err := removeDigest(path); err != nil {
 		return err
 	}
@@ -82,7 +89,7 @@ func Write(path string, tensors []Tensor, opts WriteOptions) error {
 		if opts.Progress != nil {
 			w = &progressWriter{w: w, path: path, report: opts.Progress}
 		}
-		return Encode(w, tensors, opts)
+		return encodeInto(w, tensors, opts, scratch)
 	})
 	if err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", path, err)
@@ -98,6 +105,13 @@ func Write(path string, tensors []Tensor, opts WriteOptions) error {
 // it is written, so an invalid tensor fails the encoding part-way; Write
 // discards such a partial file.
 func Encode(w io.Writer, tensors []Tensor, opts WriteOptions) error {
+	var scratch []byte
+	return encodeInto(w, tensors, opts, &scratch)
+}
+
+// encodeInto is Encode marshalling each message into *scratch, which it grows
+// to the largest message and leaves there for the next call.
+func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byte) error {
 	limit := opts.SliceBytes
 	if limit == 0 {
 		limit = DefaultSliceBytes
@@ -111,7 +125,8 @@ func Encode(w io.Writer, tensors []Tensor, opts WriteOptions) error {
 		out = io.MultiWriter(w, sum)
 	}
 	seen := make(map[string]bool, len(tensors))
-	var buf []byte
+	buf := *scratch
+	defer func() { *scratch = buf }()
 	for _, t := range tensors {
 		if err := t.Validate(); err != nil {
 			return err

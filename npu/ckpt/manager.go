@@ -43,8 +43,10 @@ type CheckpointConfig struct {
 	// no training step changes) and a writer goroutine encodes and commits
 	// them, with the same bytes and sidecar as a synchronous save. At most
 	// one write is in flight: a save that finds the previous one unfinished
-	// waits for it (LastWait says how long). Call Wait before reading
-	// Latest, and before the process ends.
+	// waits for it (LastWait says how long) before it calls params, so
+	// params may copy into the buffers it returned the time before (one
+	// staging buffer, reused). Call Wait before reading Latest, and before
+	// the process ends.
 	AsyncSave bool
 }
 
@@ -68,6 +70,10 @@ type ModelCheckpoint struct {
 	// staged and peakStaged count the host memory holding tensors handed
 	// to the writer (the one checkpoint in flight), now and at most.
 	staged, peakStaged int64
+	// scratch is the encoder's buffer, kept from one write to the next
+	// (one message, the largest tensor's at most). Writes never overlap:
+	// an asynchronous one is waited for before the next save or breakpoint.
+	scratch []byte
 }
 
 // pendingWrite is one asynchronous write: done is closed when err is set.
@@ -228,6 +234,16 @@ func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]
 		return "", nil
 	}
 	m.lastWait = 0
+	if m.async {
+		// The staging buffer holds one checkpoint: the previous write must
+		// be done before params copies this one's tensors, so that the
+		// copy can go into the buffers the finished write read from.
+		waited, err := m.Wait()
+		m.lastWait = waited
+		if err != nil {
+			return "", err
+		}
+	}
 	tensors, err := params()
 	if errors.Is(err, ErrSkipSave) {
 		m.lastStep = step
@@ -239,13 +255,6 @@ func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]
 	stepInEpoch := (step-1)%stepsPerEpoch + 1
 	path := filepath.Join(m.dir, FileName(m.prefix, epoch, stepInEpoch))
 	if m.async {
-		// The staging buffer holds one checkpoint: the previous write must
-		// be done before this one's tensors are handed over.
-		waited, err := m.Wait()
-		m.lastWait = waited
-		if err != nil {
-			return "", err
-		}
 		m.lastStep = step
 		m.startWrite(path, tensors)
 		return path, nil
@@ -262,7 +271,7 @@ func (m *ModelCheckpoint) save(epoch, step, stepsPerEpoch int, params func() ([]
 // which deletes the oldest file before saving, it writes first: a failed
 // save then costs no old checkpoint.
 func (m *ModelCheckpoint) commit(path string, tensors []Tensor) error {
-	if err := Write(path, tensors, m.write); err != nil {
+	if err := write(path, tensors, m.write, &m.scratch); err != nil {
 		return err
 	}
 	return m.prune()
@@ -270,7 +279,8 @@ func (m *ModelCheckpoint) commit(path string, tensors []Tensor) error {
 
 // startWrite hands tensors to a writer goroutine that commits them to path.
 // The goroutine reads only what it is given and the fields set at
-// construction (dir, prefix, keepMax, write), which never change.
+// construction (dir, prefix, keepMax, write), which never change, and
+// uses scratch, which nothing else touches until Wait has seen it done.
 func (m *ModelCheckpoint) startWrite(path string, tensors []Tensor) {
 	p := &pendingWrite{path: path, done: make(chan struct{})}
 	for _, t := range tensors {
@@ -308,7 +318,7 @@ func (m *ModelCheckpoint) SaveBreakpoint(epoch, step, stepsPerEpoch int, tensors
 	}
 	_, inFlightErr := m.Wait()
 	path := filepath.Join(m.dir, BreakpointName(m.prefix, epoch, (step-1)%stepsPerEpoch+1))
-	if err := Write(path, tensors, m.write); err != nil {
+	if err := write(path, tensors, m.write, &m.scratch); err != nil {
 		return "", errors.Join(err, inFlightErr)
 	}
 	return path, inFlightErr

@@ -41,9 +41,10 @@
 // inside a server and the network between servers: Init checks that every
 // rank maps its server's tmpfs segment, and that every server has as many
 // ranks. AllReduce of a buffer from Comm.Alloc then goes through shared
-// memory: every rank maps every other rank's buffer on its server, rank c
-// reduces chunk c straight from all of them in rank order and stores the
-// result into all of them, with two barriers (see shm.go). That moves each
+// memory: every rank maps every other rank's buffer on its server, and
+// the ranks claim the buffer's pieces one by one, each reducing its piece
+// straight from all of them in rank order and storing the result into all
+// of them, between two barriers (see shm_reduce.go). That moves each
 // element once in and once out of every rank, without the kernel's socket
 // copies, and gives the bits Mesh gives over TCP. With several servers,
 // rank c reduces chunk c of its server's buffers, the ranks at index c of

@@ -80,6 +80,7 @@ type shmGroup struct {
 	bell     *uint32
 	epoch    uint32
 	nextID   uint32
+	claimed  uint64 // pieces claimed by AllReduce calls so far (reduceClaimed)
 	regions  []*shmRegion
 
 	members []int // ranks on this server, ascending; members[0] leads

@@ -4,16 +4,26 @@ package collective
 // reduce the ranks' buffers in place.
 //
 // An AllReduce takes two barriers. After the first, every rank of the
-// server has published its input; the rank at index c reduces chunk c
-// straight from every buffer, in rank order (the order Mesh uses, so on
-// one server results are the same bits as over TCP), and stores the result
-// into every buffer. After the second, every rank holds the whole result.
-// Each element is read once and written once per rank, the least any
-// AllReduce can move. With several servers, the reduced chunk is first
-// combined over TCP with the same chunk of the other servers (see
-// combineColumn).
+// server has published its input. The buffer is cut into pieces, and each
+// rank claims the next unclaimed piece (a counter in the control segment)
+// until none is left: it reduces the piece straight from every buffer, in
+// rank order (the order Mesh uses, so on one server results are the same
+// bits as over TCP), and stores the result into every buffer. Which rank
+// reduces a piece changes nothing in the result, and the ranks that have
+// a CPU do the work: with more ranks than cores (8 on 2 here), a rank the
+// scheduler leaves waiting no longer holds back a fixed share. After the
+// second barrier every piece is done, so every rank holds the whole result
+// and no rank reads another's buffer any more. Each element is read once
+// and written once per rank, the least any AllReduce can move. With
+// several servers, each rank reduces a fixed chunk, which is combined
+// over TCP with the same chunk of the other servers (see combineColumn).
 
-import "github.com/mspipe/mspipe/npu/tensor"
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/mspipe/mspipe/npu/tensor"
+)
 
 const (
 	shmFallback    = 1024    // elements per block of the portable reduction
@@ -22,29 +32,28 @@ const (
 
 // shmAllReduce is AllReduce of buf, which lies at offset off of reg.
 //
-// On one server, the rank at index l of the server reduces block range l
-// of the buffer (blocks of tensor.SumBroadcastBlock elements, so the
-// vector kernel gets whole blocks) from every rank's buffer, in rank
-// order, and stores the result into every rank's buffer. With several
-// servers, it reduces its range of its own server's buffers into its own
-// buffer, combines that partial result with those of the ranks at index l
-// of the other servers over TCP, in server order, and stores the total
-// into every buffer of its server: a sum over servers of sums over each
-// server's ranks.
+// On one server, the ranks share the pieces out as they come (see
+// reduceClaimed). With several servers, the rank at index l of its server
+// reduces block range l of the buffer (blocks of tensor.SumBroadcastBlock
+// elements, so the vector kernel gets whole blocks) of its own server's
+// buffers into its own buffer, combines that partial result with those of
+// the ranks at index l of the other servers over TCP, in server order, and
+// stores the total into every buffer of its server: a sum over servers of
+// sums over each server's ranks.
 func (c *Comm) shmAllReduce(buf []float32, op Op, reg *shmRegion, off int) error {
 	g := c.shm
 	if err := c.shmPublish(reg.id, off); err != nil {
 		return err
+	}
+	if g.flat() {
+		g.reduceClaimed(reg, off, off+len(buf), op, c.size)
+		return c.shmBarrier() // every piece is done: every rank has claimed until none was left
 	}
 	n := len(g.members)
 	const block = tensor.SumBroadcastBlock
 	blocks := (len(buf) + block - 1) / block
 	lo := min(len(buf), g.local*blocks/n*block)
 	hi := min(len(buf), (g.local+1)*blocks/n*block)
-	if g.flat() {
-		g.reduce(reg, off+lo, off+hi, op, g.members, g.members, c.size)
-		return c.shmBarrier()
-	}
 	partial := op
 	if op == Mean {
 		partial = Sum // divided once, at the end
@@ -229,4 +238,52 @@ func (g *shmGroup) reducePortable(reg *shmRegion, lo, hi int, op Op, from, to []
 			copy(reg.views[q][b:e], acc)
 		}
 	}
+}
+
+// shmClaimOff is where the claim counter of reduceClaimed lies in the
+// control segment: in the doorbell's slot, after the nonce (read only by
+// Init), on a cache line of its own apart from the doorbell's.
+const shmClaimOff = shmNonceOff + 32
+
+// reduceClaimed reduces elements [lo, hi) of every member's buffer, in
+// rank order, finishes op for n ranks and stores the result into every
+// member's buffer, a piece at a time, each piece by the rank that claims
+// it. Every member calls it for the same call; it returns when no piece
+// is left to claim, which is before the other ranks have finished theirs.
+//
+// The claim counter only grows: each call's pieces are numbers
+// g.claimed…g.claimed+k−1, and every member advances g.claimed by the same
+// k, so a call never takes a piece of the one before. Claims are
+// compare-and-swaps rather than additions so the counter stops exactly at
+// the call's last piece. Pieces end at multiples of their size in the
+// region, so the vector kernel gets aligned destinations.
+func (g *shmGroup) reduceClaimed(reg *shmRegion, lo, hi int, op Op, n int) {
+	next := (*uint64)(unsafe.Pointer(&g.ctl[shmClaimOff]))
+	piece := claimPiece(hi-lo, len(g.members))
+	first := lo / piece
+	k := uint64((hi-1)/piece - first + 1)
+	base := g.claimed
+	g.claimed += k
+	for {
+		v := atomic.LoadUint64(next)
+		if v >= base+k {
+			return
+		}
+		if !atomic.CompareAndSwapUint64(next, v, v+1) {
+			continue
+		}
+		p := (first + int(v-base)) * piece
+		g.reduce(reg, max(lo, p), min(hi, p+piece), op, g.members, g.members, n)
+	}
+}
+
+// claimPiece returns the piece size of reduceClaimed for count elements
+// and n ranks: shmKernelPiece (256 KiB of float32, with its 8 or so
+// buffers within the L2 TLB's reach, and enough pieces per rank that the
+// last to finish keeps the others waiting little), or less, a whole number
+// of vector blocks, so that a small buffer still gives every rank a piece.
+func claimPiece(count, n int) int {
+	const block = tensor.SumBroadcastBlock
+	per := (count + n - 1) / n
+	return min(shmKernelPiece, max(block, (per+block-1)/block*block))
 }

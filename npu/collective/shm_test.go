@@ -91,6 +91,43 @@ func TestShmAllReduceMatchesRankOrder(t *testing.T) {
 	}
 }
 
+// AllReduce calls of many pieces, one after another on the same ranks:
+// every piece of every call is reduced once, whoever claims it, whatever
+// the pieces of the call before (the claim counter carries over), and
+// the result has the rank-order bits. Slices start off a piece boundary
+// and end inside one; small calls share one piece or a few.
+func TestShmAllReduceClaimsEveryPiece(t *testing.T) {
+	for _, n := range []int{3, 8} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			comms := shmGroupOf(t, n, shmDir(t))
+			const total = 3*shmKernelPiece + 200
+			bufs := allocAll(t, comms, total)
+			calls := []struct{ start, count int }{
+				{0, total}, {5, 2*shmKernelPiece + 3}, {shmKernelPiece - 1, 2}, {0, 1},
+				{64, 8 * 64}, {shmKernelPiece, shmKernelPiece}, {3, 100}, {7, total - 7},
+			}
+			for i, call := range calls {
+				for _, op := range []Op{Sum, Mean, Max} {
+					xs := inputs(n, call.count, op, uint64(10*i+int(op)))
+					want := rankOrderRef(xs, op)
+					for r := range bufs {
+						copy(bufs[r][call.start:], xs[r])
+					}
+					mustAll(t, onAll(comms, func(r int, c *Comm) error {
+						return c.AllReduce(context.Background(), bufs[r][call.start:call.start+call.count], op)
+					}))
+					for r := range bufs {
+						if j := sameBits(bufs[r][call.start:call.start+call.count], want); j >= 0 {
+							t.Fatalf("call %d (%d at %d), %v, rank %d: element %d = %v, reference %v",
+								i, call.count, call.start, op, r, j, bufs[r][call.start+j], want[j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // Ordinary buffers still go over TCP on a shared-memory communicator, and
 // the two paths agree bit for bit.
 func TestShmAndTCPAgree(t *testing.T) {

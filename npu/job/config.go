@@ -103,6 +103,10 @@ type Config struct {
 	// with device{i}/ckpt_{i}/ per rank. At most one is set.
 	InitFile string `json:"init_file,omitempty"`
 	InitDir  string `json:"init_dir,omitempty"`
+	// InitResumes says the init is a checkpoint of this same training
+	// that the job resumes after (npu/train's init_resumes, and each job
+	// after a shrink): see trainer.Config.InitResumes.
+	InitResumes bool `json:"init_resumes,omitempty"`
 	// StrategyFile is where rank 0 writes the strategy file ("" for none).
 	StrategyFile string `json:"strategy_file,omitempty"`
 
@@ -207,6 +211,13 @@ type Result struct {
 	// (seconds; with async_save the snapshots and the waits for the
 	// previous write).
 	SaveBlocked float64 `json:"save_blocked_seconds,omitempty"`
+	// PeakHostMemory is the most resident memory the rank process held
+	// (bytes; Linux's ru_maxrss when the result is written): training's
+	// buffers, async_save's staging buffer, the Go heap. 0 when unknown.
+	PeakHostMemory int64 `json:"peak_host_memory,omitempty"`
+	// CPUSeconds is the CPU time (user and system) the rank process used
+	// in all, start-up and the writer goroutine included. 0 when unknown.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 }
 
 // ReadResult reads the Result a rank left in dir.

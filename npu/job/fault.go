@@ -16,8 +16,8 @@ const (
 	// FaultKill: the rank SIGKILLs itself at the start of the step, as a
 	// device that dies does.
 	FaultKill = "kill"
-	// FaultKillDuringSave: the rank SIGKILLs itself part-way through
-	// writing the checkpoint of the step (with async_save, in the writer
+	// FaultKillDuringSave: the rank SIGKILLs itself part-way (half-way
+	// through its bytes) through writing the checkpoint of the step (with async_save, in the writer
 	// goroutine while training goes on).
 	FaultKillDuringSave = "kill_during_save"
 )
@@ -34,6 +34,11 @@ type Fault struct {
 	Rank int    `json:"rank" jsonschema:"minimum=0" description:"the rank that dies (0 to devices-1)"`
 	Step int    `json:"step" jsonschema:"minimum=1" description:"the step of this training (from 1, over all epochs) at which it dies; it must be one of the run's steps"`
 	Kind string `json:"kind,omitempty" jsonschema:"enum=kill|kill_during_save" description:"kill (the default): SIGKILL at the start of the step; kill_during_save: SIGKILL part-way through writing the checkpoint of that step, which must be a save step"`
+	// Shrink is the job of an elastic stage the fault fires in: 0 the
+	// stage's first job, k the job started after its k-th shrink. Rank and
+	// Step are then that job's (its ranks, its steps counted from 1 over
+	// the whole training, as the stage's first job counts them).
+	Shrink int `json:"shrink,omitempty" jsonschema:"minimum=0" description:"with on_failure: shrink, the job the fault fires in: 0 (the default) the stage's first, k the job that continues after the k-th shrink (rank is then one of that job's ranks; step still counts the whole training's steps from 1)"`
 }
 
 // Check checks the fault against a job of devices ranks.

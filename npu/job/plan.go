@@ -44,6 +44,10 @@ type Layout struct {
 	BatchSize int   // per device
 	Memory    int64 // device capacity in bytes; 0: the cost model's default
 	Devices   int
+	// Threads are compute threads per device (0: the trainer's default,
+	// the cores divided among the devices): the local machine model gives
+	// each device that many cores' worth, at most its share.
+	Threads int
 	// PipelineStages and MicroSize: the pipeline (0 or 1: none). The
 	// strategy then lays each stage out over its Devices/PipelineStages
 	// devices, for one micro-batch. PipelineStage is the user's operator
@@ -67,7 +71,7 @@ type Layout struct {
 // machine is the cost model's machine for the layout.
 func (l Layout) machine() auto.Machine {
 	if l.Target == nil {
-		return Machine(l.Devices, l.Memory)
+		return MachineFor(l.Devices, l.Threads, l.Memory)
 	}
 	m := *l.Target
 	if l.Memory > 0 {
@@ -171,14 +175,23 @@ func costedStrategy(l Layout, p *Planned) parallel.Strategy {
 }
 
 // Machine is the cost model's machine for a job of devices simulated
-// devices with the given memory (0: the default) on this computer: the
-// measured defaults, each device getting its share of the cores. The
-// collectives of the split modes (redistribution, group AllReduce) travel
-// over TCP in this build even within a server, so the link inside a
-// server is priced as the TCP link.
+// devices with the given memory (0: the default) on this computer, each
+// rank with the trainer's default threads (the cores divided among the
+// ranks): see [MachineFor].
 func Machine(devices int, memory int64) auto.Machine {
-	m := auto.DefaultMachine().ShareCores(runtime.NumCPU(), devices)
-	m.IntraServer = m.InterServer
+	return MachineFor(devices, 0, memory)
+}
+
+// MachineFor is the cost model's machine for a job of devices simulated
+// devices of threads compute threads each (0: the trainer's default) with
+// the given memory (0: the default) on this computer: [auto.LocalMachine],
+// the measured figures with the devices sharing the cores.
+func MachineFor(devices, threads int, memory int64) auto.Machine {
+	cores := runtime.NumCPU()
+	if threads < 1 {
+		threads = max(cores/max(devices, 1), 1)
+	}
+	m := auto.LocalMachine(cores, devices, threads)
 	if memory > 0 {
 		m.Memory = memory
 	}

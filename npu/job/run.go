@@ -163,6 +163,8 @@ func writeResult(cfg Config, rank int, res *trainer.Result, say io.Writer) error
 		ImagesPerSec: res.ImagesPerSec, Accuracy: -1, ResumedFrom: res.ResumedFrom,
 		PeakMemory: res.PeakDeviceMemory, PeakSaveStaging: res.PeakSaveStaging, SaveBlocked: res.SaveBlocked.Seconds(),
 	}
+	rss, cpu := processUsage()
+	out.PeakHostMemory, out.CPUSeconds = rss, cpu.Seconds()
 	if res.Saves > 0 {
 		how := "synchronous"
 		if cfg.AsyncSave {
@@ -227,7 +229,7 @@ func TrainerConfig(cfg Config, rank, size int, out io.Writer) (trainer.Config, e
 		CkptDir: fmt.Sprintf("ckpt_%d", rank), Prefix: cfg.Prefix,
 		SaveCheckpointSteps: cfg.SaveCheckpointSteps, KeepCheckpointMax: cfg.KeepCheckpointMax, CRCCheck: cfg.CRCCheck,
 		AsyncSave: cfg.AsyncSave, ExceptionSave: cfg.ExceptionSave,
-		Init: init, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
+		Init: init, InitResumes: cfg.InitResumes, Resume: true, Eval: evalHere, GradAccumulation: cfg.GradAccumulation,
 		EvalEachEpoch: evalEach, EvalPart: evalPart, EvalParts: evalParts,
 		LogSteps: cfg.LogSteps, Log: out, ShuffleBuffer: cfg.ShuffleBuffer,
 		DeviceMemory: cfg.DeviceMemory,

@@ -23,6 +23,24 @@ import (
 // ErrRankFailed is wrapped by the error Run returns when a rank failed.
 var ErrRankFailed = errors.New("rank failed")
 
+// RankFailure is the error Run returns when a rank failed; it wraps
+// ErrRankFailed. Rank is the rank the error names as the cause. Lost says
+// that rank is gone or declared dead — killed by a signal Run did not
+// send, found stopped, or hung while the ranks that failed blamed it — as
+// opposed to one that ended with an error of its own (a diverged loss, a
+// bad file), which another device would not cure: npu/train's
+// on_failure: shrink continues without a lost rank only.
+type RankFailure struct {
+	Rank int
+	Lost bool
+	msg  string
+}
+
+func (e *RankFailure) Error() string { return e.msg }
+
+// Unwrap returns ErrRankFailed.
+func (e *RankFailure) Unwrap() error { return ErrRankFailed }
+
 // Rank is one process of a job on this host.
 type Rank struct {
 	RankID   int
@@ -296,14 +314,15 @@ func Run(ctx context.Context, job Job) error {
 		firstErr := fmt.Sprintf("rank %d (device %d) %v%s", first.rank.RankID, first.rank.DeviceID, first.err, logTail(LogPath(job.Dir, first.rank.RankID)))
 		switch {
 		case killedBySignal(first.err):
+			return &RankFailure{Rank: first.rank.RankID, Lost: true, msg: fmt.Sprintf("%v: %s", ErrRankFailed, firstErr)}
 		case stopped != nil:
-			return fmt.Errorf("%w: rank %d (device %d) was stopped (SIGSTOP or a debugger) while the job failed; first failed %s",
-				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, firstErr)
+			return &RankFailure{Rank: stopped.rank.RankID, Lost: true, msg: fmt.Sprintf("%v: rank %d (device %d) was stopped (SIGSTOP or a debugger) while the job failed; first failed %s",
+				ErrRankFailed, stopped.rank.RankID, stopped.rank.DeviceID, firstErr)}
 		case hung != nil:
-			return fmt.Errorf("%w: rank %d (device %d) hung: the other ranks failed blaming it and it did not exit; first failed %s",
-				ErrRankFailed, hung.rank.RankID, hung.rank.DeviceID, firstErr)
+			return &RankFailure{Rank: hung.rank.RankID, Lost: true, msg: fmt.Sprintf("%v: rank %d (device %d) hung: the other ranks failed blaming it and it did not exit; first failed %s",
+				ErrRankFailed, hung.rank.RankID, hung.rank.DeviceID, firstErr)}
 		}
-		return fmt.Errorf("%w: %s", ErrRankFailed, firstErr)
+		return &RankFailure{Rank: first.rank.RankID, msg: fmt.Sprintf("%v: %s", ErrRankFailed, firstErr)}
 	}
 	if err := ctx.Err(); err != nil {
 		return err

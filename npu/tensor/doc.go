@@ -56,8 +56,9 @@
 //
 // SumBroadcast, the reduction of AllReduce over shared memory, sums k
 // slices in a fixed order and stores the result into several destinations
-// in one pass: an AVX2 kernel with non-temporal stores, the same bits from
-// the Go loop elsewhere.
+// in one pass: an AVX2 kernel (plain stores when it writes back into its
+// sources, non-temporal ones to other memory), the same bits from the Go
+// loop elsewhere.
 //
 // Every assembly file (*_amd64.s) is written by the generator in
 // internal/asmgen (go generate); a test fails when a file drifts from it.

@@ -15,8 +15,11 @@ const SumBroadcastBlock = 64
 // The order of the additions is fixed, so the result is bit-identical on
 // every CPU and architecture. On amd64 with AVX2 an assembly kernel does
 // the blocks of SumBroadcastBlock elements from the first 32-byte boundary
-// of the destinations (when they share one) with non-temporal stores, which
-// bypass the caches: meant for buffers too large to stay in them. The
+// of the destinations (when they share one). When every destination is
+// also a source (the same slice), the result goes back into lines the
+// kernel has just read, still in the L1 cache, with plain stores; otherwise
+// with non-temporal stores, which bypass the caches instead of reading each
+// destination line first: meant for buffers too large to stay in them. The
 // assembly cannot be preempted, so callers that reduce many megabytes call
 // it on pieces.
 func SumBroadcast(dsts, srcs [][]float32, divisor float32) {

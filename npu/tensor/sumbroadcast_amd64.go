@@ -12,11 +12,12 @@ import (
 func useSumAsm() bool { return cpu.X86.HasAVX2 }
 
 // sumBroadcastAVX2 is in sumbroadcast_amd64.s: elements [0, n) of every
-// source summed and stored to every destination, n a multiple of
-// SumBroadcastBlock, destinations 32-byte aligned.
+// source summed and stored to every destination (non-temporal stores when
+// stream is set), n a multiple of SumBroadcastBlock, destinations 32-byte
+// aligned.
 //
 //go:noescape
-func sumBroadcastAVX2(srcs, dsts []unsafe.Pointer, n int, divisor float32)
+func sumBroadcastAVX2(srcs, dsts []unsafe.Pointer, n int, divisor float32, stream bool)
 
 // sumPointers is how many sources and destinations the kernel's arguments
 // hold on the stack; more take a heap allocation per call.
@@ -51,6 +52,20 @@ func sumBroadcastAsm(dsts, srcs [][]float32, divisor float32) int {
 	for _, d := range dsts {
 		pd = append(pd, unsafe.Pointer(&d[head]))
 	}
-	sumBroadcastAVX2(ps, pd, mid, divisor)
+	sumBroadcastAVX2(ps, pd, mid, divisor, !allIn(pd, ps))
 	return head + mid
+}
+
+// allIn reports whether every pointer of ps is one of qs.
+func allIn(ps, qs []unsafe.Pointer) bool {
+	for _, p := range ps {
+		found := false
+		for _, q := range qs {
+			found = found || p == q
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }

@@ -4,14 +4,15 @@
 
 #include "textflag.h"
 
-// func sumBroadcastAVX2(srcs, dsts []unsafe.Pointer, n int, divisor float32)
+// func sumBroadcastAVX2(srcs, dsts []unsafe.Pointer, n int, divisor float32, stream bool)
 //
 // For i in [0, n): s = srcs[0][i] + srcs[1][i] + ... in that order, divided
-// by divisor unless its bits are 0, is stored to dsts[k][i] for every k with
-// non-temporal stores (they bypass the caches). n is a multiple of 64; every
-// destination is 32-byte aligned; len(srcs) >= 1. A destination may be a
-// source: a block is read from every source before it is stored.
-TEXT ·sumBroadcastAVX2(SB), NOSPLIT, $0-60
+// by divisor unless its bits are 0, is stored to dsts[k][i] for every k,
+// with non-temporal stores (they bypass the caches) when stream is set. n
+// is a multiple of 64; every destination is 32-byte aligned; len(srcs) >= 1.
+// A destination may be a source: a block is read from every source before it
+// is stored.
+TEXT ·sumBroadcastAVX2(SB), NOSPLIT, $0-61
 	MOVQ srcs_base+0(FP), SI
 	MOVQ srcs_len+8(FP), R8
 	MOVQ dsts_base+24(FP), DI
@@ -19,12 +20,17 @@ TEXT ·sumBroadcastAVX2(SB), NOSPLIT, $0-60
 	MOVQ n+48(FP), CX
 	VBROADCASTSS divisor+56(FP), Y15
 	MOVL divisor+56(FP), R10
+	MOVBLZX stream+60(FP), R11
 	SHLQ $2, CX
 	XORQ AX, AX
 loop:
 	CMPQ AX, CX
 	JGE done
 	MOVQ (SI), DX
+	PREFETCHT0 512(DX)(AX*1)
+	PREFETCHT0 576(DX)(AX*1)
+	PREFETCHT0 640(DX)(AX*1)
+	PREFETCHT0 704(DX)(AX*1)
 	VMOVUPS 0(DX)(AX*1), Y0
 	VMOVUPS 32(DX)(AX*1), Y1
 	VMOVUPS 64(DX)(AX*1), Y2
@@ -38,6 +44,10 @@ addsrc:
 	CMPQ BX, R8
 	JGE scale
 	MOVQ (SI)(BX*8), DX
+	PREFETCHT0 512(DX)(AX*1)
+	PREFETCHT0 576(DX)(AX*1)
+	PREFETCHT0 640(DX)(AX*1)
+	PREFETCHT0 704(DX)(AX*1)
 	VADDPS 0(DX)(AX*1), Y0, Y0
 	VADDPS 32(DX)(AX*1), Y1, Y1
 	VADDPS 64(DX)(AX*1), Y2, Y2
@@ -61,7 +71,23 @@ scale:
 	VDIVPS Y15, Y7, Y7
 store:
 	XORQ BX, BX
+	TESTQ R11, R11
+	JNZ streamdst
 storedst:
+	CMPQ BX, R9
+	JGE next
+	MOVQ (DI)(BX*8), DX
+	VMOVUPS Y0, 0(DX)(AX*1)
+	VMOVUPS Y1, 32(DX)(AX*1)
+	VMOVUPS Y2, 64(DX)(AX*1)
+	VMOVUPS Y3, 96(DX)(AX*1)
+	VMOVUPS Y4, 128(DX)(AX*1)
+	VMOVUPS Y5, 160(DX)(AX*1)
+	VMOVUPS Y6, 192(DX)(AX*1)
+	VMOVUPS Y7, 224(DX)(AX*1)
+	INCQ BX
+	JMP storedst
+streamdst:
 	CMPQ BX, R9
 	JGE next
 	MOVQ (DI)(BX*8), DX
@@ -74,7 +100,7 @@ storedst:
 	VMOVNTPS Y6, 192(DX)(AX*1)
 	VMOVNTPS Y7, 224(DX)(AX*1)
 	INCQ BX
-	JMP storedst
+	JMP streamdst
 next:
 	ADDQ $256, AX
 	JMP loop

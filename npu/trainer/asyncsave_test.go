@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,6 +90,68 @@ func TestAsyncSaveWritesTheSameFiles(t *testing.T) {
 		if s.Checkpoint == "" || s.SaveBlocked <= 0 || s.SaveWait > s.SaveBlocked {
 			t.Errorf("step %d: checkpoint %q, blocked %v, of which waiting %v: want a file and a positive time that includes the wait", s.GlobalStep, s.Checkpoint, s.SaveBlocked, s.SaveWait)
 		}
+	}
+}
+
+// heapAllocated is the bytes the process has allocated on the heap so far.
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// TestAsyncSaveMemoryIsOneCheckpoint trains ResNet-20 with a checkpoint
+// after every step, async_save on, and the same steps with saving off, and
+// compares what the two allocated on the heap. Every byte saving keeps
+// alive at its peak was allocated, so the difference bounds the host
+// memory saving adds: it must be at most one checkpoint slice of the rank
+// (the staging buffer, reused by every save) plus the encoder's buffer
+// (the largest tensor's message, also reused) plus perSave for each save
+// (file names, directory listings for pruning, protobuf headers, hashing
+// state; about 50 KiB each here). Copying a fresh snapshot every step, as
+// the first async_save did, allocated a whole checkpoint per save.
+func TestAsyncSaveMemoryIsOneCheckpoint(t *testing.T) {
+	const perSave = 256 << 10
+	dataDir := tinyData(t, 8) // 5 steps of 8 images
+	run := func(ckptDir string) (*Result, uint64) {
+		cfg := tinyConfig(dataDir, ckptDir)
+		cfg.Epochs, cfg.SaveCheckpointSteps, cfg.KeepCheckpointMax, cfg.AsyncSave = 1, 1, 2, true
+		before := heapAllocated()
+		res, err := Train(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, heapAllocated() - before
+	}
+	_, off := run("")
+	dir := t.TempDir()
+	res, async := run(dir)
+	if res.Saves != 5 {
+		t.Fatalf("%d saves, want one per step (5)", res.Saves)
+	}
+	f, err := ckpt.ReadVerified(res.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slice, largest int64
+	for _, tt := range f.Tensors {
+		slice += int64(len(tt.Data))
+		largest = max(largest, int64(len(tt.Data)))
+	}
+	info, err := os.Stat(res.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The encoder's message is the tensor and its name, dims and type.
+	bound := slice + largest + 1024 + int64(res.Saves)*perSave
+	t.Logf("checkpoint %d bytes on disk, %d of tensor data (largest %d); staging peak %d; heap allocated: %d saving off, %d with async_save (+%d, bound %d)",
+		info.Size(), slice, largest, res.PeakSaveStaging, off, async, int64(async)-int64(off), bound)
+	if res.PeakSaveStaging != slice || slice > info.Size() {
+		t.Errorf("staging peak %d bytes, want the checkpoint's %d bytes of tensor data (its file: %d bytes)", res.PeakSaveStaging, slice, info.Size())
+	}
+	if grew := int64(async) - int64(off); grew > bound {
+		t.Errorf("async_save allocated %d bytes more than saving off over %d saves; want at most one checkpoint (%d) + the encoder's buffer (%d) + %d per save = %d",
+			grew, res.Saves, slice, largest+1024, perSave, bound)
 	}
 }
 

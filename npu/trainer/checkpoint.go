@@ -28,39 +28,81 @@ type Parameterized interface {
 // Snapshot returns the tensors a checkpoint holds: the model's parameters
 // in order, then the optimizer's state (nil opt: parameters only).
 func Snapshot(m Parameterized, opt *optim.Momentum) ([]ckpt.Tensor, error) {
-	var out []ckpt.Tensor
+	return snapshotInto(nil, m, opt)
+}
+
+// snapshotInto is Snapshot copying into the buffers of prev, the tensors an
+// earlier call returned, where they fit: a checkpoint every step then
+// allocates (and first touches) its host copy once. The caller must be done
+// with prev: its save was written (ckpt.ModelCheckpoint calls the params
+// function of an async_save only once the previous write is committed).
+func snapshotInto(prev []ckpt.Tensor, m Parameterized, opt *optim.Momentum) ([]ckpt.Tensor, error) {
+	out := prev[:0]
+	// next returns the tensor to fill for name, reusing prev's slot at the
+	// same place (out shares prev's array: the slot is read before append
+	// overwrites it).
+	next := func(name string, shape []int, dtype string, elems int) (ckpt.Tensor, error) {
+		var t ckpt.Tensor
+		if i := len(out); i < len(prev) {
+			t = prev[i]
+		}
+		t.Name, t.DType = name, dtype
+		t.Dims = t.Dims[:0]
+		for _, d := range shape {
+			t.Dims = append(t.Dims, int64(d))
+		}
+		if n, err := t.NumElements(); err != nil || n != int64(elems) {
+			return ckpt.Tensor{}, fmt.Errorf("tensor %q: %d values for dims %v: %w", name, elems, shape, ckpt.ErrShape)
+		}
+		if cap(t.Data) < 4*elems {
+			t.Data = make([]byte, 4*elems)
+		}
+		t.Data = t.Data[:4*elems]
+		return t, nil
+	}
 	for _, p := range m.Params() {
-		t, err := ckpt.NewFloat32(p.Name, dims64(p.Shape()), p.Value.Data())
+		values := p.Value.Data()
+		t, err := next(p.Name, p.Shape(), ckpt.DTypeFloat32, len(values))
 		if err != nil {
 			return nil, fmt.Errorf("parameter %s: %w", p.Name, err)
 		}
+		putFloat32s(t.Data, values)
 		out = append(out, t)
 	}
 	if opt == nil {
 		return out, nil
 	}
 	for _, s := range opt.State() {
-		t, err := stateTensor(s)
-		if err != nil {
-			return nil, err
+		switch {
+		case s.F32 != nil:
+			t, err := next(s.Name, s.Shape, ckpt.DTypeFloat32, len(s.F32))
+			if err != nil {
+				return nil, fmt.Errorf("optimizer state: %w", err)
+			}
+			putFloat32s(t.Data, s.F32)
+			out = append(out, t)
+		case s.I32 != nil:
+			t, err := next(s.Name, s.Shape, ckpt.DTypeInt32, len(s.I32))
+			if err != nil {
+				return nil, fmt.Errorf("optimizer state: %w", err)
+			}
+			for i, v := range s.I32 {
+				binary.LittleEndian.PutUint32(t.Data[4*i:], uint32(v))
+			}
+			out = append(out, t)
+		default:
+			return nil, fmt.Errorf("optimizer state %s: no data", s.Name)
 		}
-		out = append(out, t)
 	}
 	return out, nil
 }
 
-func stateTensor(s optim.StateTensor) (ckpt.Tensor, error) {
-	switch {
-	case s.F32 != nil:
-		return ckpt.NewFloat32(s.Name, dims64(s.Shape), s.F32)
-	case s.I32 != nil:
-		data := make([]byte, 4*len(s.I32))
-		for i, v := range s.I32 {
-			binary.LittleEndian.PutUint32(data[4*i:], uint32(v))
-		}
-		return ckpt.Tensor{Name: s.Name, Dims: dims64(s.Shape), DType: ckpt.DTypeInt32, Data: data}, nil
+// putFloat32s writes values into dst (4 bytes each) as a checkpoint holds
+// them: little-endian IEEE 754.
+func putFloat32s(dst []byte, values []float32) {
+	for i, v := range values {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
 	}
-	return ckpt.Tensor{}, fmt.Errorf("optimizer state %s: no data", s.Name)
 }
 
 func dims64(shape []int) []int64 {

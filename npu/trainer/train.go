@@ -57,7 +57,10 @@ type training struct {
 	opt   *optim.Momentum
 	mc    *ckpt.ModelCheckpoint // nil when no checkpoints are saved
 	every int                   // steps between saves
-	start int                   // this job's steps already done
+	// stagedBytes is the tensor data of the last snapshot saved, set
+	// before its write starts (a fault during a save kills half-way).
+	stagedBytes int64
+	start       int // this job's steps already done
 	// base is the optimizer's global step before this job's first step:
 	// an init checkpoint's count, which this job continues (as MindSpore's
 	// global_step parameter does), while its epochs, steps and file names
@@ -222,7 +225,7 @@ func (j *training) restoreStart(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
-		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, OwnHyperparameters: true,
+		opts := restoreOpts(RestoreOptions{Optimizer: j.opt, OwnHyperparameters: true, RequireOptimizer: cfg.InitResumes,
 			Recut: func(name string) { j.res.Recut = append(j.res.Recut, name) }})
 		if err := Restore(j.net, tensors, opts); err != nil {
 			return fmt.Errorf("init from %s: %w", cfg.Init, err)
@@ -237,6 +240,11 @@ func (j *training) restoreStart(ctx context.Context) error {
 			}
 		}
 		j.base = j.opt.GlobalStep()
+		if cfg.InitResumes {
+			if err := j.resumeAtInit(); err != nil {
+				return err
+			}
+		}
 		j.opt.ScheduleFrom(j.base)
 	}
 	if cfg.CkptDir != "" {
@@ -278,11 +286,34 @@ func (j *training) restoreStart(ctx context.Context) error {
 			j.res.ResumedFrom = latest
 		}
 	}
+	if j.start > 0 && j.res.ResumedFrom == "" && j.mc != nil {
+		// InitResumes: the saves go on counting from the init's step.
+		j.mc.ResumeAt(j.start)
+	}
 	if cfg.Broadcast != nil && j.start == 0 && j.model != nil {
 		if err := cfg.Broadcast(ctx, j.model.Values()); err != nil {
 			return fmt.Errorf("parameter broadcast: %w", err)
 		}
 	}
+	return nil
+}
+
+// resumeAtInit sets the start of a job whose init is a checkpoint of
+// this same training (Config.InitResumes): the step its file name gives is
+// this job's steps already done, and the global step before them is the
+// one the training began at.
+func (j *training) resumeAtInit() error {
+	cfg := j.cfg
+	_, epoch, inEpoch, ok := ckpt.ParseFileName(filepath.Base(cfg.Init))
+	if !ok {
+		return fmt.Errorf("init %s: its name does not say where the training was ({prefix}-{epoch}_{step}.ckpt), which a resuming init needs", cfg.Init)
+	}
+	done := (epoch-1)*j.steps + inEpoch
+	if inEpoch > j.steps || done > cfg.Epochs*j.steps || done > j.base {
+		return fmt.Errorf("init %s: epoch %d step %d (global step %d) is not a step of this job's %d epochs of %d steps", cfg.Init, epoch, inEpoch, j.base, cfg.Epochs, j.steps)
+	}
+	j.start, j.base = done, j.base-done
+	j.res.ResumedFrom = ""
 	return nil
 }
 
@@ -317,9 +348,24 @@ func (j *training) loop(ctx context.Context) error {
 	if cfg.ExceptionSave && j.mc != nil {
 		before = newMovingState(j.net.Params())
 	}
-	snapshot := func() ([]ckpt.Tensor, error) { return Snapshot(j.net, j.opt) }
+	// One host copy serves every save: a synchronous save has written it
+	// before the next step, an asynchronous one is waited for before the
+	// next snapshot (ckpt.CheckpointConfig.AsyncSave).
+	var staging []ckpt.Tensor
+	take := func() ([]ckpt.Tensor, error) { return snapshotInto(staging, j.net, j.opt) }
 	if sn, ok := j.net.(*shardedNet); ok && cfg.IntegratedSave {
-		snapshot = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
+		take = func() ([]ckpt.Tensor, error) { return integratedSnapshot(ctx, sn, j.opt) }
+	}
+	snapshot := func() ([]ckpt.Tensor, error) {
+		tensors, err := take()
+		if err != nil {
+			return nil, err
+		}
+		staging, j.stagedBytes = tensors, 0
+		for _, t := range tensors {
+			j.stagedBytes += int64(len(t.Data))
+		}
+		return tensors, nil
 	}
 	res := j.res
 	began := time.Now()
@@ -488,7 +534,10 @@ func (j *training) checkFault(total int) error {
 }
 
 // faultInSave is the write progress hook of a fault DuringSave: it acts
-// once some bytes of the fault step's checkpoint are in its temporary file.
+// once half of the fault step's checkpoint (its tensor data; the file is a
+// little larger) is in its temporary file, so that the kill lands in the
+// middle of the write, not at its first or last byte. It runs in the
+// writer (with async_save, a goroutine started after stagedBytes was set).
 func (j *training) faultInSave(path string, written int64) {
 	f := j.cfg.Fault
 	if f.Act == nil {
@@ -496,7 +545,7 @@ func (j *training) faultInSave(path string, written int64) {
 	}
 	step := f.Step
 	want := ckpt.FileName(j.mc.Prefix(), (step-1)/j.steps+1, (step-1)%j.steps+1)
-	if written > 0 && filepath.Base(path) == want {
+	if written > 0 && 2*written >= j.stagedBytes && filepath.Base(path) == want {
 		f.Act()
 	}
 }
@@ -592,4 +641,15 @@ func (j *training) epochEval(ctx context.Context, epoch, globalStep int) error {
 		cfg.OnEval(EvalInfo{Epoch: epoch, GlobalStep: globalStep, Accuracy: acc, Loss: loss})
 	}
 	return nil
+}
+
+// StepsPerEpoch returns the steps of one epoch of cfg's job as its rank
+// reads the data (its shard, its batch, the gradient accumulation),
+// without building the network.
+func StepsPerEpoch(cfg Config) (int, error) {
+	j := &training{cfg: cfg}
+	if err := j.openData(); err != nil {
+		return 0, err
+	}
+	return j.steps, nil
 }

@@ -83,6 +83,14 @@ type Config struct {
 	// Init is a checkpoint file to start from: its weights, and its
 	// optimizer state when it has one.
 	Init string
+	// InitResumes says that Init is a checkpoint of this same training
+	// (saved by it, then resharded for this job's devices, as npu/train's
+	// on_failure: shrink does): training picks up after it as a resume
+	// would, at the step its file name gives ({prefix}-{epoch}_{step}),
+	// instead of at step 1, and Init must hold the optimizer state. The
+	// global step continues Init's, and the count of this job's steps
+	// (epochs, file names) continues from the step it resumes at.
+	InitResumes bool
 	// Resume continues from the newest checkpoint in CkptDir (if any),
 	// optimizer state included, so the result equals an uninterrupted run.
 	Resume bool
@@ -464,55 +472,115 @@ func resumePoint(ctx context.Context, cfg Config, prefix string, stepsPerEpoch i
 	if cfg.ResumeDir != "" {
 		dir = cfg.ResumeDir
 	}
-	files, err := ckpt.NewestFirst(dir, prefix)
+	mine, err := listCheckpoints(dir, prefix, stepsPerEpoch, cfg.Log)
 	// Rank 0 may not have made its directory yet: no checkpoint either.
-	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) && !(cfg.ResumeDir != "" && errors.Is(err, fs.ErrNotExist)) {
+	if err != nil && !(cfg.ResumeDir != "" && errors.Is(err, fs.ErrNotExist)) {
 		return "", nil, err
-	}
-	type loaded struct {
-		path    string
-		tensors []ckpt.Tensor
-		step    int
-	}
-	// newest returns the newest valid checkpoint at or before limit.
-	bad := map[string]bool{}
-	newest := func(limit int) (loaded, error) {
-		for _, f := range files {
-			_, epoch, inEpoch, ok := ckpt.ParseFileName(filepath.Base(f))
-			step := (epoch-1)*stepsPerEpoch + inEpoch
-			if !ok || step > limit || bad[f] {
-				continue
-			}
-			file, err := ckpt.ReadVerified(f)
-			if err != nil {
-				bad[f] = true
-				if cfg.Log != nil {
-					fmt.Fprintf(cfg.Log, "resume: skipped %s: %v\n", f, err)
-				}
-				continue
-			}
-			return loaded{f, file.Tensors, step}, nil
-		}
-		return loaded{}, nil
 	}
 	limit := math.MaxInt
 	for {
-		mine, err := newest(limit)
-		if err != nil || cfg.StepRange == nil {
-			return mine.path, mine.tensors, err
+		c := mine.newest(limit)
+		if cfg.StepRange == nil {
+			return c.path, c.tensors, nil
 		}
-		lo, hi, err := cfg.StepRange(ctx, mine.step)
+		lo, hi, err := cfg.StepRange(ctx, c.step)
 		if err != nil {
 			return "", nil, fmt.Errorf("agree on a checkpoint with the other ranks: %w", err)
 		}
 		if lo == hi { // every rank offered the same step
-			return mine.path, mine.tensors, nil
+			return c.path, c.tensors, nil
 		}
-		if cfg.Log != nil && mine.step > lo {
-			fmt.Fprintf(cfg.Log, "resume: another rank's newest checkpoint is at step %d, before this rank's %d: all ranks go back to it\n", lo, mine.step)
+		if cfg.Log != nil && c.step > lo {
+			fmt.Fprintf(cfg.Log, "resume: another rank's newest checkpoint is at step %d, before this rank's %d: all ranks go back to it\n", lo, c.step)
 		}
 		limit = lo
 	}
+}
+
+// CommonCheckpoint returns the step a job's ranks resume from when each
+// saved its checkpoints of prefix in one of dirs — the newest step every
+// directory holds a checkpoint of that reads and verifies, by the rounds
+// resumePoint's ranks agree in — and those files in dirs' order; step 0
+// and no files when there is none. Steps count from 1 over epochs of
+// stepsPerEpoch steps. It reads the files, but needs no rank running:
+// npu/train's on_failure: shrink chooses with it after a job's ranks have
+// ended. Skipped files are reported on log (if not nil).
+func CommonCheckpoint(dirs []string, prefix string, stepsPerEpoch int, log io.Writer) (int, []string, error) {
+	lists := make([]*checkpointList, len(dirs))
+	for i, d := range dirs {
+		l, err := listCheckpoints(d, prefix, stepsPerEpoch, log)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, nil, err
+		}
+		lists[i] = l
+	}
+	limit := math.MaxInt
+	for {
+		lo, hi := math.MaxInt, 0
+		files := make([]string, len(dirs))
+		for i, l := range lists {
+			c := l.newest(limit)
+			lo, hi, files[i] = min(lo, c.step), max(hi, c.step), c.path
+		}
+		if lo == hi { // every directory holds step lo (0: none)
+			if lo == 0 {
+				return 0, nil, nil
+			}
+			return lo, files, nil
+		}
+		limit = lo
+	}
+}
+
+// checkpointList is a directory's checkpoints, newest first, read and
+// verified as they are asked for; a file that does not verify is skipped
+// from then on, and the log says so.
+type checkpointList struct {
+	files         []string
+	bad           map[string]bool
+	stepsPerEpoch int
+	log           io.Writer
+}
+
+// checkpoint is a verified checkpoint and its step (0: none).
+type checkpoint struct {
+	path    string
+	tensors []ckpt.Tensor
+	step    int
+}
+
+// listCheckpoints lists dir's checkpoints of prefix; a directory without
+// any is an empty list.
+func listCheckpoints(dir, prefix string, stepsPerEpoch int, log io.Writer) (*checkpointList, error) {
+	l := &checkpointList{bad: map[string]bool{}, stepsPerEpoch: stepsPerEpoch, log: log}
+	files, err := ckpt.NewestFirst(dir, prefix)
+	if err != nil && !errors.Is(err, ckpt.ErrNoCheckpoint) {
+		return l, err
+	}
+	l.files = files
+	return l, nil
+}
+
+// newest returns the newest checkpoint at or before step limit that
+// reads and verifies.
+func (l *checkpointList) newest(limit int) checkpoint {
+	for _, f := range l.files {
+		_, epoch, inEpoch, ok := ckpt.ParseFileName(filepath.Base(f))
+		step := (epoch-1)*l.stepsPerEpoch + inEpoch
+		if !ok || step > limit || l.bad[f] {
+			continue
+		}
+		file, err := ckpt.ReadVerified(f)
+		if err != nil {
+			l.bad[f] = true
+			if l.log != nil {
+				fmt.Fprintf(l.log, "resume: skipped %s: %v\n", f, err)
+			}
+			continue
+		}
+		return checkpoint{f, file.Tensors, step}
+	}
+	return checkpoint{}
 }
 
 // network is what the training loop drives: a whole model on this device

@@ -477,9 +477,10 @@ func loadsByRank(from, to cuts, dps int) []load {
 // link.
 func (m Machine) cost(ls []load) (seconds float64, maxBytes, maxIntra, maxInter int64) {
 	var intra, inter bool
+	within, between := m.link(Redistribution, false), m.link(Redistribution, true)
 	for _, l := range ls {
 		bi, be := l.intra*BytesPerElement, l.inter*BytesPerElement
-		seconds = max(seconds, float64(bi)/m.IntraServer.Bandwidth+float64(be)/m.InterServer.Bandwidth)
+		seconds = max(seconds, float64(bi)/within.Bandwidth+float64(be)/between.Bandwidth)
 		maxBytes = max(maxBytes, bi+be)
 		maxIntra, maxInter = max(maxIntra, bi), max(maxInter, be)
 		intra = intra || bi > 0
@@ -487,9 +488,9 @@ func (m Machine) cost(ls []load) (seconds float64, maxBytes, maxIntra, maxInter 
 	}
 	switch {
 	case inter:
-		return seconds + m.InterServer.Latency.Seconds(), maxBytes, maxIntra, maxInter
+		return seconds + between.Latency.Seconds(), maxBytes, maxIntra, maxInter
 	case intra:
-		return seconds + m.IntraServer.Latency.Seconds(), maxBytes, maxIntra, maxInter
+		return seconds + within.Latency.Seconds(), maxBytes, maxIntra, maxInter
 	}
 	return 0, 0, 0, 0
 }

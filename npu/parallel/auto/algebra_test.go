@@ -226,6 +226,10 @@ func boxSearch(t *testing.T, g parallel.Graph, devices int, m Machine) float64 {
 // The search with the layout algebra and its skipped pairs finds plans as
 // fast as the box-intersecting search without skips, on 8 and 64 devices
 // (8 a server, so 64 spans servers), with and without a binding memory cap.
+// Without latencies the two objectives are the same; with them the plan
+// pays one latency per gradient-reduction group (pricer.plan), the searches
+// one per operator, and the search may return data parallel when that
+// repricing makes it faster, so its plan can only be faster.
 func TestSearchMatchesBoxSearch(t *testing.T) {
 	for _, tc := range []struct {
 		devices int
@@ -237,9 +241,16 @@ func TestSearchMatchesBoxSearch(t *testing.T) {
 	} {
 		devices := tc.devices
 		for _, g := range tc.graphs {
-			for _, memory := range []int64{1 << 30, 8 << 20} {
+			for _, tc := range []struct {
+				memory    int64
+				latencies bool
+			}{{1 << 30, false}, {8 << 20, false}, {1 << 30, true}, {8 << 20, true}} {
+				memory := tc.memory
 				m := DefaultMachine()
 				m.Memory = memory
+				if !tc.latencies {
+					m.IntraServer.Latency, m.InterServer.Latency = 0, 0
+				}
 				want := boxSearch(t, g, devices, m)
 				plan, err := Search(g, devices, m)
 				if math.IsInf(want, 1) {
@@ -251,8 +262,8 @@ func TestSearchMatchesBoxSearch(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s on %d devices: %v", g.Model, devices, err)
 				}
-				if !near(plan.StepSeconds, want) {
-					t.Errorf("%s on %d devices, %d bytes: search %v s, box search %v s", g.Model, devices, memory, plan.StepSeconds, want)
+				if got := plan.StepSeconds; !near(got, want) && (!tc.latencies || got > want) {
+					t.Errorf("%s on %d devices, %d bytes, latencies %v: search %v s, box search %v s", g.Model, devices, memory, tc.latencies, got, want)
 				}
 			}
 		}

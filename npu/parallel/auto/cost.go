@@ -16,7 +16,11 @@ type OpCost struct {
 	// Used is the number of devices the strategy splits over; the others
 	// repeat the calculation.
 	Used int
-	// ComputeSeconds is the forward and backward FLOPs over Used devices.
+	// ComputeSeconds is the forward and backward pass on one rank: its
+	// FLOPs over the device's FLOP/s or its memory traffic over the
+	// memory bandwidth, whichever is longer, plus the optimizer's update
+	// of the parameters this operator is the first to use and the
+	// packing of their gradients for reduction (memory traffic).
 	ComputeSeconds float64
 	// CommSeconds covers the AllReduce of a partial output, the
 	// reductions of partial gradients (of the input and of the parameters
@@ -42,7 +46,33 @@ type OpCost struct {
 	// Largest names the biggest tensor counted in Memory, with its bytes.
 	Largest      string
 	LargestBytes int64
+	// buckets are the gradient reductions counted in CommSeconds, each
+	// with a latency; the engine makes one call a step per group, which
+	// [pricer.plan] keeps.
+	buckets []bucketCall
 }
+
+// bucketCall is one call reducing parameter gradients over groups of the
+// same size and reach.
+type bucketCall struct {
+	kind   Collective
+	size   int
+	across bool
+}
+
+// Memory traffic of the step's loops besides the products, in bytes per
+// parameter element.
+const (
+	// UpdateBytesPerElement is what npu/optim's Momentum reads and writes
+	// per element: parameter, gradient and moment read, parameter and
+	// moment written.
+	UpdateBytesPerElement = 5 * BytesPerElement
+	// PackBytesPerElement is what npu/shard moves per element of a
+	// gradient it reduces: copied into the reduction buffer and back
+	// (read and write each), and divided by the group size in place
+	// (gradients_mean).
+	PackBytesPerElement = 6 * BytesPerElement
+)
 
 // Plan is a strategy for every operator of a graph with its predicted
 // cost per training step.
@@ -242,18 +272,64 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 	// The backward pass computes the input gradient and, for an operator
 	// with parameters, the parameter gradients too: one or two products
 	// the size of the forward one.
-	flops := 2 * float64(o.FLOPs)
-	if len(o.Params()) > 0 {
-		flops += float64(o.FLOPs)
+	// Each pass takes the longer of its FLOPs and its memory traffic:
+	// it reads the operator's input and parameter slices and writes an
+	// output's worth. The input gradient of a MatMul reads the weight
+	// transposed, which the product kernel packs at its own rate, and its
+	// weight gradient writes a weight-sized result at another.
+	out, err := sliceBytes(ol.Output)
+	if err != nil {
+		return OpCost{}, err
 	}
-	c.ComputeSeconds = flops / float64(ol.Used) / p.m.FLOPS
+	var data, params int64
+	for k, l := range ol.Inputs {
+		b, err := sliceBytes(l)
+		if err != nil {
+			return OpCost{}, err
+		}
+		if o.Inputs[k].Name != "" {
+			params += b
+		} else {
+			data += b
+		}
+	}
+	for _, l := range ol.Extra {
+		b, err := sliceBytes(l)
+		if err != nil {
+			return OpCost{}, err
+		}
+		params += b
+	}
+	pass := float64(o.FLOPs) / float64(ol.Used) / p.m.FLOPS
+	stream := p.m.StreamSeconds(data + params + out)
+	inputGrad, weightGrad := stream, stream
+	if o.Kind == parallel.OpMatMul && p.m.TransposedBandwidth > 0 {
+		inputGrad = p.m.StreamSeconds(data+out) + float64(params)/p.m.TransposedBandwidth
+	}
+	if o.Kind == parallel.OpMatMul && p.m.WeightGradBandwidth > 0 {
+		weightGrad = p.m.StreamSeconds(data+out) + float64(params)/p.m.WeightGradBandwidth
+	}
+	c.ComputeSeconds = max(pass, stream) + max(pass, inputGrad)
+	if len(o.Params()) > 0 {
+		c.ComputeSeconds += max(pass, weightGrad)
+	}
 
-	allReduce := func(l parallel.Layout, axes []int, bytes int64) error {
+	// A partial output or input gradient is reduced by GroupAllReduce; a
+	// gradient bucket (bucket) by the communicator's own AllReduce when
+	// its group is every rank.
+	allReduce := func(bucket bool, l parallel.Layout, axes []int, bytes int64) error {
 		g, err := p.group(l, axes)
 		if err != nil || g.size <= 1 || bytes == 0 {
 			return err
 		}
-		c.CommSeconds += p.m.AllReduceSeconds(bytes, g.size, g.across)
+		kind := GroupAllReduce
+		if bucket && g.size == p.devices {
+			kind = WholeAllReduce
+		}
+		if bucket {
+			c.buckets = append(c.buckets, bucketCall{kind, g.size, g.across})
+		}
+		c.CommSeconds += p.m.AllReduceSeconds(kind, bytes, g.size, g.across)
 		ring := 2 * int64(g.size-1) * bytes / int64(g.size)
 		c.CommBytes += ring
 		if g.across {
@@ -264,16 +340,36 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		c.Collectives++
 		return nil
 	}
+	// The loader gives each rank its share of the batch's rows; a layout
+	// that needs more rows of loader data (the images, the labels) than
+	// that, on each rank, gets the rest from the others in one Exchange.
+	gather := func(l parallel.Layout, bytes int64) error {
+		shape, err := l.SliceShape()
+		if err != nil || len(shape) == 0 || len(l.Shape) == 0 || l.Shape[0]%p.devices != 0 || shape[0] == 0 {
+			return err
+		}
+		held := l.Shape[0] / p.devices
+		if shape[0] <= held {
+			return nil
+		}
+		recv := bytes / int64(shape[0]) * int64(shape[0]-held)
+		across := p.devices > p.m.DevicesPerServer
+		c.CommSeconds += p.m.ExchangeSeconds(recv, across)
+		c.CommBytes += recv
+		if across {
+			c.InterBytes += recv
+		} else {
+			c.IntraBytes += recv
+		}
+		c.Collectives++
+		return nil
+	}
 	keep := func(name string, bytes int64) {
 		if bytes > c.LargestBytes {
 			c.Largest, c.LargestBytes = name, bytes
 		}
 	}
-	out, err := sliceBytes(ol.Output)
-	if err != nil {
-		return OpCost{}, err
-	}
-	if err := allReduce(ol.Output, ol.OutputPartial, out); err != nil {
+	if err := allReduce(false, ol.Output, ol.OutputPartial, out); err != nil {
 		return OpCost{}, err
 	}
 	c.ActivationMemory += out
@@ -310,6 +406,13 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		}
 		c.ParamMemory += held
 		keep("parameter "+t.Name, held)
+		// The optimizer updates this rank's piece; a reduced gradient is
+		// packed into its bucket and back.
+		update := bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
+		if groupSize(l, axes) > 1 {
+			update += bytes / BytesPerElement * PackBytesPerElement
+		}
+		c.ComputeSeconds += p.m.StreamSeconds(update)
 		key := fmt.Sprint(axes)
 		if _, ok := fused[key]; !ok {
 			fusedOrder = append(fusedOrder, key)
@@ -331,17 +434,33 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 			if err != nil {
 				return OpCost{}, err
 			}
-			if err := allReduce(l, ol.GradPartial[k], bytes); err != nil {
+			if err := allReduce(false, l, ol.GradPartial[k], bytes); err != nil {
 				return OpCost{}, err
 			}
 		default:
-			// Data the loader supplies in this layout: the batch, labels.
+			// Data the loader supplies: the batch, labels.
 			bytes, err := sliceBytes(l)
 			if err != nil {
 				return OpCost{}, err
 			}
 			c.ActivationMemory += bytes
 			keep(o.Name+" input batch", bytes)
+			if err := gather(l, bytes); err != nil {
+				return OpCost{}, err
+			}
+		}
+	}
+	if o.Kind == parallel.OpLoss && len(ol.Inputs) == 1 {
+		// The labels of the loss's rows, when the graph leaves them out
+		// of its inputs (npu/shard's): one float32 a row.
+		shape, err := ol.Inputs[0].SliceShape()
+		if err != nil {
+			return OpCost{}, err
+		}
+		if len(shape) > 0 {
+			if err := gather(ol.Inputs[0], int64(shape[0])*BytesPerElement); err != nil {
+				return OpCost{}, err
+			}
 		}
 	}
 	for k, t := range o.Extra {
@@ -350,7 +469,7 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		}
 	}
 	for _, key := range fusedOrder {
-		if err := allReduce(fusedLayout[key], fusedAxes[key], fused[key]); err != nil {
+		if err := allReduce(true, fusedLayout[key], fusedAxes[key], fused[key]); err != nil {
 			return OpCost{}, err
 		}
 	}
@@ -421,10 +540,23 @@ func (p *pricer) cutsOf(l *parallel.Layout) (cuts, error) {
 // plan prices a whole layout of the graph.
 func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
 	plan := &Plan{Model: p.g.Model, Devices: p.devices, Machine: p.m, Strategy: parallel.Strategy{}}
+	reduced := map[bucketCall]bool{}
 	for i, ol := range ols {
 		c, err := p.op(i, ol)
 		if err != nil {
 			return nil, fmt.Errorf("price operator %s: %w", ol.Op, err)
+		}
+		// The engine packs the gradients reduced over one partition of
+		// the ranks into one bucket and reduces it once a step: later
+		// operators' reductions over groups like an earlier one's add
+		// their bytes but no latency. (The search prices each operator
+		// alone, a latency each.)
+		for _, b := range c.buckets {
+			if reduced[b] {
+				c.CommSeconds -= p.m.link(b.kind, b.across).Latency.Seconds()
+				c.Collectives--
+			}
+			reduced[b] = true
 		}
 		if i > 0 {
 			r, err := p.redistribute(ols[i-1], ol)

@@ -29,14 +29,133 @@ func near(got, want float64) bool {
 func TestAllReduceSeconds(t *testing.T) {
 	m := roundMachine()
 	// 8 MiB over 4 ranks: each moves 2·3/4 of the buffer.
-	if got, want := m.AllReduceSeconds(8<<20, 4, false), 1.5*8388608/1e10+0.0005; !near(got, want) {
+	if got, want := m.AllReduceSeconds(GroupAllReduce, 8<<20, 4, false), 1.5*8388608/1e10+0.0005; !near(got, want) {
 		t.Errorf("within a server: %v s, want %v", got, want)
 	}
-	if got, want := m.AllReduceSeconds(8<<20, 4, true), 1.5*8388608/1e9+0.002; !near(got, want) {
+	if got, want := m.AllReduceSeconds(GroupAllReduce, 8<<20, 4, true), 1.5*8388608/1e9+0.002; !near(got, want) {
 		t.Errorf("across servers: %v s, want %v", got, want)
 	}
-	if got := m.AllReduceSeconds(8<<20, 1, false); got != 0 {
+	if got := m.AllReduceSeconds(GroupAllReduce, 8<<20, 1, false); got != 0 {
 		t.Errorf("group of one: %v s, want 0", got)
+	}
+
+	// Group reductions and exchanges over loopback within a server, the
+	// whole-job AllReduce over the server's link; between servers every
+	// kind takes the link between servers.
+	m.Loopback = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
+	m.OverLoopback = KindSet(GroupAllReduce, Redistribution)
+	for _, tc := range []struct {
+		kind   Collective
+		across bool
+		want   float64
+	}{
+		{WholeAllReduce, false, 1.5*8388608/1e10 + 0.0005},
+		{GroupAllReduce, false, 1.5*8388608/3e8 + 0.003},
+		{StageSendRecv, false, 1.5*8388608/1e10 + 0.0005},
+		{GroupAllReduce, true, 1.5*8388608/1e9 + 0.002},
+		{WholeAllReduce, true, 1.5*8388608/1e9 + 0.002},
+	} {
+		if got := m.AllReduceSeconds(tc.kind, 8<<20, 4, tc.across); !near(got, tc.want) {
+			t.Errorf("kind %d across servers %v: %v s, want %v", tc.kind, tc.across, got, tc.want)
+		}
+	}
+	if got, want := m.ExchangeSeconds(1<<20, false), 1048576/3e8+0.003; !near(got, want) {
+		t.Errorf("exchange within a server: %v s, want %v", got, want)
+	}
+	if got, want := m.ExchangeSeconds(1<<20, true), 1048576/1e9+0.002; !near(got, want) {
+		t.Errorf("exchange between servers: %v s, want %v", got, want)
+	}
+	if got := m.ExchangeSeconds(0, true); got != 0 {
+		t.Errorf("empty exchange: %v s, want 0", got)
+	}
+}
+
+func TestStreamSeconds(t *testing.T) {
+	m := roundMachine()
+	if got := m.StreamSeconds(1 << 30); got != 0 {
+		t.Errorf("no memory bandwidth: %v s, want 0 (not priced)", got)
+	}
+	m.MemoryBandwidth = 2e10
+	if got, want := m.StreamSeconds(1<<30), 1073741824/2e10; !near(got, want) {
+		t.Errorf("1 GiB at 20 GB/s: %v s, want %v", got, want)
+	}
+}
+
+// TestEvaluateMemoryTraffic prices the seeds' network on a machine whose
+// memory is slow enough that the products are memory-bound, with the
+// whole-job gradient AllReduce over shared memory and the rest over
+// loopback.
+func TestEvaluateMemoryTraffic(t *testing.T) {
+	m := roundMachine()
+	m.MemoryBandwidth = 1e9
+	m.Loopback = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
+	m.OverLoopback = KindSet(GroupAllReduce, Redistribution)
+	g := seedsNet(32)
+	const weight = 512 * 128 * 4
+	p, err := Evaluate(g, nil, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, red := p.Ops[0], p.Ops[1]
+	// Three passes over the 8×512 input, the weight and the 8×128
+	// output; then the update (20 bytes an element) and the packing of
+	// the reduced gradient (24 bytes an element).
+	traffic := 3.0 * (8*512*4 + weight + 8*128*4)
+	elems := 512 * 128.0
+	if want := (traffic + 20*elems + 24*elems) / 1e9; !near(fc.ComputeSeconds, want) {
+		t.Errorf("matmul compute %v s, want %v", fc.ComputeSeconds, want)
+	}
+	// The input gradient reads the weight transposed, at its own rate.
+	m.TransposedBandwidth = 2.5e8
+	if p, err := Evaluate(g, nil, 4, m); err != nil {
+		t.Fatal(err)
+	} else if want := (2*traffic/3+8*512*4+8*128*4+20*elems+24*elems)/1e9 + weight/2.5e8; !near(p.Ops[0].ComputeSeconds, want) {
+		t.Errorf("matmul compute with the weight read transposed at 250 MB/s: %v s, want %v", p.Ops[0].ComputeSeconds, want)
+	}
+	// And the weight gradient is written at its own rate too.
+	m.WeightGradBandwidth = 5e8
+	if p, err := Evaluate(g, nil, 4, m); err != nil {
+		t.Fatal(err)
+	} else if want := (traffic/3+2*(8*512*4+8*128*4)+20*elems+24*elems)/1e9 + weight/2.5e8 + weight/5e8; !near(p.Ops[0].ComputeSeconds, want) {
+		t.Errorf("matmul compute with the weight gradient written at 500 MB/s: %v s, want %v", p.Ops[0].ComputeSeconds, want)
+	}
+	m.TransposedBandwidth, m.WeightGradBandwidth = 0, 0
+	// The gradient spans every rank: the whole-job AllReduce's link.
+	if want := 1.5*weight/1e10 + 0.0005; !near(fc.CommSeconds, want) {
+		t.Errorf("matmul comm %v s, want %v (shared memory)", fc.CommSeconds, want)
+	}
+	// ReduceSum: two passes over its 8×128 input and 8 outputs.
+	if want := 2.0 * (8*128*4 + 8*4) / 1e9; !near(red.ComputeSeconds, want) {
+		t.Errorf("reduce compute %v s, want %v", red.ComputeSeconds, want)
+	}
+
+	// Column split: the redistribution to ReduceSum's batch split goes
+	// over loopback, and the FLOPs still lose to the traffic.
+	p, err = Evaluate(g, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 4}}}, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	red = p.Ops[1]
+	// Forward a rank fetches 3 of the 4 column blocks of its 8 rows,
+	// backward 3 of the 4 row blocks of its 32 columns.
+	if want := (3*8*32*4+3*8*32*4)/3e8 + 2*0.003; !near(red.CommSeconds, want) {
+		t.Errorf("reduce comm %v s, want %v (loopback)", red.CommSeconds, want)
+	}
+}
+
+// The engine reduces the gradients of one partition of the ranks in one
+// bucket a step: the second operator reducing over the same groups pays
+// bytes but no second latency.
+func TestBucketLatencyOncePerGroup(t *testing.T) {
+	m := roundMachine()
+	g := parallel.Graph{Model: "two", Ops: []parallel.OpSpec{matmul("a", 32, 64, 64), matmul("b", 32, 64, 64)}}
+	p, err := Evaluate(g, nil, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grad := 1.5 * 64 * 64 * 4 / 1e10
+	if a, b := p.Ops[0], p.Ops[1]; !near(a.CommSeconds, grad+0.0005) || !near(b.CommSeconds, grad) || a.Collectives != 1 || b.Collectives != 0 {
+		t.Errorf("comm %v s in %d calls and %v s in %d, want %v in 1 and %v in 0", a.CommSeconds, a.Collectives, b.CommSeconds, b.Collectives, grad+0.0005, grad)
 	}
 }
 
@@ -153,8 +272,13 @@ func TestEvaluateSeedsNet(t *testing.T) {
 		}
 		fc, red := p.Ops[0], p.Ops[1]
 		// Two devices split the columns; two repeat: no gradient reduction.
-		if want := 3.0 * matmulFLOPs / 2 / 1e12; !near(fc.ComputeSeconds, want) || fc.CommSeconds != 0 || fc.Used != 2 {
-			t.Errorf("matmul compute %v s (want %v), comm %v s, used %d", fc.ComputeSeconds, want, fc.CommSeconds, fc.Used)
+		// Every rank needs all 32 rows of the batch and the loader gave it
+		// 8: it fetches the other 24 rows of 512 in one Exchange.
+		if want := 3.0 * matmulFLOPs / 2 / 1e12; !near(fc.ComputeSeconds, want) || fc.Used != 2 {
+			t.Errorf("matmul compute %v s (want %v), used %d", fc.ComputeSeconds, want, fc.Used)
+		}
+		if want := 24*512*4/1e10 + 0.0005; !near(fc.CommSeconds, want) || fc.Collectives != 1 || fc.CommBytes != 24*512*4 {
+			t.Errorf("matmul comm %v s in %d calls, %d bytes, want %v s in 1, %d bytes (the batch gathered)", fc.CommSeconds, fc.Collectives, fc.CommBytes, want, 24*512*4)
 		}
 		if want := int64(3*weight/2 + 32*64*4 + 32*512*4); fc.Memory != want {
 			t.Errorf("matmul memory %d, want %d", fc.Memory, want)
@@ -172,8 +296,10 @@ func TestEvaluateSeedsNet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Each rank sums a quarter of k: the 32×128 output is all-reduced.
-		if want := 1.5*32*128*4/1e10 + 0.0005; !near(p.Ops[0].CommSeconds, want) {
+		// Each rank sums a quarter of k: the 32×128 output is all-reduced;
+		// of its 32 rows of 128 columns of the batch it has 8 from the
+		// loader.
+		if want := 1.5*32*128*4/1e10 + 0.0005 + 24*128*4/1e10 + 0.0005; !near(p.Ops[0].CommSeconds, want) {
 			t.Errorf("partial output comm %v s, want %v", p.Ops[0].CommSeconds, want)
 		}
 	})
@@ -212,5 +338,30 @@ func TestSharedParameterCountedOnce(t *testing.T) {
 		if !slices.Equal(st[1], []int{1, 1}) {
 			t.Errorf("candidate %v splits the shared weight", st)
 		}
+	}
+}
+
+// The loader gives each rank its rows of the batch; a loss that runs on
+// more rows than that fetches their labels, a float32 a row.
+func TestLossGathersLabels(t *testing.T) {
+	m := roundMachine()
+	g := parallel.Graph{Model: "head", Ops: []parallel.OpSpec{matmul("fc", 32, 64, 10), loss(32, 10)}}
+	p, err := Evaluate(g, parallel.Strategy{"loss": {{1, 1}, {1}}}, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Ops[1]
+	// Labels: 24 rows fetched. Logits: forward the 24 rows of 10 the
+	// rank lacks; backward nothing (its gradient rows are its own).
+	want := 24*4/1e10 + 0.0005 + 24*10*4/1e10 + 0.0005
+	if !near(l.CommSeconds, want) || l.Collectives != 2 {
+		t.Errorf("loss comm %v s in %d calls, want %v s in 2", l.CommSeconds, l.Collectives, want)
+	}
+	dp, err := Evaluate(g, nil, 4, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := dp.Ops[1]; c.Collectives != 1 || c.CommBytes != 6 {
+		t.Errorf("data-parallel loss: %d calls, %d bytes, want 1 and 6 (the loss's sum, no labels fetched)", c.Collectives, c.CommBytes)
 	}
 }

@@ -17,13 +17,14 @@ func TestPlanFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Figures worked out in TestEvaluateSeedsNet: 3·2·32·512·128 FLOPs over
-	// 2 devices at 1 TFLOP/s; 8 KiB moved and two latencies for ReduceSum;
-	// 3·128 KiB of weight slices, a 32×64 output and the 32×512 batch.
+	// 2 devices at 1 TFLOP/s; 48 KiB of the batch gathered and a latency
+	// for the MatMul; 8 KiB moved and two latencies for ReduceSum; 3·128 KiB
+	// of weight slices, a 32×64 output and the 32×512 batch.
 	want := `operator   kind       strategy          devices used  compute  comm     memory
-fc.matmul  MatMul     [[1, 1], [1, 2]]  2             6.29 µs  0        456.0 KiB
+fc.matmul  MatMul     [[1, 1], [1, 2]]  2             6.29 µs  505 µs   456.0 KiB
 reduce     ReduceSum  [[4, 1]]          4             2.05 ns  1.00 ms  32 B
-semi_auto_parallel_net on 4 devices: predicted step 1.01 ms (compute 6.29 µs, communication 1.00 ms); predicted peak memory 456.0 KiB per rank (the cost model's parameters and activations), fits the device's 1 GiB
-communication per rank and step: 8.0 KiB within a server (10.0 GB/s links), 0 B between servers (1.00 GB/s links), 8 devices a server
+semi_auto_parallel_net on 4 devices: predicted step 1.51 ms (compute 6.29 µs, communication 1.51 ms); predicted peak memory 456.0 KiB per rank (the cost model's parameters and activations), fits the device's 1 GiB
+communication per rank and step: 56.0 KiB within a server (10.0 GB/s links), 0 B between servers (1.00 GB/s links), 8 devices a server
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)

@@ -21,23 +21,83 @@ type Link struct {
 	Latency time.Duration
 }
 
+// Collective is a kind of collective call the training engine makes. Within
+// a server the kinds may travel over different links ([Machine.Loopback]).
+type Collective uint8
+
+// The collective kinds.
+const (
+	// WholeAllReduce reduces a gradient bucket over every rank of the job.
+	WholeAllReduce Collective = iota
+	// GroupAllReduce reduces a partial output, a partial input gradient
+	// or a gradient bucket over a group of ranks (the loss too).
+	GroupAllReduce
+	// Redistribution is Exchange (AllToAllv) from one layout to another.
+	Redistribution
+	// StageSendRecv is a pipeline's send and receive between stages.
+	StageSendRecv
+)
+
+// numCollectives is the number of collective kinds.
+const numCollectives = 4
+
+// KindLinks is a link for each collective kind.
+type KindLinks [numCollectives]Link
+
+// Collectives is a set of collective kinds.
+type Collectives uint8
+
+// KindSet returns the set of kinds.
+func KindSet(kinds ...Collective) Collectives {
+	var s Collectives
+	for _, k := range kinds {
+		s |= 1 << k
+	}
+	return s
+}
+
+// Has reports whether kind is in s.
+func (s Collectives) Has(kind Collective) bool { return s&(1<<kind) != 0 }
+
 // Machine is what the cost model knows of the hardware: the speed of one
 // device, the links between devices, and each device's memory.
 type Machine struct {
 	// FLOPS is the sustained float32 FLOP/s of one device.
 	FLOPS float64
+	// MemoryBandwidth is the bytes/s one device streams through its
+	// memory in the loops a step runs besides the products (elementwise
+	// operators, the optimizer, packing gradients for their reduction):
+	// an operator takes the longer of its FLOPs over FLOPS and its memory
+	// traffic over MemoryBandwidth. 0 prices FLOPs alone, and no
+	// optimizer or packing time.
+	MemoryBandwidth float64
+	// TransposedBandwidth is the bytes/s at which the product kernel
+	// reads an operand it must transpose: the weight, in a MatMul's input
+	// gradient (dy·wᵀ). 0: at MemoryBandwidth.
+	TransposedBandwidth float64
+	// WeightGradBandwidth is the bytes/s at which the product kernel
+	// writes a MatMul's weight gradient (xᵀ·dy), whose small inner
+	// dimension (the batch) leaves it bound by the writing. 0: at
+	// MemoryBandwidth.
+	WeightGradBandwidth float64
 	// IntraServer is the link between devices of one server (shared
 	// memory here, HCCS on an Ascend server); InterServer the link
 	// between servers (TCP).
 	IntraServer, InterServer Link
+	// Loopback[k] is the link collectives of kind k take between devices
+	// of one server instead of IntraServer when k is in OverLoopback: on
+	// this build's simulated devices, loopback TCP for the kinds that
+	// have no shared-memory path yet. Unused for the other kinds.
+	Loopback     KindLinks
+	OverLoopback Collectives
 	// DevicesPerServer is how many consecutive ranks share a server.
 	DevicesPerServer int
 	// Memory is one device's memory in bytes.
 	Memory int64
 }
 
-// DefaultMachine describes the simulated devices on the 2-core AMD EPYC
-// development VM (AVX-512) the figures were measured on:
+// DefaultMachine describes one device a core on the 2-core AMD EPYC
+// development VM (with AVX-512) the figures were measured on:
 //
 //   - FLOPS 115 GFLOP/s, measured: one thread of the GEMM kernel on the
 //     convolution-shaped product 16×16384×144 (go test ./npu/tensor -run '^$'
@@ -52,6 +112,10 @@ type Machine struct {
 //   - DevicesPerServer 8: an assumption, HCCL's server of 8 devices.
 //   - Memory 32 GiB: an assumption, the HBM of an Ascend 910
 //     ([nn.Ascend910Memory]), which is also the trainer's default cap.
+//
+// It prices FLOPs alone (no MemoryBandwidth) and every kind over the
+// shared memory within a server. [LocalMachine] is the simulated devices
+// of this build on today's VM (AVX2, no AVX-512), measured afresh.
 func DefaultMachine() Machine {
 	return Machine{
 		FLOPS:            115e9,
@@ -62,13 +126,21 @@ func DefaultMachine() Machine {
 	}
 }
 
-// ShareCores returns m with FLOPS scaled for devices rank processes that
-// share cores CPU cores, as simulated devices on one small machine do: each
-// gets cores/devices of a core when there are more devices than cores.
-func (m Machine) ShareCores(cores, devices int) Machine {
-	if cores > 0 && devices > cores {
-		m.FLOPS *= float64(cores) / float64(devices)
+// ShareCores returns m with FLOPS and MemoryBandwidth scaled for devices
+// rank processes of threads compute threads each (0: 1) on cores CPU
+// cores, as simulated devices on one small machine run: a device computes
+// on min(threads, cores/devices) cores' worth, so 8 devices of one thread
+// on 2 cores get a quarter of a core each, and one device of 2 threads
+// gets both (taken as twice one core's rate).
+func (m Machine) ShareCores(cores, devices, threads int) Machine {
+	if cores < 1 || devices < 1 {
+		return m
 	}
+	share := min(float64(max(threads, 1)), float64(cores)/float64(devices))
+	m.FLOPS *= share
+	m.MemoryBandwidth *= share
+	m.TransposedBandwidth *= share
+	m.WeightGradBandwidth *= share
 	return m
 }
 
@@ -79,6 +151,10 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("%w: FLOP/s %v, want more than 0", ErrMachine, m.FLOPS)
 	case !(m.IntraServer.Bandwidth > 0) || !(m.InterServer.Bandwidth > 0):
 		return fmt.Errorf("%w: bandwidths %v (server) and %v (between servers) bytes/s, want more than 0", ErrMachine, m.IntraServer.Bandwidth, m.InterServer.Bandwidth)
+	case !m.loopbackValid():
+		return fmt.Errorf("%w: a collective kind over loopback has no bandwidth or a negative latency", ErrMachine)
+	case !(m.MemoryBandwidth >= 0) || !(m.TransposedBandwidth >= 0) || !(m.WeightGradBandwidth >= 0):
+		return fmt.Errorf("%w: memory bandwidths %v, %v (transposed) and %v (weight gradient) bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth, m.TransposedBandwidth, m.WeightGradBandwidth)
 	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0:
 		return fmt.Errorf("%w: negative latency", ErrMachine)
 	case m.DevicesPerServer < 1:
@@ -89,25 +165,142 @@ func (m Machine) Validate() error {
 	return nil
 }
 
-// link returns the link a group of ranks uses: the slower one when the
-// group spans servers.
-func (m Machine) link(acrossServers bool) Link {
-	if acrossServers {
+func (m Machine) loopbackValid() bool {
+	for k, l := range m.Loopback {
+		if m.OverLoopback.Has(Collective(k)) && (!(l.Bandwidth > 0) || l.Latency < 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// link returns the link a collective of kind uses among a group of
+// ranks: the slower one when the group spans servers.
+func (m Machine) link(kind Collective, acrossServers bool) Link {
+	switch {
+	case acrossServers:
 		return m.InterServer
+	case m.OverLoopback.Has(kind):
+		return m.Loopback[kind]
 	}
 	return m.IntraServer
 }
 
-// AllReduceSeconds is the time of a ring AllReduce of bytes bytes (each
-// rank's buffer) among group ranks: 2(g−1)/g·bytes over the bandwidth,
-// plus one latency. A group of one costs nothing.
-func (m Machine) AllReduceSeconds(bytes int64, group int, acrossServers bool) float64 {
+// AllReduceSeconds is the time of a ring AllReduce of kind of bytes bytes
+// (each rank's buffer) among group ranks: 2(g−1)/g·bytes over the
+// bandwidth, plus one latency. A group of one costs nothing.
+func (m Machine) AllReduceSeconds(kind Collective, bytes int64, group int, acrossServers bool) float64 {
 	if group <= 1 || bytes <= 0 {
 		return 0
 	}
-	l := m.link(acrossServers)
+	l := m.link(kind, acrossServers)
 	return 2*float64(group-1)/float64(group)*float64(bytes)/l.Bandwidth + l.Latency.Seconds()
+}
+
+// StreamSeconds is the time one device takes to move bytes through its
+// memory: 0 when the machine does not price memory traffic.
+func (m Machine) StreamSeconds(bytes int64) float64 {
+	if m.MemoryBandwidth <= 0 || bytes <= 0 {
+		return 0
+	}
+	return float64(bytes) / m.MemoryBandwidth
 }
 
 // server returns the server of rank.
 func (m Machine) server(rank int) int { return rank / m.DevicesPerServer }
+
+// LocalOverLoopback is the collective kinds that travel over loopback TCP
+// between the simulated devices of one server in this build: everything but
+// the whole-job gradient AllReduce, which has shared memory. (When Exchange,
+// the group reductions and the pipeline's send/receive get shared memory,
+// this set empties and those kinds take IntraServer.)
+var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
+
+// LocalMachine is this build's simulated devices on this machine: devices
+// rank processes of threads compute threads each (0: 1) on cores CPU
+// cores, sharing them ([Machine.ShareCores]). Its figures were measured on
+// the 2-core AMD EPYC VM (Zen 3: AVX2 and FMA, no AVX-512) on 2026-11-28,
+// at load averages of 35-50 from other work, with the measuring process's
+// scheduling group (its autogroup) at nice -20 so that it ran most of the
+// time; go run ./bench/parallel prints each one measured afresh beside
+// the model's:
+//
+//   - FLOPS 24 GFLOP/s: the GEMM kernel on one thread, 16×16384×144
+//     ([MeasureFLOPS]), in three runs of the probe alone 21.5-26.7 GFLOP/s
+//     (inside bench/parallel, beside other work, 10.3-21.5; the products
+//     of wide_net: 32×4096×3072 18.8-26.0, 32×512×3072 30.6).
+//
+//   - MemoryBandwidth 12 GB/s: the optimizer's loop over 8M elements
+//     ([MeasureMemoryBandwidth]): 10.4-13.9 GB/s.
+//
+//   - TransposedBandwidth 1.5 GB/s: dy·wᵀ of 4×3072 by 3072×4096
+//     ([MeasureTransposedBandwidth]): 1.3-1.8 GB/s. The kernel packs a
+//     transposed operand 7-8× slower than the loop streams memory; with a
+//     small batch this pass is most of a wide layer's step.
+//
+//   - WeightGradBandwidth 4 GB/s: xᵀ·dy of 3072×4 by 4×4096, a 48 MiB
+//     result ([MeasureWeightGradBandwidth]): 3.5-4.9 GB/s, 3× slower
+//     than the loop streams memory.
+//
+//   - Latencies are what a small call takes among 8 rank processes back
+//     to back (bench/parallel's probes, five runs): 0.48-0.85 ms over
+//     shared memory, 0.64-1.45 ms for GroupAllReduce and 1.6-2.3 ms for
+//     Exchange over loopback TCP. Inside a step a call often waits longer
+//     (0.6-6.5 ms, bench/parallel -detail) for ranks still computing,
+//     but that wait is the other ranks' share of the cores, which the
+//     shared FLOP/s already price.
+//
+//   - IntraServer 2.0 GB/s, 0.65 ms: the shared-memory AllReduce among 8
+//     rank processes (go run ./bench/collective -ranks 8 -algorithms shm):
+//     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB.
+//
+//   - Loopback 0.25 GB/s, 1.2 ms (GroupAllReduce, 4 MiB) and 0.21 GB/s,
+//     1.8 ms (Exchange, 256 KiB a peer): loopback TCP among 8 rank
+//     processes (bench/parallel's probes).
+//
+//   - InterServer: DefaultMachine's (not measured on this VM).
+//
+//   - More threads than cores: 8 goroutines at once on the GEMM probe did
+//     0.86 of twice what one alone did (the work done together over the
+//     time taken together, bench/parallel's probe; another run 1.05), and
+//     8 rank processes run the split modes' products slower than a
+//     linear share of one alone: the devices' FLOP/s are scaled by
+//     oversubscribedCompute. (The memory loop gave 0.63 and 1.17 in two
+//     runs: no factor.)
+//
+// The model leaves out: ranks waiting for each other at a collective
+// beyond the other ranks' share of the cores; how the devices share the
+// memory bandwidth beyond a linear share; a gradient reduction the engine
+// makes of parameters every rank computed alike (hybrid_parallel's bias).
+func LocalMachine(cores, devices, threads int) Machine {
+	m := DefaultMachine()
+	m.FLOPS = 24e9
+	m.MemoryBandwidth = 12e9
+	m.TransposedBandwidth = 1.5e9
+	m.WeightGradBandwidth = 4e9
+	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 650 * time.Microsecond}
+	tcp := Link{Bandwidth: 0.25e9, Latency: 1200 * time.Microsecond}
+	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: 1800 * time.Microsecond}, StageSendRecv: tcp}
+	m.OverLoopback = LocalOverLoopback
+	m = m.ShareCores(cores, devices, threads)
+	if devices*max(threads, 1) > cores {
+		m.FLOPS *= oversubscribedCompute
+	}
+	return m
+}
+
+// oversubscribedCompute is what more compute threads than cores keep of a
+// linear share of the cores' FLOP/s (see LocalMachine).
+const oversubscribedCompute = 0.86
+
+// ExchangeSeconds is the time of a redistribution (Exchange) in which the
+// busiest rank receives bytes bytes: bytes over the bandwidth plus one
+// latency, of the link between servers when acrossServers. Nothing
+// received costs nothing.
+func (m Machine) ExchangeSeconds(bytes int64, acrossServers bool) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	l := m.link(Redistribution, acrossServers)
+	return float64(bytes)/l.Bandwidth + l.Latency.Seconds()
+}

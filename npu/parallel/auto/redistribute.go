@@ -125,17 +125,18 @@ func overlap(a, b parallel.Box) int64 {
 func (t Transfer) Seconds(m Machine) float64 {
 	worst := 0.0
 	var intra, inter bool
+	within, between := m.link(Redistribution, false), m.link(Redistribution, true)
 	for r := range t.Intra {
-		s := float64(t.Intra[r])/m.IntraServer.Bandwidth + float64(t.Inter[r])/m.InterServer.Bandwidth
+		s := float64(t.Intra[r])/within.Bandwidth + float64(t.Inter[r])/between.Bandwidth
 		worst = max(worst, s)
 		intra = intra || t.Intra[r] > 0
 		inter = inter || t.Inter[r] > 0
 	}
 	switch {
 	case inter:
-		return worst + m.InterServer.Latency.Seconds()
+		return worst + between.Latency.Seconds()
 	case intra:
-		return worst + m.IntraServer.Latency.Seconds()
+		return worst + within.Latency.Seconds()
 	}
 	return 0
 }

@@ -12,7 +12,7 @@ import (
 // simulated is the default machine with the devices sharing this VM's two
 // cores, and a memory cap in the range the tests use.
 func simulated(devices int, memory int64) Machine {
-	m := DefaultMachine().ShareCores(2, devices)
+	m := DefaultMachine().ShareCores(2, devices, 1)
 	m.Memory = memory
 	return m
 }
@@ -197,11 +197,53 @@ func TestMachine(t *testing.T) {
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.ShareCores(2, 8).FLOPS; got != 115e9/4 {
-		t.Errorf("8 devices on 2 cores: %v FLOP/s each, want a quarter of 115e9", got)
+	m.MemoryBandwidth = 8e9
+	for _, tc := range []struct {
+		cores, devices, threads int
+		share                   float64
+	}{
+		{2, 8, 1, 0.25}, // 8 devices on 2 cores: a quarter each
+		{2, 8, 2, 0.25}, // more threads do not make more cores
+		{2, 2, 1, 1},
+		{2, 1, 1, 1},
+		{2, 1, 2, 2}, // one device with both cores
+		{2, 1, 0, 1}, // 0 threads: 1
+		{4, 2, 4, 2},
+	} {
+		s := m.ShareCores(tc.cores, tc.devices, tc.threads)
+		if s.FLOPS != m.FLOPS*tc.share || s.MemoryBandwidth != 8e9*tc.share {
+			t.Errorf("%d devices of %d threads on %d cores: %v FLOP/s and %v B/s each, want %v of %v and 8e9", tc.devices, tc.threads, tc.cores, s.FLOPS, s.MemoryBandwidth, tc.share, m.FLOPS)
+		}
 	}
-	if got := m.ShareCores(2, 2).FLOPS; got != 115e9 {
-		t.Errorf("2 devices on 2 cores: %v FLOP/s each, want 115e9", got)
+	local, alone := LocalMachine(2, 8, 1), LocalMachine(2, 1, 1)
+	if err := local.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// A quarter of a core each, the FLOP/s scaled for 8 threads on 2 cores.
+	if local.FLOPS != alone.FLOPS/4*oversubscribedCompute || local.MemoryBandwidth != alone.MemoryBandwidth/4 ||
+		local.TransposedBandwidth != alone.TransposedBandwidth/4 || local.WeightGradBandwidth != alone.WeightGradBandwidth/4 {
+		t.Errorf("8 devices on 2 cores: %+v, one alone: %+v", local, alone)
+	}
+	if two := LocalMachine(2, 2, 1); two.FLOPS != alone.FLOPS {
+		t.Errorf("2 devices on 2 cores: %v FLOP/s each, want one alone's %v", two.FLOPS, alone.FLOPS)
+	}
+	if local.link(WholeAllReduce, false) != local.IntraServer || local.link(GroupAllReduce, false) != local.Loopback[GroupAllReduce] ||
+		local.link(Redistribution, false) != local.Loopback[Redistribution] || local.link(Redistribution, true) != local.InterServer {
+		t.Errorf("local links: whole-job AllReduce %v, group %v, exchange %v and between servers %v", local.link(WholeAllReduce, false),
+			local.link(GroupAllReduce, false), local.link(Redistribution, false), local.link(Redistribution, true))
+	}
+	bad := local
+	bad.Loopback[Redistribution].Bandwidth = 0
+	if err := bad.Validate(); !errors.Is(err, ErrMachine) {
+		t.Errorf("loopback without bandwidth: %v", err)
+	}
+	bad.OverLoopback = 0
+	if err := bad.Validate(); err != nil {
+		t.Errorf("unused loopback: %v", err)
+	}
+	bad.MemoryBandwidth = -1
+	if err := bad.Validate(); !errors.Is(err, ErrMachine) {
+		t.Errorf("negative memory bandwidth: %v", err)
 	}
 	m.DevicesPerServer = 0
 	if err := m.Validate(); !errors.Is(err, ErrMachine) {

@@ -155,50 +155,102 @@ func TestFaultIsValidated(t *testing.T) {
 }
 
 // TestKillDuringAsyncSaveThroughTheStage kills rank 1 (kind
-// kill_during_save) part-way through its asynchronous write of step 4's
-// checkpoint: what it leaves must be complete, verified checkpoints only,
-// without step 4's, and the retried stage must resume every rank from
-// step 2.
+// kill_during_save: SIGKILL once half of the checkpoint is in its
+// temporary file) in the middle of its asynchronous write of step 4's
+// checkpoint. The torn write must be left as a temporary file only, shorter
+// than a complete checkpoint; every checkpoint any rank left must be
+// complete and verify (ckpt.ReadVerified: its sidecar digest); the retried
+// stage must resume every rank from step 2, clear the torn file away, and
+// end with every rank's checkpoints byte-identical to an uninterrupted
+// synchronous run's.
 func TestKillDuringAsyncSaveThroughTheStage(t *testing.T) {
 	dataDir := synthData(t, 8)
-	with := withBlock(dataDir, map[string]any{
-		"mode": "data_parallel", "save_checkpoint_steps": 2, "async_save": true,
-		"collective_timeout": "20s", "fault": map[string]any{"rank": 1, "step": 4, "kind": "kill_during_save"},
-	})
+	base := map[string]any{"mode": "data_parallel", "save_checkpoint_steps": 2, "collective_timeout": "20s"}
+	whole := t.TempDir()
+	mustRun(t, whole, 2, withBlock(dataDir, base))
+
+	extra := map[string]any{"async_save": true, "fault": map[string]any{"rank": 1, "step": 4, "kind": "kill_during_save"}}
+	for k, v := range base {
+		extra[k] = v
+	}
+	with := withBlock(dataDir, extra)
 	jobDir := t.TempDir()
 	if r := runStage(t.Context(), jobDir, 2, 1, with); r.err == nil || !strings.Contains(r.err.Error(), "rank 1") {
 		t.Fatalf("attempt 1: %v, want rank 1 failed", r.err)
 	}
 	dir1 := filepath.Join(launch.DeviceDir(jobDir, 1), "ckpt_1")
+	for rank := 0; rank < 2; rank++ {
+		dir := filepath.Join(launch.DeviceDir(jobDir, rank), fmt.Sprintf("ckpt_%d", rank))
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verified := 0
+		for _, e := range entries {
+			if filepath.Ext(e.Name()) == ".ckpt" && !strings.HasPrefix(e.Name(), ".") {
+				if _, err := ckpt.ReadVerified(filepath.Join(dir, e.Name())); err != nil {
+					t.Errorf("rank %d left a checkpoint that does not verify: %v", rank, err)
+				}
+				verified++
+			}
+		}
+		if verified == 0 {
+			t.Errorf("rank %d left no checkpoint", rank)
+		}
+	}
 	entries, err := os.ReadDir(dir1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	complete, err := os.Stat(filepath.Join(dir1, "CKP-1_2.ckpt"))
+	if err != nil {
+		t.Fatalf("rank 1's step-2 checkpoint: %v", err)
+	}
 	var names []string
+	var torn []int64
 	for _, e := range entries {
 		names = append(names, e.Name())
-		if filepath.Ext(e.Name()) == ".ckpt" && !strings.HasPrefix(e.Name(), ".") {
-			if _, err := ckpt.ReadVerified(filepath.Join(dir1, e.Name())); err != nil {
-				t.Errorf("rank 1 left a checkpoint that does not verify: %v", err)
+		if e.Name() == "CKP-1_4.ckpt" || e.Name() == "CKP-1_4.ckpt"+ckpt.DigestExt {
+			t.Errorf("rank 1's step-4 %s was committed although it was killed writing it", e.Name())
+		}
+		if strings.HasPrefix(e.Name(), ".CKP-1_4.ckpt.") {
+			info, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
 			}
+			torn = append(torn, info.Size())
 		}
 	}
-	torn := false
-	for _, n := range names {
-		if n == "CKP-1_4.ckpt" {
-			t.Errorf("rank 1's step-4 checkpoint was committed although it was killed writing it: %v", names)
-		}
-		torn = torn || strings.HasPrefix(n, ".CKP-1_4.ckpt.")
+	// Step 4's checkpoint holds the same tensors as step 2's: the same size.
+	if len(torn) != 1 || torn[0] <= 0 || torn[0] >= complete.Size() {
+		t.Errorf("torn write: temporary files of sizes %v in %v, want one holding part of a %d-byte checkpoint", torn, names, complete.Size())
 	}
-	if !torn {
-		t.Errorf("no temporary file of the torn write in %v", names)
-	}
+	t.Logf("rank 1 was killed with %d of %d bytes of CKP-1_4.ckpt written", torn, complete.Size())
+
 	if r := runStage(t.Context(), jobDir, 2, 2, with); r.err != nil {
 		t.Fatalf("attempt 2: %v", r.err)
 	}
 	for rank := 0; rank < 2; rank++ {
 		if from := filepath.Base(workerResult(t, jobDir, rank).ResumedFrom); from != "CKP-1_2.ckpt" {
 			t.Errorf("rank %d resumed from %q, want CKP-1_2.ckpt", rank, from)
+		}
+		want, got := ckptFiles(t, whole, rank), ckptFiles(t, jobDir, rank)
+		if len(got) != len(want) || len(want) == 0 {
+			t.Errorf("rank %d: the uninterrupted run kept %d files, the resumed one %d", rank, len(want), len(got))
+		}
+		for name, data := range want {
+			if !bytes.Equal(data, got[name]) {
+				t.Errorf("rank %d: %s differs from the uninterrupted synchronous run's", rank, name)
+			}
+		}
+	}
+	entries, err = os.ReadDir(dir1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("the resumed run left %s (the torn write) in rank 1's directory", e.Name())
 		}
 	}
 }

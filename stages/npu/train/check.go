@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/launch"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/plugins"
@@ -47,11 +48,12 @@ func checkCluster(w With, cluster plugins.Cluster, unknown []string) []plugins.P
 	if known("mode", "full_batch") && w.FullBatch && !w.Mode.Sharded() {
 		out = append(out, plugins.Problem{Path: "/full_batch", Message: fmt.Sprintf("full_batch is for the modes that split the network (semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode)})
 	}
-	if known("fault") && w.Fault != nil && cluster.Devices >= 1 {
+	if known("fault") && w.Fault != nil && w.Fault.Shrink == 0 && cluster.Devices >= 1 {
 		if err := w.Fault.Check(cluster.Devices); err != nil {
 			out = append(out, plugins.Problem{Path: "/fault", Message: err.Error()})
 		}
 	}
+	out = append(out, elasticProblems(w, cluster, known)...)
 	out = append(out, optimizerProblems(w, cluster, known)...)
 	if known("mode", "full_batch", "dataset_strategy") {
 		out = append(out, datasetProblems(w, cluster.Devices)...)
@@ -234,4 +236,79 @@ func checkData(dir string) error {
 		return fmt.Errorf("data %s: not a directory", dir)
 	}
 	return nil
+}
+
+// elasticProblems refuses on_failure: shrink where it cannot work, and
+// faults that do not fit the stage's jobs: the modes and options whose
+// checkpoints are not resharded to a smaller job yet, and the launchers
+// that start ranks on other servers.
+func elasticProblems(w With, cluster plugins.Cluster, known func(keys ...string) bool) []plugins.Problem {
+	var out []plugins.Problem
+	if known("fault", "faults") && w.Fault != nil && len(w.Faults) > 0 {
+		out = append(out, plugins.Problem{Path: "/faults", Message: "give fault or faults, not both"})
+	}
+	if known("faults", "fault") {
+		seen := map[int]bool{}
+		for i, f := range w.Faults {
+			if seen[f.Shrink] {
+				out = append(out, plugins.Problem{Path: fmt.Sprintf("/faults/%d", i), Message: fmt.Sprintf("a second fault in job %d of the stage: give each fault its own shrink", f.Shrink)})
+			}
+			seen[f.Shrink] = true
+			// A later job's ranks are known once it starts: only the kind
+			// and the step are checked here.
+			devices := f.Rank + 1
+			if f.Shrink == 0 && cluster.Devices >= 1 {
+				devices = cluster.Devices
+			}
+			if err := f.Check(devices); err != nil {
+				out = append(out, plugins.Problem{Path: fmt.Sprintf("/faults/%d", i), Message: err.Error()})
+			}
+		}
+	}
+	if !known("on_failure", "max_shrinks") {
+		return out
+	}
+	if w.OnFailure != onFailureShrink {
+		if w.MaxShrinks != nil {
+			out = append(out, plugins.Problem{Path: "/max_shrinks", Message: "max_shrinks is for on_failure: shrink"})
+		}
+		if known("fault", "faults") {
+			for i, f := range append(w.Faults, derefFault(w.Fault)...) {
+				if f.Shrink > 0 {
+					at := "/fault"
+					if i < len(w.Faults) {
+						at = fmt.Sprintf("/faults/%d", i)
+					}
+					out = append(out, plugins.Problem{Path: at, Message: fmt.Sprintf("a fault in job %d of the stage (shrink: %d) needs on_failure: shrink", f.Shrink, f.Shrink)})
+				}
+			}
+		}
+		return out
+	}
+	refuse := func(why string) {
+		out = append(out, plugins.Problem{Path: "/on_failure", Message: "on_failure: shrink " + why + " (see docs/parallel-modes.md#elastic-training)"})
+	}
+	if known("launcher") && w.Launcher != launch.Local {
+		refuse(fmt.Sprintf("runs with the local launcher only, not %s: mpirun and srun place ranks on several servers", w.Launcher))
+	}
+	if known("mode") && w.Mode != parallel.DataParallel && w.Mode != parallel.SemiAutoParallel {
+		refuse(fmt.Sprintf("is for modes data_parallel and semi_auto_parallel, not %s (not done yet)", w.Mode))
+	}
+	if known("pipeline_stages") && w.PipelineStages > 1 {
+		refuse("with pipeline_stages is not done yet: the layout of a smaller pipeline job is not derived for the reshard")
+	}
+	if known("parallel_optimizer") && w.ParallelOptimizer {
+		refuse("with parallel_optimizer is not done yet")
+	}
+	if known("dataset_strategy") && w.DatasetStrategy.Splits != nil {
+		refuse("with a dataset_strategy tuple is not done yet")
+	}
+	return out
+}
+
+func derefFault(f *job.Fault) []job.Fault {
+	if f == nil {
+		return nil
+	}
+	return []job.Fault{*f}
 }

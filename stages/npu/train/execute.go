@@ -23,20 +23,74 @@ import (
 // execute runs the job: it resolves `with` into the rank job's config and
 // plans the network before anything starts, sets up the collective, writes
 // worker.json, runs this host's ranks and reports the lead rank's results.
+// With on_failure: shrink, a job that loses a rank is continued on fewer
+// devices (elastic.go), and the outputs are the last job's.
 func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error) {
 	req := sc.Request()
-	devices := max(req.Cluster.Devices, 1)
-	cfg, plan, err := prepare(w, devices)
-	if err != nil {
-		return nil, err
+	spec := jobSpec{
+		w: w, devices: max(req.Cluster.Devices, 1), dir: sc.WorkDir(),
+		rankTable: req.Cluster.RankTable, fault: faultFor(w, 0),
 	}
-	jobDir := sc.WorkDir()
+	budget := w.shrinks()
+	for gen := 0; ; gen++ {
+		ran, err := runJob(ctx, sc, spec)
+		if spec.shrunk != nil {
+			spec.shrunk.report(sc, true) // unless its first step did
+		}
+		if err == nil {
+			return collectResults(spec.dir, ran.ranks, ran.cfg)
+		}
+		if gen >= budget || !ran.started || ctx.Err() != nil {
+			return nil, err
+		}
+		next, serr := shrink(ctx, sc, spec, ran, err, gen+1)
+		if serr != nil {
+			return nil, serr
+		}
+		spec = next
+	}
+}
+
+// jobSpec is one rank job of the stage: the stage's first, or one that
+// continues it after a shrink.
+type jobSpec struct {
+	w       With // its batch_size, init and init_resumes are the job's own
+	devices int
+	dir     string // its work directory
+	// rankTable is the cluster's, "" for one written in dir.
+	rankTable string
+	fault     *job.Fault
+	// gen is the number of shrinks before it; shrunk is the shrink that
+	// started it (nil for the stage's first job), reported when the job's
+	// first step has ended.
+	gen    int
+	shrunk *pendingShrink
+}
+
+// ranJob is what a job left: whether its ranks started, its config, its
+// ranks and what its event stream told.
+type ranJob struct {
+	started bool
+	cfg     job.Config
+	ranks   []launch.Rank
+	watch   *jobWatch
+	// ended is when the launcher returned.
+	ended time.Time
+}
+
+// runJob runs one rank job of the stage in spec.dir.
+func runJob(ctx context.Context, sc sdk.Context, spec jobSpec) (ranJob, error) {
+	w, devices, jobDir := spec.w, spec.devices, spec.dir
+	cfg, plan, err := prepare(w, devices, spec.fault)
+	if err != nil {
+		return ranJob{}, err
+	}
 	if cfg.StrategyFile, err = checkWrites(jobDir, w, devices); err != nil {
-		return nil, err
+		return ranJob{}, err
 	}
-	rankTable, err := rankTableFile(req.Cluster.RankTable, jobDir, devices)
+	rankTable, err := rankTableFile(spec.rankTable, jobDir, devices)
 	if err != nil {
-		return nil, err
+		return ranJob{}, err
 	}
 	if plan.Auto != nil {
 		var table strings.Builder
@@ -52,26 +106,31 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	}
 	ranks, err := placeRanks(sc, w, rankTable, jobDir, devices, &cfg)
 	if err != nil {
-		return nil, err
+		return ranJob{}, err
 	}
 	if cfg.InitFile, cfg.InitDir, err = resolveInit(w.Init); err != nil {
-		return nil, err
+		return ranJob{}, err
 	}
 	cfgPath := filepath.Join(jobDir, job.ConfigFile)
 	if err := job.WriteConfig(cfgPath, cfg); err != nil {
-		return nil, err
+		return ranJob{}, err
 	}
-	sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
-	if err := runRanks(ctx, sc, w, cfg, launch.Job{
+	if spec.gen == 0 {
+		sc.Info(fmt.Sprintf("training %s in mode %s on %d device(s)", w.Model, w.Mode, devices))
+	}
+	ran := ranJob{started: true, cfg: cfg, ranks: ranks, watch: &jobWatch{}}
+	if spec.shrunk != nil {
+		ran.watch.first = func() { spec.shrunk.report(sc, false) }
+	}
+	err = runRanks(ctx, sc, w, cfg, launch.Job{
 		Args: []string{job.Command, cfgPath}, Dir: jobDir,
 		RankSize: devices, Ranks: ranks, RankTable: rankTable,
-	}); err != nil {
-		return nil, err
+	}, ran.watch)
+	ran.ended = time.Now()
+	if err != nil {
+		return ran, err
 	}
-	if err := mergeStageStrategies(sc, cfg, ranks, devices); err != nil {
-		return nil, err
-	}
-	return collectResults(jobDir, ranks, cfg)
+	return ran, mergeStageStrategies(sc, cfg, ranks, devices)
 }
 
 // mergeStageStrategies writes a pipeline job's merged strategy file at
@@ -104,13 +163,13 @@ func mergeStageStrategies(sc sdk.Context, cfg job.Config, ranks []launch.Rank, d
 // job's config and plans the network: a strategy that cannot run on this
 // cluster fails here, before any rank process starts, and auto_parallel's
 // search runs here, once.
-func prepare(w With, devices int) (job.Config, *job.Planned, error) {
+func prepare(w With, devices int, fault *job.Fault) (job.Config, *job.Planned, error) {
 	if w.Mode.OneDevice() && devices != 1 {
 		return job.Config{}, nil, fmt.Errorf("mode %s trains on one device, but the stage's cluster has %d: use mode %s, or set cluster: {devices: 1} on this stage", w.Mode, devices, parallel.DataParallel)
 	}
-	if w.Fault != nil {
-		if err := w.Fault.Check(devices); err != nil {
-			return job.Config{}, nil, &job.FieldError{Field: "fault", Err: err}
+	if fault != nil {
+		if err := fault.Check(devices); err != nil {
+			return job.Config{}, nil, &job.FieldError{Field: faultField(w), Err: err}
 		}
 	}
 	if err := checkData(w.Data); err != nil {
@@ -122,7 +181,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 	}
 	plan, err := job.Plan(job.Layout{
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
-		Memory: cfg.DeviceMemory, Devices: devices, DatasetStrategy: cfg.DatasetStrategy,
+		Memory: cfg.DeviceMemory, Devices: devices, Threads: w.Threads, DatasetStrategy: cfg.DatasetStrategy,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 	})
@@ -130,6 +189,7 @@ func prepare(w With, devices int) (job.Config, *job.Planned, error) {
 		return job.Config{}, nil, err
 	}
 	cfg.Strategy = plan.Strategy
+	cfg.Fault = fault
 	return cfg, plan, nil
 }
 
@@ -165,7 +225,7 @@ func resolve(w With) (job.Config, error) {
 		Eval: w.Eval == nil || *w.Eval, LogSteps: w.LogSteps,
 		Prefix: w.Prefix, SaveCheckpointSteps: w.SaveCheckpointSteps, KeepCheckpointMax: w.KeepCheckpointMax, CRCCheck: w.CRCCheck,
 		IntegratedSave: w.IntegratedSave == nil || *w.IntegratedSave,
-		AsyncSave:      w.AsyncSave, ExceptionSave: w.ExceptionSave, Fault: w.Fault,
+		AsyncSave:      w.AsyncSave, ExceptionSave: w.ExceptionSave, InitResumes: w.InitResumes,
 		PipelineStages: w.PipelineStages, MicroSize: w.MicroSize,
 		PipelineSchedule: w.PipelineSchedule, PipelineStage: w.PipelineStage,
 		GradientsMean:      w.GradientsMean == nil || *w.GradientsMean,
@@ -255,7 +315,7 @@ func resolveInit(init string) (file, dir string, err error) {
 // runRanks starts rj's ranks (this executable with job.Command), relays
 // their events while they run and waits for them; a failure names what the
 // failed ranks reported.
-func runRanks(ctx context.Context, sc sdk.Context, w With, cfg job.Config, rj launch.Job) error {
+func runRanks(ctx context.Context, sc sdk.Context, w With, cfg job.Config, rj launch.Job, watch *jobWatch) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -272,7 +332,7 @@ func runRanks(ctx context.Context, sc sdk.Context, w With, cfg job.Config, rj la
 	defer events.Close()
 	relayed := make(chan error, 1)
 	failures := map[int]string{} // read once relayed has answered
-	go func() { relayed <- relayEvents(events, sc, rj.RankSize, cfg.LeadRank, failures) }()
+	go func() { relayed <- relayWatched(events, sc, rj.RankSize, cfg.LeadRank, failures, watch) }()
 	rj.ExtraFiles = []*os.File{sink}
 	// Only the processes started here hold the pipe, so only they are
 	// told its number (worker.json may be reused by hand).

@@ -2,6 +2,7 @@ package train
 
 import (
 	"io"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/plugins"
@@ -16,7 +17,38 @@ import (
 // failed with goes into failures (if not nil), by rank. Malformed lines
 // are skipped with a warning. It returns the read error, nil at EOF.
 func relayEvents(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]string) error {
+	return relayWatched(r, sc, ranks, lead, failures, nil)
+}
+
+// jobWatch is what the elastic stage learns of a job from its event
+// stream: when its first step ended (first, if not nil, is called then),
+// the last global step it reached and when a rank first reported failing.
+// Its fields are read once the relay has ended.
+type jobWatch struct {
+	first    func()
+	started  bool
+	lastStep int
+	failedAt time.Time
+}
+
+// relayWatched is relayEvents, telling watch (if not nil) of the steps
+// and failures it relays.
+func relayWatched(r io.Reader, sc sdk.Context, ranks, lead int, failures map[int]string, watch *jobWatch) error {
 	return job.ReadEvents(r, ranks, func(ev job.Event) {
+		if watch != nil {
+			switch {
+			case ev.Kind == job.KindStep:
+				watch.lastStep = max(watch.lastStep, int(ev.GlobalStep))
+				if !watch.started {
+					watch.started = true
+					if watch.first != nil {
+						watch.first()
+					}
+				}
+			case ev.Kind == job.KindFailed && watch.failedAt.IsZero():
+				watch.failedAt = time.Now()
+			}
+		}
 		switch ev.Kind {
 		case job.KindLog:
 			if ev.Rank == lead {

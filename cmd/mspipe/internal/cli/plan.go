@@ -73,6 +73,7 @@ table's device count and devices a server (when the table exists).
 				}
 			}
 			planParallel(w, ls.p, pm)
+			planShrinks(w, ls.p)
 			return nil
 		},
 	}

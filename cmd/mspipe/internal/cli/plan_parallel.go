@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/parallel/auto"
 	"github.com/mspipe/mspipe/npu/ranktable"
+	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/spec"
 )
 
@@ -95,7 +97,7 @@ func rankTableDevices(path string) (devices, perServer int, why string) {
 // parallelKeys are the `with` entries that decide how npu/train lays out
 // its network.
 var parallelKeys = []string{"mode", "model", "strategy", "batch_size", "full_batch", "device_memory", "parallel_optimizer", "optimizer_weight_shard_size", "dataset_strategy",
-	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage"}
+	"pipeline_stages", "micro_size", "pipeline_schedule", "pipeline_stage", "threads"}
 
 // planParallel prints, for every npu/train stage that splits its network,
 // the strategy of each operator with the cost model's predicted step time
@@ -189,6 +191,7 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 		Micro        int                      `json:"micro_size"`
 		Schedule     string                   `json:"pipeline_schedule"`
 		StageOf      map[string]int           `json:"pipeline_stage"`
+		Threads      int                      `json:"threads"`
 	}
 	data, err := json.Marshal(static)
 	if err == nil {
@@ -203,7 +206,7 @@ func planLayout(static map[string]any, devices int) (job.Layout, error) {
 	}
 	return job.Layout{
 		Model: with.Model, Mode: with.Mode, Strategy: with.Strategy,
-		BatchSize: with.BatchSize, Memory: memory, Devices: devices,
+		BatchSize: with.BatchSize, Memory: memory, Devices: devices, Threads: with.Threads,
 		PipelineStages: with.Stages, MicroSize: with.Micro, PipelineSchedule: with.Schedule, PipelineStage: with.StageOf,
 		ParallelOptimizer: with.ParallelOpt, OptimizerShardSize: with.OptShardSize,
 		DatasetStrategy: with.Dataset.Splits,
@@ -219,4 +222,56 @@ func describeMachine(name string, l job.Layout) string {
 	m := l.Target
 	return fmt.Sprintf("%s (%.3g TFLOP/s and %s a device, %d devices a server; links %.3g GB/s and %s within a server, %.3g GB/s and %s between servers)",
 		name, m.FLOPS/1e12, bytesize.Format(m.Memory), m.DevicesPerServer, m.IntraServer.Bandwidth/1e9, m.IntraServer.Latency, m.InterServer.Bandwidth/1e9, m.InterServer.Latency)
+}
+
+// planShrinks prints, for every npu/train stage with on_failure: shrink,
+// the device count it continues on when one of its devices is lost, by
+// the stage's own rule (job.ShrinkTo: the largest count HCCL allows on a
+// server that divides the global batch and on which the stage's plan
+// succeeds). The data is not read: the stage also keeps an epoch's number
+// of steps, which plan cannot check.
+func planShrinks(w io.Writer, p *spec.Pipeline) {
+	for _, s := range p.Stages {
+		if s.Uses != job.Stage || s.With == nil {
+			continue
+		}
+		var raw map[string]any
+		if err := s.With.Decode(&raw); err != nil || raw["on_failure"] != "shrink" {
+			continue
+		}
+		fmt.Fprintf(w, "\non failure of %s (on_failure: shrink):\n", s.ID)
+		static := map[string]any{}
+		for _, k := range parallelKeys {
+			if v, ok := raw[k]; ok {
+				if str, isStr := v.(string); isStr && strings.Contains(str, "${{") {
+					fmt.Fprintf(w, "  with.%s is known only at run time (%s): not planned\n", k, str)
+					static = nil
+					break
+				}
+				static[k] = v
+			}
+		}
+		c := p.EffectiveCluster(s)
+		if static == nil {
+			continue
+		}
+		if c == nil || c.RankTable != "" || c.DevicesExpr != nil || c.Devices < 2 {
+			fmt.Fprintf(w, "  the device count is known only at run time, or the stage has one device: not planned\n")
+			continue
+		}
+		l, err := planLayout(static, c.Devices)
+		if err != nil {
+			fmt.Fprintf(w, "  %v\n", err)
+			continue
+		}
+		d := trainer.Defaults()
+		l.Model, l.BatchSize = cmp.Or(l.Model, d.Model), cmp.Or(l.BatchSize, d.BatchSize)
+		to, err := job.ShrinkTo(l, c.Devices-1, nil)
+		if err != nil {
+			fmt.Fprintf(w, "  one device lost: %v\n", err)
+			continue
+		}
+		fmt.Fprintf(w, "  on failure: %d → %d devices (one device lost leaves %d; batch %d → %d per device, the global batch %d kept)\n",
+			c.Devices, to.Devices, c.Devices-1, l.BatchSize, to.BatchSize, l.GlobalBatch())
+	}
 }

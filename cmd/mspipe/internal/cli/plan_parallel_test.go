@@ -35,7 +35,9 @@ stages:
 	}
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`parallel plan of wide:\n  machine: local \(this computer.s simulated devices.*\n  wide_net in auto_parallel on 8 devices, global batch 256:`),
-		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 8\]\] +8 `),
+		// Split beyond the batch over all 8 devices (which split is the
+		// cost model's business).
+		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, [1-8]\], \[[1-8], [1-8]\]\] +8 `),
 		regexp.MustCompile(`wide_net on 8 devices: predicted step [0-9.]+ m?s .*fits the device's 128\.0 MiB`),
 		regexp.MustCompile(`fc\.matmul +MatMul +\[\[1, 1\], \[1, 2\]\] +2 `),
 	} {
@@ -139,5 +141,47 @@ stages:
 	code, out, errOut := runCLI(t, "plan", spec, "--machine", bad)
 	if want := bad + ":5:16: inter_server.bandwith: unknown key"; code == 0 || !strings.Contains(errOut, want) {
 		t.Errorf("plan --machine bad.yaml: exit %d, stderr lacks %q:\n%s%s", code, want, out, errOut)
+	}
+}
+
+// mspipe plan shows where an elastic stage goes on when one of its 8
+// devices is lost: 7 are left, HCCL takes 4 on a server, and the seeds'
+// strategy (fc.matmul split in two) fits them; the global batch of 16 is
+// kept, 4 per device. A data_parallel stage of global batch 8 on 4
+// devices goes to 2, a stage without on_failure: shrink is not listed.
+func TestPlanShowsShrink(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "elastic.yaml")
+	if err := os.WriteFile(spec, []byte(`version: 1
+name: elastic
+cluster: {devices: 8}
+stages:
+  semi:
+    uses: npu/train
+    with: {data: /nonexistent, model: semi_auto_net, mode: semi_auto_parallel, batch_size: 2, strategy: {fc.matmul: [[1, 1], [1, 2]]}, on_failure: shrink}
+  dp:
+    uses: npu/train
+    cluster: {devices: 4}
+    with: {data: /nonexistent, model: cnn, mode: data_parallel, batch_size: 2, on_failure: shrink, max_shrinks: 1}
+  plain:
+    uses: npu/train
+    with: {data: /nonexistent, model: cnn, mode: data_parallel}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "plan", spec)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"on failure of semi (on_failure: shrink):\n  on failure: 8 → 4 devices (one device lost leaves 7; batch 2 → 4 per device, the global batch 16 kept)\n",
+		"on failure of dp (on_failure: shrink):\n  on failure: 4 → 2 devices (one device lost leaves 3; batch 2 → 4 per device, the global batch 8 kept)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "on failure of plain") {
+		t.Errorf("plan lists a stage without on_failure: shrink:\n%s", out)
 	}
 }

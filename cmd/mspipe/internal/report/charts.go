@@ -39,6 +39,9 @@ type Chart struct {
 	YTicks        []Tick
 	Series        []Series
 	Boundaries    []Boundary
+	// Shrinks mark where an elastic stage went on with fewer devices
+	// (loss chart only).
+	Shrinks []Boundary
 }
 
 // Tick is one labelled position along an axis.
@@ -101,9 +104,10 @@ var (
 type chartSpec struct {
 	Kind, Title, YLabel string
 	Size                chartSize
-	X                   *[2]float64 // a fixed x range (charts of one lineage share it), or nil
-	Y                   *[2]float64 // a fixed y range (accuracy is 0..1), or nil
-	YFromZero           bool        // the y axis starts at 0 (a rate, a throughput)
+	X                   *[2]float64  // a fixed x range (charts of one lineage share it), or nil
+	Y                   *[2]float64  // a fixed y range (accuracy is 0..1), or nil
+	YFromZero           bool         // the y axis starts at 0 (a rate, a throughput)
+	Shrinks             []boundaryAt // shrinks of elastic stages, marked on the step axis
 }
 
 // lineChart places curves on one pair of axes. It returns nil when no
@@ -116,7 +120,7 @@ func lineChart(spec chartSpec, curves []curve, bounds []boundaryAt) *Chart {
 	if !ok {
 		return nil // only NaN or infinite values: nothing to draw
 	}
-	for _, b := range bounds {
+	for _, b := range append(bounds, spec.Shrinks...) {
 		xmin, xmax = math.Min(xmin, b.X), math.Max(xmax, b.X)
 	}
 	if spec.X != nil {
@@ -143,6 +147,9 @@ func lineChart(spec chartSpec, curves []curve, bounds []boundaryAt) *Chart {
 	}
 	for _, b := range bounds {
 		c.Boundaries = append(c.Boundaries, Boundary{X: xpos(b.X), Label: b.Label})
+	}
+	for _, b := range spec.Shrinks {
+		c.Shrinks = append(c.Shrinks, Boundary{X: xpos(b.X), Label: b.Label})
 	}
 	for _, cv := range curves {
 		sr := Series{Label: cv.Label, Stage: cv.Stage, Run: cv.Run, Ranks: cv.Ranks, Color: cv.Color, Dash: cv.Dash, Last: math.NaN()}

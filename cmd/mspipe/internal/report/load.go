@@ -41,6 +41,9 @@ type Run struct {
 	// after every epoch and after its last step, in global-step order
 	// (a cached stage's from StepsFrom's run, as its steps).
 	Evals map[string][]Eval
+	// Shrinks holds each elastic training stage's shrinks (npu/train's
+	// on_failure: shrink), in order.
+	Shrinks map[string][]Shrink
 	// StepsFrom names, for each cached stage whose steps were read from
 	// the run that produced its outputs, that run's id.
 	StepsFrom map[string]string
@@ -74,6 +77,20 @@ type Eval struct {
 	Loss       float64 // NaN when the log has no eval_loss for the step
 }
 
+// Shrink is one shrink of an elastic training stage, as its shrink
+// record in the events log says: rank LostRank died or was declared dead
+// at global step FailedStep, and training went on after the checkpoint of
+// global step ResumedStep on ToDevices devices instead of FromDevices.
+type Shrink struct {
+	Generation              int
+	LostRank                int
+	ResumedStep, FailedStep int64
+	FromDevices, ToDevices  int
+	FromLayout, ToLayout    string
+	StepsRedone             int64
+	SecondsLost             float64
+}
+
 // StageStrategy is the strategy file a stage wrote (its strategy output).
 type StageStrategy struct {
 	Stage string
@@ -97,6 +114,8 @@ const (
 	// maxSteps bounds the steps kept in memory (about 100 bytes each):
 	// 2,032 ranks of 1,000 steps fit.
 	maxSteps = 1 << 21
+	// maxShrinks bounds the shrinks kept per stage.
+	maxShrinks = 1000
 )
 
 // Load reads what the report of the run in runDir shows. st is the run's
@@ -108,11 +127,11 @@ const (
 func Load(ctx context.Context, runsDir, runDir string, st *pipeline.RunState) (*Run, error) {
 	r := &Run{State: st, Steps: map[string]map[int][]Step{}, StepsFrom: map[string]string{}}
 	r.Needs = r.readNeeds(runDir)
-	steps, evals, err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl"))
+	steps, evals, shrinks, err := r.readSteps(ctx, filepath.Join(runDir, "events.jsonl"))
 	if err != nil {
 		return nil, err
 	}
-	r.Steps, r.Evals = steps, evals
+	r.Steps, r.Evals, r.Shrinks = steps, evals, shrinks
 	r.readCachedSteps(ctx, runsDir)
 	r.Continues = continues(st, r.Needs)
 	for _, sid := range st.Order {
@@ -237,28 +256,29 @@ func (l *lossValue) UnmarshalJSON(data []byte) error {
 // events log (it never started a stage) has no steps; a line that is not
 // a step event, does not parse or is too long is passed over: the log is
 // for many readers and may end in a line cut short by a kill.
-func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]Step, map[string][]Eval, error) {
+func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]Step, map[string][]Eval, map[string][]Shrink, error) {
 	out := map[string]map[int][]Step{}
 	f, st, err := userfile.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			r.note("no events log: %s", path)
-			return out, nil, nil
+			return out, nil, nil, nil
 		}
-		return nil, nil, fmt.Errorf("read events %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("read events %s: %w", path, err)
 	}
 	defer f.Close()
 	if st.Size() > maxEventsBytes {
 		r.note("events log %s is %s: only its first %s are shown", path, bytesize.Format(st.Size()), bytesize.Format(maxEventsBytes))
 	}
-	marker, metric := []byte(`"event":"step"`), []byte(`"event":"metric"`)
+	marker, metric, shrinkMark := []byte(`"event":"step"`), []byte(`"event":"metric"`), []byte(`"elastic":"shrink"`)
+	shrinks := map[string][]Shrink{}
 	byStep := map[string]map[int]map[int64]Step{}
 	evals := map[string]map[int64]Eval{}
 	br := bufio.NewReaderSize(io.LimitReader(f, maxEventsBytes), 64<<10)
 	skipped, kept, dropped := 0, 0, 0
 	for n := 0; ; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		}
 		line, err := readLine(br)
 		if err != nil {
@@ -269,10 +289,14 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 				skipped++
 				continue
 			}
-			return nil, nil, fmt.Errorf("read events %s: %w", path, err)
+			return nil, nil, nil, fmt.Errorf("read events %s: %w", path, err)
 		}
 		if bytes.Contains(line, metric) {
 			readEval(line, evals)
+			continue
+		}
+		if bytes.Contains(line, shrinkMark) {
+			readShrink(line, shrinks)
 			continue
 		}
 		if !bytes.Contains(line, marker) {
@@ -320,7 +344,35 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 			out[sid][rank] = list
 		}
 	}
-	return out, sortEvals(evals), nil
+	return out, sortEvals(evals), shrinks, nil
+}
+
+// readShrink adds a shrink record (a log line of an elastic npu/train
+// stage) to shrinks, by stage; a line that does not parse is passed over.
+func readShrink(line []byte, shrinks map[string][]Shrink) {
+	var ev struct {
+		Stage       string  `json:"stage"`
+		Event       string  `json:"event"`
+		Elastic     string  `json:"elastic"`
+		Generation  int     `json:"shrink"`
+		LostRank    int     `json:"lost_rank"`
+		ResumedStep int64   `json:"resumed_step"`
+		FailedStep  int64   `json:"failed_step"`
+		FromDevices int     `json:"from_devices"`
+		ToDevices   int     `json:"to_devices"`
+		FromLayout  string  `json:"from_layout"`
+		ToLayout    string  `json:"to_layout"`
+		StepsRedone int64   `json:"steps_redone"`
+		SecondsLost float64 `json:"seconds_lost"`
+	}
+	if json.Unmarshal(line, &ev) != nil || ev.Event != "log" || ev.Elastic != "shrink" || ev.Stage == "" || len(shrinks[ev.Stage]) >= maxShrinks {
+		return
+	}
+	shrinks[ev.Stage] = append(shrinks[ev.Stage], Shrink{
+		Generation: ev.Generation, LostRank: ev.LostRank, ResumedStep: ev.ResumedStep, FailedStep: ev.FailedStep,
+		FromDevices: ev.FromDevices, ToDevices: ev.ToDevices, FromLayout: ev.FromLayout, ToLayout: ev.ToLayout,
+		StepsRedone: ev.StepsRedone, SecondsLost: ev.SecondsLost,
+	})
 }
 
 // readEval adds an eval_accuracy or eval_loss metric line to evals, by
@@ -371,8 +423,9 @@ func sortEvals(evals map[string]map[int64]Eval) map[string][]Eval {
 // curves of a rerun are those of the training whose outputs it reused.
 func (r *Run) readCachedSteps(ctx context.Context, runsDir string) {
 	type logged struct {
-		steps map[string]map[int][]Step
-		evals map[string][]Eval
+		steps   map[string]map[int][]Step
+		evals   map[string][]Eval
+		shrinks map[string][]Shrink
 	}
 	byRun := map[string]logged{}
 	for _, sid := range r.State.Order {
@@ -384,7 +437,7 @@ func (r *Run) readCachedSteps(ctx context.Context, runsDir string) {
 		if !ok {
 			path, err := inside(runsDir, filepath.Join(runsDir, ss.CachedFrom, "events.jsonl"))
 			if err == nil {
-				lg.steps, lg.evals, err = r.readSteps(ctx, path)
+				lg.steps, lg.evals, lg.shrinks, err = r.readSteps(ctx, path)
 			}
 			if err != nil {
 				r.note("stage %s: the steps of run %s, which trained it: %v", sid, ss.CachedFrom, err)
@@ -398,6 +451,12 @@ func (r *Run) readCachedSteps(ctx context.Context, runsDir string) {
 				r.Evals = map[string][]Eval{}
 			}
 			r.Evals[sid] = lg.evals[sid]
+			if len(lg.shrinks[sid]) > 0 {
+				if r.Shrinks == nil {
+					r.Shrinks = map[string][]Shrink{}
+				}
+				r.Shrinks[sid] = lg.shrinks[sid]
+			}
 		}
 	}
 }

@@ -100,11 +100,19 @@ type lineageView struct {
 
 type trainingView struct {
 	Stage   string
+	Shrinks []shrinkRow // an elastic stage's shrinks
 	StepsOf string
 	Memory  *MemoryChart
 	Peak    string // the stage's peak_device_memory output: the high-water mark
 	Ranks   []rankRow
 	Groups  int // distinct loss curves among the ranks
+}
+
+// shrinkRow is one shrink of an elastic stage, as the stage's section
+// lists it.
+type shrinkRow struct {
+	Shrink
+	Lost string // the wall time lost, readable
 }
 
 // rankRow summarises one rank of a training stage.
@@ -210,7 +218,7 @@ func build(runs []*Run, generated time.Time) *view {
 		}
 		v.Stages = append(v.Stages, sv)
 		if ranks := r.Steps[sid]; len(ranks) > 0 {
-			v.Training = append(v.Training, training(sid, ss, ranks, r.StepsFrom[sid]))
+			v.Training = append(v.Training, training(sid, ss, ranks, r.StepsFrom[sid], r.Shrinks[sid]))
 		}
 	}
 	v.Graph = graph(st, r.Needs)
@@ -364,7 +372,7 @@ func lineages(runs []*Run) []lineageView {
 		lv := lineageView{Title: root}
 		var stages []string
 		var loss, lr, speed, acc []curve
-		var bounds []boundaryAt
+		var bounds, shrinks []boundaryAt
 		accByRun := map[int]*curve{}
 		perEpoch := false // some stage reported an evaluation per epoch
 		for _, m := range members {
@@ -405,6 +413,14 @@ func lineages(runs []*Run) []lineageView {
 			first, last := stepRange(r.Steps[m.stage])
 			if _, parent := r.Continues[m.stage]; parent && (m.run == 0 || len(runs) == 1) {
 				bounds = append(bounds, boundaryAt{X: float64(first+m.offset) - 0.5, Label: m.stage})
+			}
+			if m.run == 0 || len(runs) == 1 {
+				for _, sh := range r.Shrinks[m.stage] {
+					// After the step resumed from: the new job's first
+					// step is the next.
+					shrinks = append(shrinks, boundaryAt{X: float64(sh.ResumedStep+m.offset) + 0.5,
+						Label: fmt.Sprintf("%d → %d devices", sh.FromDevices, sh.ToDevices)})
+				}
 			}
 			if m.offset != 0 {
 				lv.Notes = append(lv.Notes, fmt.Sprintf("%sstage %s counted its steps from %d again; they are drawn after the stage it continues (+%d)",
@@ -447,7 +463,7 @@ func lineages(runs []*Run) []lineageView {
 		if xmin, xmax, _, _, ok := extent(loss); ok {
 			xr = &[2]float64{min(xmin, 0), xmax}
 		}
-		lv.Loss = lineChart(chartSpec{Kind: "loss", Title: "loss", YLabel: "loss", Size: bigChart, X: xr}, loss, bounds)
+		lv.Loss = lineChart(chartSpec{Kind: "loss", Title: "loss", YLabel: "loss", Size: bigChart, X: xr, Shrinks: shrinks}, loss, bounds)
 		lv.Accuracy = lineChart(chartSpec{Kind: "accuracy", Title: accTitle, YLabel: "accuracy",
 			Size: smallChart, X: xr, Y: &[2]float64{0, 1}}, acc, bounds)
 		lv.LR = lineChart(chartSpec{Kind: "lr", Title: "learning rate", YLabel: "learning rate", Size: smallChart, X: xr, YFromZero: true}, lr, bounds)
@@ -580,8 +596,11 @@ func stageTimes(runs []*Run) table {
 	return t
 }
 
-func training(sid string, ss *pipeline.StageState, ranks map[int][]Step, stepsOf string) trainingView {
+func training(sid string, ss *pipeline.StageState, ranks map[int][]Step, stepsOf string, shrinks []Shrink) trainingView {
 	t := trainingView{Stage: sid, StepsOf: stepsOf, Memory: memoryChart(sid, ranks), Groups: len(groupRanks(ranks))}
+	for _, sh := range shrinks {
+		t.Shrinks = append(t.Shrinks, shrinkRow{Shrink: sh, Lost: (time.Duration(sh.SecondsLost*10) * time.Second / 10).String()})
+	}
 	if val, ok := ss.Outputs["peak_device_memory"]; ok {
 		t.Peak = formatOutput("peak_device_memory", val)
 	}

@@ -422,3 +422,65 @@ func TestAccuracyPerEpoch(t *testing.T) {
 		t.Errorf("the evaluation after step 4 sits at %.4f of the accuracy axis, the step's loss at %.4f", got, want)
 	}
 }
+
+// An elastic stage's shrink record (npu/train's on_failure: shrink, a log
+// line with elastic: shrink) is read from the events log, marked on the
+// loss chart after the step training resumed from, and listed in the
+// stage's section; the new job's steps continue the curve.
+func TestShrinkIsMarkedAndListed(t *testing.T) {
+	runDir := filepath.Join(t.TempDir(), "r1")
+	writeFile(t, filepath.Join(runDir, "pipeline.yaml"), "version: 1\nname: p\nstages:\n  train: {uses: npu/train}\n")
+	var lines []string
+	for g := 1; g <= 5; g++ { // the 8-device job, lost after step 5
+		lines = append(lines, `{"stage":"train","event":"step","rank":5,"epoch":1,"global_step":`+strconv.Itoa(g)+`,"loss":2}`)
+	}
+	lines = append(lines, `{"level":"info","stage":"train","event":"log","elastic":"shrink","failed_step":5,"from_devices":8,"from_layout":"semi_auto_parallel on 8 devices, batch 2 per device","lost_rank":5,"resumed_step":4,"seconds_lost":2.25,"shrink":1,"steps_redone":1,"to_devices":4,"to_layout":"semi_auto_parallel on 4 devices, batch 4 per device","message":"shrink 1: rank 5 lost"}`)
+	for g := 5; g <= 10; g++ { // the 4-device job
+		lines = append(lines, `{"stage":"train","event":"step","rank":0,"epoch":2,"global_step":`+strconv.Itoa(g)+`,"loss":1}`)
+	}
+	writeFile(t, filepath.Join(runDir, "events.jsonl"), strings.Join(lines, "\n"))
+	st := state([]string{"train"}, map[string]string{"train": "npu/train"})
+	r, err := Load(context.Background(), filepath.Dir(runDir), runDir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Shrink{{Generation: 1, LostRank: 5, ResumedStep: 4, FailedStep: 5, FromDevices: 8, ToDevices: 4,
+		FromLayout: "semi_auto_parallel on 8 devices, batch 2 per device", ToLayout: "semi_auto_parallel on 4 devices, batch 4 per device",
+		StepsRedone: 1, SecondsLost: 2.25}}
+	if !reflect.DeepEqual(r.Shrinks["train"], want) {
+		t.Fatalf("shrinks %+v, want %+v", r.Shrinks["train"], want)
+	}
+	loss := lineages([]*Run{r})[0].Loss
+	if len(loss.Shrinks) != 1 || loss.Shrinks[0].Label != "8 → 4 devices" {
+		t.Fatalf("loss chart shrinks %+v", loss.Shrinks)
+	}
+	// Halfway between steps 4 and 5 of the axis.
+	var at4, at5 float64
+	for _, s := range loss.Series {
+		for _, p := range strings.Fields(s.Points) {
+			switch x := pointX(t, p); {
+			case strings.Contains(s.Ranks, "5") && at4 == 0 && p == strings.Fields(s.Points)[3]:
+				at4 = x
+			case s.Ranks == "0" && at5 == 0:
+				at5 = x
+			}
+		}
+	}
+	if got := loss.Shrinks[0].X; at4 == 0 || at5 == 0 || got-(at4+at5)/2 > 0.1 || (at4+at5)/2-got > 0.1 {
+		t.Errorf("shrink marked at x %.1f, want halfway between step 4 (%.1f) and step 5 (%.1f)", got, at4, at5)
+	}
+	var b bytes.Buffer
+	if err := Write(&b, r, time.Unix(0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	for _, s := range []string{
+		`<text class="shrink"`, `shrink: 8 → 4 devices</text>`,
+		`<table class="shrinks">`,
+		`<tr><td class="num">1</td><td class="num">5</td><td class="num">5</td><td class="num">4</td><td class="num">1</td><td>semi_auto_parallel on 8 devices, batch 2 per device</td><td>semi_auto_parallel on 4 devices, batch 4 per device</td><td class="num">2.2s</td></tr>`,
+	} {
+		if !strings.Contains(html, s) {
+			t.Errorf("the report lacks %q", s)
+		}
+	}
+}

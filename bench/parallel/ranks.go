@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"time"
+
+	"github.com/mspipe/mspipe/npu/collective"
+	"github.com/mspipe/mspipe/npu/nn"
+	"github.com/mspipe/mspipe/npu/optim"
+	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/shard"
+	"github.com/mspipe/mspipe/npu/tensor"
+)
+
+// rankEnv carries a rank process's job, as JSON.
+const rankEnv = "MSPIPE_BENCH_PARALLEL_RANK"
+
+// rankJob is what every rank process of one measurement does.
+type rankJob struct {
+	Kind      string // "train" or "probe"
+	Model     string
+	Mode      parallel.Mode
+	Strategy  parallel.Strategy
+	Devices   int
+	Rank      int
+	Batch     int // per device
+	Steps     int
+	Transport string
+	Addrs     []string
+	Secret    []byte
+	Detail    bool
+}
+
+// rankResult is what a rank process reports.
+type rankResult struct {
+	Steps, Comms []time.Duration // timed steps (train)
+	Peak         int64           // peak device memory (train)
+	Probes       []time.Duration // per probe, the time of one call (probe)
+}
+
+// spawn runs j on j.Devices rank processes (this program re-executed, each
+// inheriting its listening socket), as npu/train runs a job's ranks, and
+// returns each rank's result.
+func spawn(j rankJob) ([]rankResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if j.Secret, err = collective.NewSecret(); err != nil {
+		return nil, err
+	}
+	files := make([]*os.File, j.Devices)
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	j.Addrs = make([]string, j.Devices)
+	for r := range files {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		j.Addrs[r] = ln.Addr().String()
+		files[r], err = ln.(*net.TCPListener).File()
+		ln.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	outs := make([]bytes.Buffer, j.Devices)
+	cmds := make([]*exec.Cmd, j.Devices)
+	for r := range cmds {
+		j.Rank = r
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(), rankEnv+"="+string(b))
+		cmd.ExtraFiles = []*os.File{files[r]}
+		cmd.Stdout, cmd.Stderr = &outs[r], os.Stderr
+		if err := cmd.Start(); err != nil {
+			cancel()
+			for _, c := range cmds[:r] {
+				c.Wait()
+			}
+			return nil, err
+		}
+		cmds[r] = cmd
+	}
+	var errs []error
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res := make([]rankResult, j.Devices)
+	for r := range res {
+		if err := json.Unmarshal(outs[r].Bytes(), &res[r]); err != nil {
+			return nil, fmt.Errorf("rank %d printed %q: %w", r, outs[r].String(), err)
+		}
+	}
+	return res, nil
+}
+
+// rankMain is a rank process: it joins the job and runs its part.
+func rankMain(spec string) error {
+	var j rankJob
+	if err := json.Unmarshal([]byte(spec), &j); err != nil {
+		return err
+	}
+	tr, err := collective.ParseTransport(j.Transport)
+	if err != nil {
+		return err
+	}
+	ln, err := net.FileListener(os.NewFile(3, "listener"))
+	if err != nil {
+		return err
+	}
+	comm, err := collective.Init(context.Background(), collective.Config{
+		Rank: j.Rank, Size: j.Devices, Addrs: j.Addrs, Secret: j.Secret, Timeout: 2 * time.Minute, Listener: ln, Transport: tr,
+	})
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	var res rankResult
+	switch j.Kind {
+	case "train":
+		err = trainRank(j, comm, &res)
+	case "probe":
+		res.Probes, err = probeRank(j, comm)
+	default:
+		err = fmt.Errorf("unknown job %q", j.Kind)
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// measure trains devices rank processes for 2+steps steps and returns
+// rank 0's median step and median time in collectives, and the largest
+// peak device memory of any rank.
+func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (step, comm time.Duration, peak int64, err error) {
+	res, err := spawn(rankJob{Kind: "train", Model: model, Mode: mode, Strategy: strategy, Devices: devices, Batch: batch, Steps: steps, Transport: tr.String(), Detail: detail})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, r := range res {
+		peak = max(peak, r.Peak)
+	}
+	return median(res[0].Steps), median(res[0].Comms), peak, nil
+}
+
+// trainRank trains rank j.Rank: one compute thread, a random batch of
+// j.Batch images, Momentum, 2 warm-up steps then j.Steps timed ones.
+func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
+	tc := &timedComm{Comm: c}
+	net, err := shard.New(shard.Config{
+		Model: j.Model, Mode: j.Mode, Strategy: j.Strategy, Devices: j.Devices, Rank: j.Rank, Comm: tc,
+		BatchPerDevice: j.Batch, GradientsMean: true, Seed: 1, Threads: 1,
+	})
+	if err != nil {
+		return err
+	}
+	defer net.Close()
+	var trainable []*nn.Param
+	for _, p := range net.Params() {
+		if p.Trainable {
+			trainable = append(trainable, p)
+		}
+	}
+	opt, err := optim.NewMomentum(trainable, optim.MomentumConfig{LearningRates: []float32{0.01}, Momentum: 0.9})
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(uint64(j.Rank), 7))
+	x, err := tensor.New(j.Batch, 3, 32, 32)
+	if err != nil {
+		return err
+	}
+	for i := range x.Data() {
+		x.Data()[i] = float32(rng.NormFloat64())
+	}
+	labels := make([]int32, j.Batch)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(10))
+	}
+	for s := 0; s < 2+j.Steps; s++ {
+		before := tc.spent.Load()
+		tc.keep, tc.events = j.Detail && j.Rank == 0 && s == 1+j.Steps, tc.events[:0]
+		began := time.Now()
+		if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
+			return err
+		}
+		optBegan := time.Now()
+		opt.Step()
+		if tc.keep {
+			fmt.Fprintf(os.Stderr, "  %s rank 0, last step: train %.2f ms, optimizer %.2f ms\n", j.Mode, ms(optBegan.Sub(began)), ms(time.Since(optBegan)))
+			for _, e := range tc.events {
+				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms\n", e.kind, e.elems, ms(e.d))
+			}
+		}
+		if s >= 2 {
+			res.Steps = append(res.Steps, time.Since(began))
+			res.Comms = append(res.Comms, time.Duration(tc.spent.Load()-before))
+		}
+	}
+	_, res.Peak = net.Device().MemoryInUse()
+	return nil
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
