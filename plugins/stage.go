@@ -34,6 +34,15 @@ type Stage interface {
 type Info struct {
 	Name string       // stage name, e.g. "exec", "npu/train"
 	New  func() Stage // returns a fresh implementation
+	// Reusable says that one plugin process may run this stage several
+	// times, one run after another: its Run leaves no state behind in the
+	// process (no globals, environment, working directory, limits or
+	// goroutines that outlive it), and it reports through events rather
+	// than its stdout and stderr, which reach mspipe apart from the reply
+	// and could land in the log of the stage before or after. mspipe then keeps a process that
+	// finished a run cleanly for the next stage of the same kind instead of
+	// starting another, which saves the start of a process per stage.
+	Reusable bool
 }
 
 // Descriptor is what a stage says about itself.

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/mspipe/mspipe/internal/diag"
 
@@ -94,17 +96,35 @@ type WithSchema struct {
 }
 
 // CompileWithSchema compiles the schema of `with` a stage declares; it
-// returns nil when the stage declares none, which accepts anything.
+// returns nil when the stage declares none, which accepts anything. A
+// schema is compiled when a check first needs it, and once per process:
+// validating a spec and running it both check every stage against its
+// schema, from catalogs of their own, and get the same compiled value for
+// the same stage name and schema document.
 func CompileWithSchema(info *StageInfo) (*WithSchema, error) {
 	if info == nil || info.WithSchema == nil {
 		return nil, nil
 	}
-	sch, err := CompileSchema(info.Name, info.WithSchema)
-	if err != nil {
-		return nil, err
-	}
-	return &WithSchema{stage: info.Name, doc: info.WithSchema, schema: sch}, nil
+	key := info.Name + "\x00" + string(info.WithSchema)
+	compile, _ := withSchemas.LoadOrStore(key, sync.OnceValues(func() (*WithSchema, error) {
+		withSchemaCompiles.Add(1)
+		doc := slices.Clone(info.WithSchema)
+		sch, err := CompileSchema(info.Name, doc)
+		if err != nil {
+			return nil, err
+		}
+		return &WithSchema{stage: info.Name, doc: doc, schema: sch}, nil
+	}))
+	return compile.(func() (*WithSchema, error))()
 }
+
+// withSchemas memoizes CompileWithSchema for the process, by stage name and
+// schema document: a compiled schema is immutable and safe for concurrent
+// use, and a process checks a handful of stage kinds.
+var withSchemas sync.Map // string -> func() (*WithSchema, error)
+
+// withSchemaCompiles counts the compiles CompileWithSchema did (for tests).
+var withSchemaCompiles atomic.Int64
 
 // CheckWith checks the resolved `with` of stage s, the values its plugin
 // will receive, against the stage's compiled schema (nil accepts anything).

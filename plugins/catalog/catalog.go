@@ -68,6 +68,8 @@ type Catalog struct {
 	// clients are the plugin processes started to describe a stage for
 	// validation, kept for its Validate calls (see keptClient), by uses.
 	clients map[string]*keptClient
+	// pool keeps the processes of reusable built-ins between stages.
+	pool pool
 }
 
 type describedStage struct {
@@ -403,7 +405,10 @@ func fileSHA256(path string) (string, error) {
 }
 
 // Launch implements pipeline.Launcher: the stage's plugin runs in its own
-// process (built-ins as `mspipe __stage NAME`), its output going to log.
+// process (built-ins as `mspipe __stage NAME`), its output going to log. A
+// built-in that is Reusable (plugins.Info) may get a process that ran an
+// earlier stage of the same kind and is idle (see pool); Close the catalog
+// to stop those.
 func (c *Catalog) Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, log io.Writer) (pipeline.Process, error) {
 	if _, ok := c.declared[s.Uses]; ok {
 		return nil, fmt.Errorf("stage %s: %w", s.Uses, ErrNotImplemented)
@@ -416,6 +421,11 @@ func (c *Catalog) Launch(ctx context.Context, p *spec.Pipeline, s *spec.Stage, l
 	cfg.SHA256 = s.SHA256
 	cfg.Log = log
 	cfg.MemoryLimit = s.Limits.Memory
+	if d.resolved.Builtin {
+		if info, ok := c.registry.Lookup(d.resolved.Name); ok && info.Reusable {
+			return c.pool.lease(ctx, cfg, log)
+		}
+	}
 	return host.Launch(ctx, cfg)
 }
 

@@ -72,8 +72,11 @@ func (c *Catalog) dropIdle(uses string, kc *keptClient) {
 	kc.close()
 }
 
-// Close stops the plugin processes the catalog keeps for validation. The
-// catalog stays usable: a later Validate starts a process again.
+// Close stops the plugin processes the catalog keeps: for validation, and
+// the idle ones of reusable stages (a process a stage still uses is
+// stopped when the stage is done with it). The catalog stays usable for
+// validation: a later Validate starts a process again; Launch then starts
+// a process for each stage.
 func (c *Catalog) Close() error {
 	c.mu.Lock()
 	kept := c.clients
@@ -82,6 +85,7 @@ func (c *Catalog) Close() error {
 	for _, kc := range kept {
 		kc.close()
 	}
+	c.pool.close()
 	return nil
 }
 

@@ -302,6 +302,9 @@ func (c *Client) Run(ctx context.Context, req plugins.RunRequest, emit func(plug
 	return plugins.CheckOutputs(c.desc, req.WorkDir, outputs)
 }
 
+// Exited is closed once the plugin process has ended.
+func (c *Client) Exited() <-chan struct{} { return c.exited }
+
 // Pid returns the plugin's process id, which is also its process group id.
 func (c *Client) Pid() int { return c.pid }
 

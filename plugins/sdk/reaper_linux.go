@@ -19,6 +19,9 @@ import (
 const (
 	killWait = 5 * time.Second
 	pollStep = 5 * time.Millisecond
+	// reapWait bounds how long reapExited waits for killed children to
+	// finish exiting.
+	reapWait = time.Second
 )
 
 // superviseDescendants makes the plugin process a child subreaper
@@ -134,4 +137,28 @@ func procParent(pid int) (state byte, ppid int, ok bool) {
 		return 0, 0, false
 	}
 	return fields[0][0], ppid, true
+}
+
+// reapExited collects every child of this process once it has ended,
+// waiting up to reapWait. Called only when no run is in progress
+// (served.endRun), after killDescendants: the children left then are what
+// a finished run started and left behind, killed and reparented here as
+// orphans. Go waits only for the children it started itself, so without
+// this each of them would stay a zombie for the life of a process that
+// serves stage after stage, and make every later hasChildren true. A
+// killed process with several threads shows as a zombie before it can be
+// collected, hence the wait.
+func reapExited() {
+	deadline := time.Now().Add(reapWait)
+	for {
+		var status unix.WaitStatus
+		pid, err := unix.Wait4(-1, &status, unix.WNOHANG, nil)
+		switch {
+		case err == syscall.EINTR || pid > 0:
+			continue
+		case err != nil || time.Now().After(deadline): // ECHILD: none left
+			return
+		}
+		time.Sleep(pollStep) // a child is still exiting
+	}
 }

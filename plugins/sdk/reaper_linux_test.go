@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 		}, false))
 	case "children": // hasChildren before, with and after a child of its own
 		os.Exit(childrenRole())
+	case "served": // a plugin whose stage leaves a process behind, run twice
+		os.Exit(servedRole())
+	case "escaper": // starts an escaped process, prints its pid and exits
+		os.Exit(escaperRole())
 	case "escaped":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
 		fmt.Println("ready")

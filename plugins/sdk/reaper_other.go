@@ -13,3 +13,7 @@ func superviseDescendants() (parentGone <-chan struct{}, err error) {
 // killDescendants does nothing: without a subreaper, processes that left
 // their group cannot be found. mspipe still stops process groups whole.
 func killDescendants() error { return nil }
+
+// reapExited does nothing: without a subreaper no orphan is reparented to
+// the plugin.
+func reapExited() {}

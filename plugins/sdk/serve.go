@@ -111,6 +111,7 @@ type served struct {
 
 	mu      sync.Mutex
 	closing bool
+	running int // Runs in progress; guarded by mu
 	active  sync.WaitGroup
 }
 
@@ -135,8 +136,10 @@ func (s *served) Run(ctx context.Context, req plugins.RunRequest, emit func(plug
 		return nil, errShuttingDown
 	}
 	s.active.Add(1)
+	s.running++
 	s.mu.Unlock()
 	defer s.active.Done()
+	defer s.endRun()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -151,6 +154,25 @@ func (s *served) Run(ctx context.Context, req plugins.RunRequest, emit func(plug
 		}
 	}()
 	return s.stage.Run(ctx, req, emit)
+}
+
+// endRun ends a Run. When it was the only one, whatever it started and left
+// behind is killed before its reply reaches mspipe, as when the process
+// ends, and collected: mspipe may serve its next stage from this process
+// (see plugins.Info.Reusable), and that stage must not find the previous
+// one's processes, not even as zombies. A Run that starts meanwhile waits on s.mu, so
+// none of its processes is taken for a leftover.
+func (s *served) endRun() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	if s.running > 0 {
+		return
+	}
+	if err := killDescendants(); err != nil {
+		fmt.Fprintf(os.Stderr, "mspipe stage plugin: %v\n", err)
+	}
+	reapExited()
 }
 
 // drain refuses new runs and waits for the running ones to return.

@@ -43,7 +43,9 @@ const (
 
 // Info returns the registry entry of the exec stage.
 func Info() plugins.Info {
-	return plugins.Info{Name: Name, New: New}
+	// Reusable: Run changes nothing in its process; the command runs in its
+	// own process group with the request's environment and directory.
+	return plugins.Info{Name: Name, New: New, Reusable: true}
 }
 
 // New returns the exec stage.

@@ -38,6 +38,7 @@ refused, with that process's pid.`,
 			if err != nil {
 				return err
 			}
+			defer env.Close() // the plugin processes kept between stages
 			if p, _, err := spec.Load(filepath.Join(dir, "pipeline.yaml")); err == nil && p != nil {
 				env.UsePins(p)
 			}

@@ -80,7 +80,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 prepare sharded CIFAR-10 data, train on N devices in a parallel mode, integrate
 the per-rank checkpoint slices, reshard them for a new cluster size, retrain.
 
-Every stage runs as its own plugin process; devices are simulated on the CPU,
+Every stage runs in a plugin process apart from mspipe; devices are simulated on the CPU,
 one process per device, with real collectives between them.`,
 		Example: `  mspipe run examples/standalone.yaml    # train on one simulated device
   mspipe run examples/data-parallel.yaml # 8 devices, one process each

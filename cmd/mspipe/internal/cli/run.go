@@ -15,8 +15,8 @@ func newRunCmd() *cobra.Command {
 		Use:   "run FILE",
 		Short: "Run a pipeline",
 		Long: `Run a pipeline: validate the spec, then run its stages in the order their
-needs give, independent stages in parallel (up to --jobs), each in its own
-plugin process.
+needs give, independent stages in parallel (up to --jobs), each in a plugin
+process of its own (one after another, exec stages may share one).
 
 Every run gets a directory under the runs dir (default ./runs) holding
 run.json (the state of every stage), pipeline.yaml (the spec as run),
@@ -45,6 +45,9 @@ Exit status: 0 succeeded, 1 invalid spec or failed stage, 2 usage error,
 			if err != nil {
 				return err
 			}
+			// Stops the plugin processes kept for validation and the idle
+			// ones kept between stages of the same kind.
+			defer ls.env.Close()
 			eng := newEngine(cmd, ls, jobs, noCache)
 			endConsole := attachConsole(cmd, eng)
 			st, err := eng.Run(cmd.Context(), ls.p, ls.data, ls.params)
