@@ -129,7 +129,7 @@ func TestEvaluateMemoryTraffic(t *testing.T) {
 	}
 
 	// Column split: the redistribution to ReduceSum's batch split goes
-	// over loopback, and the FLOPs still lose to the traffic.
+	// on its own slow link, and the FLOPs still lose to the traffic.
 	p, err = Evaluate(g, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 4}}}, 4, m)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestEvaluateMemoryTraffic(t *testing.T) {
 	// Forward a rank fetches 3 of the 4 column blocks of its 8 rows,
 	// backward 3 of the 4 row blocks of its 32 columns.
 	if want := (3*8*32*4+3*8*32*4)/3e8 + 2*0.003; !near(red.CommSeconds, want) {
-		t.Errorf("reduce comm %v s, want %v (loopback)", red.CommSeconds, want)
+		t.Errorf("reduce comm %v s, want %v (the exchange link)", red.CommSeconds, want)
 	}
 }
 
