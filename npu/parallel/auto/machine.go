@@ -248,25 +248,26 @@ func (m Machine) server(rank int) int { return rank / m.DevicesPerServer }
 //     per-rank staging files), but the kinds cost differently, so each
 //     has its own link. bench/parallel's probes time a tiny and a large
 //     call of each kind among 8 rank processes back to back; the latency
-//     is the tiny call, the bandwidth what the large one adds. Two runs
-//     on 2026-11-28 23:28 UTC at load averages of 17-19, nice -20 as
-//     above (shmgroup's main, d39b0d8):
+//     is the tiny call, the bandwidth what the large one adds. Eight runs
+//     on 2026-11-28 23:27-23:35 UTC at load averages of 10-19, nice -20
+//     as above (shmgroup's collectives, main d39b0d8); each figure below
+//     is near the median of the eight:
 //
 //   - IntraServer 2.0 GB/s, 0.65 ms, the whole-job gradient AllReduce:
 //     bus bandwidth of the shared-memory AllReduce among 8 rank processes
 //     (go run ./bench/collective -ranks 8 -algorithms shm) 2.5 GB/s at
-//     16 MiB, 1.7-2.1 GB/s at 64 MiB; the probes' tiny call 0.68-0.75 ms
-//     (their 16 MiB call gives 3.6-4.7 GB/s, but data_parallel reduces
+//     16 MiB, 1.7-2.1 GB/s at 64 MiB; the probes' tiny call 0.48-0.79 ms
+//     (their 16 MiB call gives 2.8-4.9 GB/s, but data_parallel reduces
 //     50 MB a step, nearer the 64 MiB figure).
 //
-//   - IntraServerByKind[GroupAllReduce] 0.9 GB/s, 0.45 ms: the probes'
-//     GroupAllReduce of all 8 ranks, 1 element 0.31-0.67 ms, 4 MiB
-//     0.88-1.0 GB/s bus bandwidth.
+//   - IntraServerByKind[GroupAllReduce] 0.9 GB/s, 0.4 ms: the probes'
+//     GroupAllReduce of all 8 ranks, 1 element 0.31-0.67 ms (median
+//     0.37), 4 MiB 0.77-1.08 GB/s bus bandwidth.
 //
-//   - IntraServerByKind[Redistribution] 0.5 GB/s, 0.5 ms: the probes'
-//     Exchange, 1 element a peer 0.51-0.54 ms, 256 KiB a peer 0.39-0.72
-//     GB/s received by each rank: each block is copied twice, into the
-//     sender's staging file and out of it.
+//   - IntraServerByKind[Redistribution] 0.5 GB/s, 0.55 ms: the probes'
+//     Exchange, 1 element a peer 0.45-0.72 ms (median 0.57), 256 KiB a
+//     peer 0.37-0.72 GB/s received by each rank (median 0.5): each block
+//     is copied twice, into the sender's staging file and out of it.
 //
 //   - IntraServerByKind[StageSendRecv]: Exchange's, not probed apart:
 //     SendRecv is an Exchange on a communicator of two ranks.
@@ -296,9 +297,9 @@ func LocalMachine(cores, devices, threads int) Machine {
 	m.TransposedBandwidth = 1.5e9
 	m.WeightGradBandwidth = 4e9
 	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 650 * time.Microsecond}
-	exchange := Link{Bandwidth: 0.5e9, Latency: 500 * time.Microsecond}
+	exchange := Link{Bandwidth: 0.5e9, Latency: 550 * time.Microsecond}
 	m.IntraServerByKind = KindLinks{
-		GroupAllReduce: {Bandwidth: 0.9e9, Latency: 450 * time.Microsecond},
+		GroupAllReduce: {Bandwidth: 0.9e9, Latency: 400 * time.Microsecond},
 		Redistribution: exchange,
 		StageSendRecv:  exchange,
 	}
