@@ -122,8 +122,12 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 		out = append(out, component{pr.name, slowest.Seconds(), want, "s"})
 		took[pr.kind] = append(took[pr.kind], slowest.Seconds())
 	}
+	// Each kind gets its own link within a server: the whole-job
+	// AllReduce is IntraServer, the others IntraServerByKind. SendRecv is
+	// an Exchange of two ranks, so it takes Exchange's link.
 	fitted := m
-	for kind, ts := range took {
+	for _, kind := range []auto.Collective{auto.WholeAllReduce, auto.GroupAllReduce, auto.Redistribution} {
+		ts := took[kind]
 		small, large := ts[0], ts[1]
 		var moved float64 // bus bytes of the large call
 		switch kind {
@@ -135,12 +139,13 @@ func probeCollectives(devices int, tr collective.Transport, m auto.Machine) ([]c
 			moved = 2 * float64(devices-1) / float64(devices) * bigGroup * auto.BytesPerElement
 		}
 		l := auto.Link{Bandwidth: moved / max(large-small, 1e-9), Latency: time.Duration(small * 1e9)}
-		if fitted.OverLoopback.Has(kind) {
-			fitted.Loopback[kind] = l
-		} else {
+		if kind == auto.WholeAllReduce {
 			fitted.IntraServer = l
+		} else {
+			fitted.IntraServerByKind[kind] = l
 		}
 	}
+	fitted.IntraServerByKind[auto.StageSendRecv] = fitted.IntraServerByKind[auto.Redistribution]
 	return out, fitted, nil
 }
 

@@ -39,11 +39,11 @@ func TestAllReduceSeconds(t *testing.T) {
 		t.Errorf("group of one: %v s, want 0", got)
 	}
 
-	// Group reductions and exchanges over loopback within a server, the
-	// whole-job AllReduce over the server's link; between servers every
-	// kind takes the link between servers.
-	m.Loopback = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
-	m.OverLoopback = KindSet(GroupAllReduce, Redistribution)
+	// Group reductions and exchanges on links of their own within a
+	// server, the whole-job AllReduce and the send/receive (no link of
+	// its own) on IntraServer; between servers every kind takes the link
+	// between servers.
+	m.IntraServerByKind = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
 	for _, tc := range []struct {
 		kind   Collective
 		across bool
@@ -83,13 +83,12 @@ func TestStreamSeconds(t *testing.T) {
 
 // TestEvaluateMemoryTraffic prices the seeds' network on a machine whose
 // memory is slow enough that the products are memory-bound, with the
-// whole-job gradient AllReduce over shared memory and the rest over
-// loopback.
+// whole-job gradient AllReduce on the server's link and group reductions
+// and exchanges on slower links of their own.
 func TestEvaluateMemoryTraffic(t *testing.T) {
 	m := roundMachine()
 	m.MemoryBandwidth = 1e9
-	m.Loopback = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
-	m.OverLoopback = KindSet(GroupAllReduce, Redistribution)
+	m.IntraServerByKind = KindLinks{GroupAllReduce: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}, Redistribution: {Bandwidth: 3e8, Latency: 3 * time.Millisecond}}
 	g := seedsNet(32)
 	const weight = 512 * 128 * 4
 	p, err := Evaluate(g, nil, 4, m)
@@ -130,7 +129,7 @@ func TestEvaluateMemoryTraffic(t *testing.T) {
 	}
 
 	// Column split: the redistribution to ReduceSum's batch split goes
-	// over loopback, and the FLOPs still lose to the traffic.
+	// on its own slow link, and the FLOPs still lose to the traffic.
 	p, err = Evaluate(g, parallel.Strategy{"fc.matmul": {{1, 1}, {1, 4}}}, 4, m)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +138,7 @@ func TestEvaluateMemoryTraffic(t *testing.T) {
 	// Forward a rank fetches 3 of the 4 column blocks of its 8 rows,
 	// backward 3 of the 4 row blocks of its 32 columns.
 	if want := (3*8*32*4+3*8*32*4)/3e8 + 2*0.003; !near(red.CommSeconds, want) {
-		t.Errorf("reduce comm %v s, want %v (loopback)", red.CommSeconds, want)
+		t.Errorf("reduce comm %v s, want %v (the exchange link)", red.CommSeconds, want)
 	}
 }
 

@@ -53,12 +53,24 @@ func (p *Plan) Format(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "communication per rank and step: %s within a server (%s/s links), %s between servers (%s/s links), %d devices a server\n",
-		bytesize.Format(p.IntraBytes), rate(p.Machine.IntraServer.Bandwidth), bytesize.Format(p.InterBytes), rate(p.Machine.InterServer.Bandwidth), p.Machine.DevicesPerServer)
+	_, err = fmt.Fprintf(w, "communication per rank and step: %s within a server (%s/s links%s), %s between servers (%s/s links), %d devices a server\n",
+		bytesize.Format(p.IntraBytes), rate(p.Machine.IntraServer.Bandwidth), kindRates(p.Machine), bytesize.Format(p.InterBytes), rate(p.Machine.InterServer.Bandwidth), p.Machine.DevicesPerServer)
 	if err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	return nil
+}
+
+// kindRates names the collective kinds that have a link of their own
+// within a server, with its bandwidth ("; Exchange 500 MB/s"), or "".
+func kindRates(m Machine) string {
+	var b strings.Builder
+	for k, l := range m.IntraServerByKind {
+		if l.Bandwidth > 0 {
+			fmt.Fprintf(&b, "; %v %s/s", Collective(k), rate(l.Bandwidth))
+		}
+	}
+	return b.String()
 }
 
 // rate writes a bandwidth in bytes/s with three significant digits in a

@@ -29,6 +29,21 @@ communication per rank and step: 56.0 KiB within a server (10.0 GB/s links), 0 B
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
+
+	// Kinds with a link of their own within a server are named with it.
+	m := roundMachine()
+	m.IntraServerByKind[Redistribution] = Link{Bandwidth: 5e8}
+	m.IntraServerByKind[GroupAllReduce] = Link{Bandwidth: 9e8}
+	if p, err = Evaluate(seedsNet(32), nil, 4, m); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	if err := p.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	if line := "(10.0 GB/s links; GroupAllReduce 900 MB/s; Exchange 500 MB/s), "; !strings.Contains(b.String(), line) {
+		t.Errorf("got\n%s\nwant a line with %q", b.String(), line)
+	}
 }
 
 func TestFormatStrategy(t *testing.T) {

@@ -22,7 +22,7 @@ type Link struct {
 }
 
 // Collective is a kind of collective call the training engine makes. Within
-// a server the kinds may travel over different links ([Machine.Loopback]).
+// a server the kinds may cost differently ([Machine.IntraServerByKind]).
 type Collective uint8
 
 // The collective kinds.
@@ -43,21 +43,6 @@ const numCollectives = 4
 
 // KindLinks is a link for each collective kind.
 type KindLinks [numCollectives]Link
-
-// Collectives is a set of collective kinds.
-type Collectives uint8
-
-// KindSet returns the set of kinds.
-func KindSet(kinds ...Collective) Collectives {
-	var s Collectives
-	for _, k := range kinds {
-		s |= 1 << k
-	}
-	return s
-}
-
-// Has reports whether kind is in s.
-func (s Collectives) Has(kind Collective) bool { return s&(1<<kind) != 0 }
 
 // Machine is what the cost model knows of the hardware: the speed of one
 // device, the links between devices, and each device's memory.
@@ -82,14 +67,16 @@ type Machine struct {
 	WeightGradBandwidth float64
 	// IntraServer is the link between devices of one server (shared
 	// memory here, HCCS on an Ascend server); InterServer the link
-	// between servers (TCP).
+	// between servers (TCP). Every kind of collective takes InterServer
+	// when its ranks span servers.
 	IntraServer, InterServer Link
-	// Loopback[k] is the link collectives of kind k take between devices
-	// of one server instead of IntraServer when k is in OverLoopback: on
-	// this build's simulated devices, loopback TCP for the kinds that
-	// have no shared-memory path yet. Unused for the other kinds.
-	Loopback     KindLinks
-	OverLoopback Collectives
+	// IntraServerByKind[k] is what a collective of kind k costs among
+	// devices of one server when that differs from IntraServer: the
+	// same shared memory, but a different path through it (this build's
+	// Exchange copies each block twice through staging files; a small
+	// group reduction costs less than the whole-job one). A zero Link
+	// (no bandwidth) means the kind takes IntraServer.
+	IntraServerByKind KindLinks
 	// DevicesPerServer is how many consecutive ranks share a server.
 	DevicesPerServer int
 	// Memory is one device's memory in bytes.
@@ -151,8 +138,8 @@ func (m Machine) Validate() error {
 		return fmt.Errorf("%w: FLOP/s %v, want more than 0", ErrMachine, m.FLOPS)
 	case !(m.IntraServer.Bandwidth > 0) || !(m.InterServer.Bandwidth > 0):
 		return fmt.Errorf("%w: bandwidths %v (server) and %v (between servers) bytes/s, want more than 0", ErrMachine, m.IntraServer.Bandwidth, m.InterServer.Bandwidth)
-	case !m.loopbackValid():
-		return fmt.Errorf("%w: a collective kind over loopback has no bandwidth or a negative latency", ErrMachine)
+	case m.byKindInvalid() != "":
+		return fmt.Errorf("%w: the link within a server for %s has a negative bandwidth or latency, or a latency without a bandwidth", ErrMachine, m.byKindInvalid())
 	case !(m.MemoryBandwidth >= 0) || !(m.TransposedBandwidth >= 0) || !(m.WeightGradBandwidth >= 0):
 		return fmt.Errorf("%w: memory bandwidths %v, %v (transposed) and %v (weight gradient) bytes/s, want 0 (not priced) or more", ErrMachine, m.MemoryBandwidth, m.TransposedBandwidth, m.WeightGradBandwidth)
 	case m.IntraServer.Latency < 0 || m.InterServer.Latency < 0:
@@ -165,23 +152,44 @@ func (m Machine) Validate() error {
 	return nil
 }
 
-func (m Machine) loopbackValid() bool {
-	for k, l := range m.Loopback {
-		if m.OverLoopback.Has(Collective(k)) && (!(l.Bandwidth > 0) || l.Latency < 0) {
-			return false
+// byKindInvalid returns the name of the first collective kind whose
+// link within a server is malformed, or "".
+func (m Machine) byKindInvalid() string {
+	for k, l := range m.IntraServerByKind {
+		if l == (Link{}) {
+			continue
+		}
+		if !(l.Bandwidth > 0) || l.Latency < 0 {
+			return Collective(k).String()
 		}
 	}
-	return true
+	return ""
+}
+
+// String names the kind as the engine's call.
+func (k Collective) String() string {
+	switch k {
+	case WholeAllReduce:
+		return "AllReduce (whole job)"
+	case GroupAllReduce:
+		return "GroupAllReduce"
+	case Redistribution:
+		return "Exchange"
+	case StageSendRecv:
+		return "SendRecv"
+	}
+	return fmt.Sprintf("collective kind %d", uint8(k))
 }
 
 // link returns the link a collective of kind uses among a group of
-// ranks: the slower one when the group spans servers.
+// ranks: InterServer when the group spans servers, else the kind's own
+// link within a server if it has one, else IntraServer.
 func (m Machine) link(kind Collective, acrossServers bool) Link {
 	switch {
 	case acrossServers:
 		return m.InterServer
-	case m.OverLoopback.Has(kind):
-		return m.Loopback[kind]
+	case int(kind) < numCollectives && m.IntraServerByKind[kind].Bandwidth > 0:
+		return m.IntraServerByKind[kind]
 	}
 	return m.IntraServer
 }
@@ -209,13 +217,6 @@ func (m Machine) StreamSeconds(bytes int64) float64 {
 // server returns the server of rank.
 func (m Machine) server(rank int) int { return rank / m.DevicesPerServer }
 
-// LocalOverLoopback is the collective kinds that travel over loopback TCP
-// between the simulated devices of one server in this build: everything but
-// the whole-job gradient AllReduce, which has shared memory. (When Exchange,
-// the group reductions and the pipeline's send/receive get shared memory,
-// this set empties and those kinds take IntraServer.)
-var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
-
 // LocalMachine is this build's simulated devices on this machine: devices
 // rank processes of threads compute threads each (0: 1) on cores CPU
 // cores, sharing them ([Machine.ShareCores]). Its figures were measured on
@@ -242,21 +243,38 @@ var LocalOverLoopback = KindSet(GroupAllReduce, Redistribution, StageSendRecv)
 //     result ([MeasureWeightGradBandwidth]): 3.5-4.9 GB/s, 3× slower
 //     than the loop streams memory.
 //
-//   - Latencies are what a small call takes among 8 rank processes back
-//     to back (bench/parallel's probes, five runs): 0.48-0.85 ms over
-//     shared memory, 0.64-1.45 ms for GroupAllReduce and 1.6-2.3 ms for
-//     Exchange over loopback TCP. Inside a step a call often waits longer
-//     (0.6-6.5 ms, bench/parallel -detail) for ranks still computing,
-//     but that wait is the other ranks' share of the cores, which the
-//     shared FLOP/s already price.
+//   - Every collective kind goes over shared memory within a server
+//     (the whole-job AllReduce in Alloc memory, the others through
+//     per-rank staging files), but the kinds cost differently, so each
+//     has its own link. bench/parallel's probes time a tiny and a large
+//     call of each kind among 8 rank processes back to back; the latency
+//     is the tiny call, the bandwidth what the large one adds. Eight runs
+//     on 2026-11-28 23:27-23:35 UTC at load averages of 10-19, nice -20
+//     as above (shmgroup's collectives, main d39b0d8); each figure below
+//     is near the median of the eight:
 //
-//   - IntraServer 2.0 GB/s, 0.65 ms: the shared-memory AllReduce among 8
-//     rank processes (go run ./bench/collective -ranks 8 -algorithms shm):
-//     bus bandwidth 2.5 GB/s at 16 MiB, 1.7-2.1 GB/s at 64 MiB.
+//   - IntraServer 2.0 GB/s, 0.65 ms, the whole-job gradient AllReduce:
+//     bus bandwidth of the shared-memory AllReduce among 8 rank processes
+//     (go run ./bench/collective -ranks 8 -algorithms shm) 2.5 GB/s at
+//     16 MiB, 1.7-2.1 GB/s at 64 MiB; the probes' tiny call 0.48-0.79 ms
+//     (their 16 MiB call gives 2.8-4.9 GB/s, but data_parallel reduces
+//     50 MB a step, nearer the 64 MiB figure).
 //
-//   - Loopback 0.25 GB/s, 1.2 ms (GroupAllReduce, 4 MiB) and 0.21 GB/s,
-//     1.8 ms (Exchange, 256 KiB a peer): loopback TCP among 8 rank
-//     processes (bench/parallel's probes).
+//   - IntraServerByKind[GroupAllReduce] 0.9 GB/s, 0.4 ms: the probes'
+//     GroupAllReduce of all 8 ranks, 1 element 0.31-0.67 ms (median
+//     0.37), 4 MiB 0.77-1.08 GB/s bus bandwidth.
+//
+//   - IntraServerByKind[Redistribution] 0.5 GB/s, 0.55 ms: the probes'
+//     Exchange, 1 element a peer 0.45-0.72 ms (median 0.57), 256 KiB a
+//     peer 0.37-0.72 GB/s received by each rank (median 0.5): each block
+//     is copied twice, into the sender's staging file and out of it.
+//
+//   - IntraServerByKind[StageSendRecv]: Exchange's, not probed apart:
+//     SendRecv is an Exchange on a communicator of two ranks.
+//
+//   - Inside a step a call often waits longer (0.6-6.5 ms, bench/parallel
+//     -detail) for ranks still computing, but that wait is the other
+//     ranks' share of the cores, which the shared FLOP/s already price.
 //
 //   - InterServer: DefaultMachine's (not measured on this VM).
 //
@@ -279,9 +297,12 @@ func LocalMachine(cores, devices, threads int) Machine {
 	m.TransposedBandwidth = 1.5e9
 	m.WeightGradBandwidth = 4e9
 	m.IntraServer = Link{Bandwidth: 2.0e9, Latency: 650 * time.Microsecond}
-	tcp := Link{Bandwidth: 0.25e9, Latency: 1200 * time.Microsecond}
-	m.Loopback = KindLinks{GroupAllReduce: tcp, Redistribution: {Bandwidth: 0.21e9, Latency: 1800 * time.Microsecond}, StageSendRecv: tcp}
-	m.OverLoopback = LocalOverLoopback
+	exchange := Link{Bandwidth: 0.5e9, Latency: 550 * time.Microsecond}
+	m.IntraServerByKind = KindLinks{
+		GroupAllReduce: {Bandwidth: 0.9e9, Latency: 400 * time.Microsecond},
+		Redistribution: exchange,
+		StageSendRecv:  exchange,
+	}
 	m = m.ShareCores(cores, devices, threads)
 	if devices*max(threads, 1) > cores {
 		m.FLOPS *= oversubscribedCompute

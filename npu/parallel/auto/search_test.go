@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mspipe/mspipe/npu/parallel"
 )
@@ -227,20 +228,48 @@ func TestMachine(t *testing.T) {
 	if two := LocalMachine(2, 2, 1); two.FLOPS != alone.FLOPS {
 		t.Errorf("2 devices on 2 cores: %v FLOP/s each, want one alone's %v", two.FLOPS, alone.FLOPS)
 	}
-	if local.link(WholeAllReduce, false) != local.IntraServer || local.link(GroupAllReduce, false) != local.Loopback[GroupAllReduce] ||
-		local.link(Redistribution, false) != local.Loopback[Redistribution] || local.link(Redistribution, true) != local.InterServer {
-		t.Errorf("local links: whole-job AllReduce %v, group %v, exchange %v and between servers %v", local.link(WholeAllReduce, false),
-			local.link(GroupAllReduce, false), local.link(Redistribution, false), local.link(Redistribution, true))
+	// Within a server every kind is shared memory, but each its own
+	// link; between servers every kind takes InterServer.
+	for _, tc := range []struct {
+		kind   Collective
+		across bool
+		want   Link
+	}{
+		{WholeAllReduce, false, local.IntraServer},
+		{GroupAllReduce, false, local.IntraServerByKind[GroupAllReduce]},
+		{Redistribution, false, local.IntraServerByKind[Redistribution]},
+		{StageSendRecv, false, local.IntraServerByKind[Redistribution]},
+		{WholeAllReduce, true, local.InterServer},
+		{GroupAllReduce, true, local.InterServer},
+		{Redistribution, true, local.InterServer},
+		{StageSendRecv, true, local.InterServer},
+	} {
+		if got := local.link(tc.kind, tc.across); got != tc.want {
+			t.Errorf("local %v across servers %v: %+v, want %+v", tc.kind, tc.across, got, tc.want)
+		}
+	}
+	// The local kinds are distinct: a group reduction is cheaper per call
+	// than the whole-job one, an Exchange slower per byte than either.
+	if g, w, x := local.IntraServerByKind[GroupAllReduce], local.IntraServer, local.IntraServerByKind[Redistribution]; g.Latency >= w.Latency || x.Bandwidth >= g.Bandwidth || x.Bandwidth >= w.Bandwidth {
+		t.Errorf("local links: group %+v, whole job %+v, exchange %+v", g, w, x)
 	}
 	bad := local
-	bad.Loopback[Redistribution].Bandwidth = 0
-	if err := bad.Validate(); !errors.Is(err, ErrMachine) {
-		t.Errorf("loopback without bandwidth: %v", err)
+	bad.IntraServerByKind[Redistribution].Bandwidth = 0
+	if err := bad.Validate(); !errors.Is(err, ErrMachine) || !strings.Contains(err.Error(), "Exchange") {
+		t.Errorf("a latency without a bandwidth: %v", err)
 	}
-	bad.OverLoopback = 0
+	bad.IntraServerByKind[Redistribution] = Link{}
 	if err := bad.Validate(); err != nil {
-		t.Errorf("unused loopback: %v", err)
+		t.Errorf("no link of its own (IntraServer): %v", err)
 	}
+	if got := bad.link(Redistribution, false); got != bad.IntraServer {
+		t.Errorf("no link of its own: %+v, want IntraServer %+v", got, bad.IntraServer)
+	}
+	bad.IntraServerByKind[GroupAllReduce].Latency = -time.Millisecond
+	if err := bad.Validate(); !errors.Is(err, ErrMachine) || !strings.Contains(err.Error(), "GroupAllReduce") {
+		t.Errorf("negative latency: %v", err)
+	}
+	bad = local
 	bad.MemoryBandwidth = -1
 	if err := bad.Validate(); !errors.Is(err, ErrMachine) {
 		t.Errorf("negative memory bandwidth: %v", err)
