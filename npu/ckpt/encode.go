@@ -134,6 +134,14 @@ func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byt
 		out = io.MultiWriter(w, sum)
 	}
 	seen := make(map[string]bool, len(tensors))
+	// One message, refilled for every Value: a save every step would
+	// otherwise allocate six objects per tensor for the collector.
+	var tag, dtype string
+	content := &ckptpb.TensorProto{TensorType: &dtype}
+	msg := &ckptpb.Checkpoint{Value: []*ckptpb.Checkpoint_Value{{
+		Tag:   &tag,
+		Value: &ckptpb.Checkpoint_Value_Tensor{Tensor: content},
+	}}}
 	buf := (*scratch)[:0]
 	defer func() { *scratch = buf }()
 	for _, t := range tensors {
@@ -149,15 +157,10 @@ func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byt
 			dims = []int64{0} // MindSpore's marker for a scalar
 		}
 		size, _ := DTypeSize(t.DType)
+		tag, dtype = t.Name, t.DType
+		content.Dims = dims
 		for _, piece := range splitData(t.Data, size, limit) {
-			msg := &ckptpb.Checkpoint{Value: []*ckptpb.Checkpoint_Value{{
-				Tag: proto.String(t.Name),
-				Value: &ckptpb.Checkpoint_Value_Tensor{Tensor: &ckptpb.TensorProto{
-					Dims:          dims,
-					TensorType:    proto.String(t.DType),
-					TensorContent: piece,
-				}},
-			}}}
+			content.TensorContent = piece
 			var err error
 			buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, msg)
 			if err != nil {
