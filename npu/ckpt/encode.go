@@ -110,16 +110,18 @@ func Encode(w io.Writer, tensors []Tensor, opts WriteOptions) error {
 	return encodeInto(w, tensors, opts, &scratch)
 }
 
-// flushBytes is how many encoded bytes encodeInto gathers before it writes
-// them: one write per tensor cost a ResNet-20 checkpoint (175 tensors, 2 MiB)
-// 175 write system calls, which a save every step paid on each rank, while a
-// buffer much larger than this would only cost memory. It is below half a
-// small checkpoint too, so a kill half-way through a write (npu/train's fault
-// kill_during_save, through WriteOptions.Progress) still finds data unwritten.
-const flushBytes = 512 << 10
+// EncodeBufferBytes is how many encoded bytes the encoder gathers before it
+// writes them. One write per tensor cost a ResNet-20 checkpoint (175
+// tensors, 2 MiB) 175 write system calls, which a save every step paid on
+// each rank; a larger buffer would save little more and cost memory. The
+// buffer holds this much, or one message when a tensor's is larger.
+const EncodeBufferBytes = 256 << 10
 
 // encodeInto is Encode marshalling the messages into *scratch, which it grows
-// to flushBytes plus the largest message and leaves there for the next call.
+// to EncodeBufferBytes or the largest message (or the whole encoding, when
+// smaller) and leaves there for the next call. With opts.Progress it writes
+// every message on its own, as fault injection needs (a kill part-way
+// through a write must find part of even a small file unwritten).
 func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byte) error {
 	limit := opts.SliceBytes
 	if limit == 0 {
@@ -143,6 +145,10 @@ func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byt
 		Value: &ckptpb.Checkpoint_Value_Tensor{Tensor: content},
 	}}}
 	buf := (*scratch)[:0]
+	if want := min(encodedEstimate(tensors), EncodeBufferBytes); cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	opt := proto.MarshalOptions{Deterministic: true}
 	defer func() { *scratch = buf }()
 	for _, t := range tensors {
 		if err := t.Validate(); err != nil {
@@ -161,12 +167,18 @@ func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byt
 		content.Dims = dims
 		for _, piece := range splitData(t.Data, size, limit) {
 			content.TensorContent = piece
+			if len(buf) > 0 && len(buf)+opt.Size(msg) > cap(buf) {
+				if _, err := out.Write(buf); err != nil {
+					return err
+				}
+				buf = buf[:0]
+			}
 			var err error
-			buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, msg)
+			buf, err = opt.MarshalAppend(buf, msg)
 			if err != nil {
 				return fmt.Errorf("tensor %q: encode: %w", t.Name, err)
 			}
-			if len(buf) >= flushBytes {
+			if opts.Progress != nil {
 				if _, err := out.Write(buf); err != nil {
 					return err
 				}
@@ -189,6 +201,16 @@ func encodeInto(w io.Writer, tensors []Tensor, opts WriteOptions, scratch *[]byt
 		}
 	}
 	return nil
+}
+
+// encodedEstimate is about the size of tensors encoded: their data and a
+// generous allowance for each message's framing, name, type and dims.
+func encodedEstimate(tensors []Tensor) int {
+	n := 0
+	for _, t := range tensors {
+		n += len(t.Data) + len(t.Name) + len(t.DType) + 11*len(t.Dims) + 32
+	}
+	return n
 }
 
 // splitData cuts data into the pieces MindSpore's save_checkpoint writes:
