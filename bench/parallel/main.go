@@ -108,8 +108,14 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 		modes = append(modes, benchMode{"hybrid_parallel", hybridModel, parallel.HybridParallel, devices, nil, s})
 	}
 
-	fmt.Printf("%s, %d devices, global batch %d, transport %s, %d CPUs (GOMAXPROCS %d), one compute thread a rank, %d timed steps; load average %s\n\n",
+	fmt.Printf("%s, %d devices, global batch %d, transport %s, %d CPUs (GOMAXPROCS %d), one compute thread a rank, %d timed steps; load average %s\n",
 		model, devices, global, tr, runtime.NumCPU(), runtime.GOMAXPROCS(0), steps, loadAverage())
+	if tr == collective.TransportTCP {
+		fmt.Print("every collective over loopback TCP\n\n")
+	} else {
+		fmt.Print("shared memory between the ranks for every collective: gradient buckets in Alloc memory, " +
+			"Exchange and group reductions through staging memory\n\n")
+	}
 	var fitAlone, fitShared auto.Machine
 	if components {
 		if fitAlone, fitShared, err = printComponents(devices, tr, alone, shared); err != nil {

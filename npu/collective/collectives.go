@@ -95,6 +95,9 @@ func (c *Comm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 		if reg, off, ok := c.shm.region(c.rank, buf); ok {
 			return c.shmAllReduce(buf, op, reg, off)
 		}
+		if staged, err := c.stagedAllReduce(buf, op); staged {
+			return err
+		}
 		c.announceTCP()
 		c.ensureScratch(lay.seg)
 		if c.cfg.Algorithm == Ring {
@@ -183,6 +186,9 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []float32) error {
 		}
 		if reg, off, ok := c.shm.flatRegion(c.rank, recv); ok {
 			return c.shmAllGather(recv, b, reg, off)
+		}
+		if c.stagingFlat() && 4*b <= stageHalfBytes {
+			return c.stagedAllGather(recv, b)
 		}
 		c.announceTCP()
 		for k := 0; k < lay.segs(b); k++ {
@@ -289,8 +295,9 @@ func (c *Comm) AllToAll(ctx context.Context, send, recv []float32) error {
 		if c.size == 1 || b == 0 {
 			return nil
 		}
-		if reg, off, ok := c.shm.flatRegion(c.rank, recv); ok {
-			return c.shmAllGather(recv, b, reg, off)
+		if c.stagingFlat() {
+			// An exchange of equal blocks, for ordinary and Alloc memory alike.
+			return c.stagedExchange(blocks(send, b), blocks(recv, b))
 		}
 		c.announceTCP()
 		for k := 0; k < lay.segs(b); k++ {
@@ -476,4 +483,13 @@ func (c *Comm) ringGather(w []float32, lay layout) error {
 		}
 	}
 	return nil
+}
+
+// blocks cuts buf into blocks of b elements.
+func blocks(buf []float32, b int) [][]float32 {
+	out := make([][]float32, len(buf)/b)
+	for i := range out {
+		out[i] = buf[i*b : (i+1)*b]
+	}
+	return out
 }

@@ -1,8 +1,8 @@
 // Package collective provides the collective communication of the
 // simulated Ascend devices, as HCCL does on hardware: AllReduce,
 // ReduceScatter, AllGather, Broadcast, Barrier and AllToAll on []float32
-// between rank processes connected by TCP, with shared memory for the
-// AllReduce of ranks on one host; and, for operator-parallel training,
+// between rank processes connected by TCP, with shared memory between the
+// ranks of one host; and, for operator-parallel training,
 // Exchange (AllToAllv: a block of any length for every peer) and
 // GroupAllReduce (AllReduce within sub-groups that partition the ranks).
 //
@@ -56,9 +56,20 @@
 // buffer, AllGather into a recv buffer and Broadcast of a buffer from
 // Alloc also read the other ranks' memory directly (same rank order, same
 // bits as Mesh).
-// Barrier, AllToAll and collectives of ordinary buffers use TCP; every rank
-// must pass Alloc memory or none (a mix fails at once as out of step).
-// Exchange and GroupAllReduce always use TCP, with any buffer.
+// Every rank must pass Alloc memory or none (a mix fails at once as out
+// of step).
+//
+// The other collectives between ranks of one server go through staging
+// memory (see shm_staging.go), with any buffer: each rank has a tmpfs file
+// every rank of its server maps, where it copies what it sends and the
+// others copy it out, each waiting only for the ranks it reads. Exchange
+// (and SendRecv) stage the blocks for ranks of the same server and send
+// the others over TCP; GroupAllReduce stages when the whole group is on
+// this server (members reduce in group order: the same bits as over TCP),
+// TCP otherwise; on one server, AllReduce of an ordinary buffer with Mesh,
+// AllGather of an ordinary buffer and AllToAll also stage. A call whose
+// data a rank cannot stage (over 1 GiB, or a full tmpfs) sends that data
+// over TCP. Barrier, Broadcast of ordinary buffers and Ring use TCP.
 // TransportTCP turns shared memory off; TransportShm makes Init fail
 // unless every rank can use it.
 //
@@ -111,8 +122,9 @@
 // pipelines the buffer along the ring from the root; Barrier, AllToAll and
 // Exchange send directly between every pair (Exchange sends each pair's
 // length in a header-only frame first, so a receiver that expects another
-// length fails at once, naming the sender); GroupAllReduce is Mesh among
-// the members of each group.
+// length fails at once, naming the sender; staged blocks carry their
+// lengths in the sender's header); GroupAllReduce is Mesh among the
+// members of each group.
 //
 // # Failures
 //

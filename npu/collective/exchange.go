@@ -16,10 +16,12 @@ import (
 // block, except that recv[r] may be send[r] itself; send blocks may overlap
 // each other.
 //
-// Each pair's data travels over the data connection between the two ranks,
-// with every transport: first a header-only frame that carries the pair's
-// length (the receiver checks it before reading any data), then the block
-// cut into segments like AllToAll's.
+// Between ranks of one server that share memory, a pair's block travels
+// through the sender's staging memory (shm_exchange.go). Otherwise it
+// travels over the data connection between the two ranks: first a
+// header-only frame that carries the pair's length (the receiver checks it
+// before reading any data), then the block cut into segments like
+// AllToAll's.
 func (c *Comm) Exchange(ctx context.Context, send, recv [][]float32) error {
 	if err := c.checkExchange(send, recv); err != nil {
 		return c.abortCall(opExchange, err)
@@ -27,6 +29,9 @@ func (c *Comm) Exchange(ctx context.Context, send, recv [][]float32) error {
 	// No call-wide element count exists that every rank knows, so the
 	// header's count is 0 and the length frames check each pair.
 	return c.run(ctx, opExchange, 0, 0, func() error {
+		if c.shm != nil && c.shm.stg != nil {
+			return c.stagedExchange(send, recv)
+		}
 		r, n := c.rank, c.size
 		copy(recv[r], send[r])
 		for d := 1; d < n; d++ {

@@ -16,23 +16,20 @@ import (
 // and gets buf back unchanged). Members must pass the same length, op and
 // group; a member that disagrees is reported as out of step.
 //
-// Like Mesh, buf is cut into len(group) chunks; member j receives chunk j
-// of every other member, reduces it in group order and sends the result
-// to every other member, all through point-to-point frames on the data
-// connections (with every transport, also for buffers from Alloc).
+// When every member is on this server and shares memory with it, the
+// members reduce through staging memory (shm_group.go), with any buffer.
+// Otherwise, like Mesh, buf is cut into len(group) chunks; member j
+// receives chunk j of every other member, reduces it in group order and
+// sends the result to every other member, through point-to-point frames
+// on the data connections. Both give the same bits.
 func (c *Comm) GroupAllReduce(ctx context.Context, buf []float32, op Op, group []int) error {
 	me, err := c.checkGroup(group)
 	if err == nil && !op.valid() {
 		err = badOp(op)
 	}
 	m := len(group)
-	var lay layout
-	if err == nil {
-		seg := max(c.segElems, ((len(buf)+m-1)/m+maxSegments-1)/maxSegments)
-		if seg > maxFrameElems {
-			err = fmt.Errorf("%w: %d elements is too large", ErrBuffer, len(buf))
-		}
-		lay = layout{count: len(buf), n: m, seg: seg}
+	if err == nil && max(c.segElems, ((len(buf)+m-1)/m+maxSegments-1)/maxSegments) > maxFrameElems {
+		err = fmt.Errorf("%w: %d elements is too large", ErrBuffer, len(buf))
 	}
 	if err != nil {
 		return c.abortCall(opGroupAllReduce, err)
@@ -41,12 +38,24 @@ func (c *Comm) GroupAllReduce(ctx context.Context, buf []float32, op Op, group [
 		if m == 1 || len(buf) == 0 {
 			return nil
 		}
-		c.ensureScratch(lay.seg)
-		if err := c.groupReduceScatter(buf, lay, op, group, me); err != nil {
-			return err
+		if c.stagingAmong(group) {
+			if staged, err := c.stagedReduce(buf, op, group, me); staged {
+				return err
+			}
 		}
-		return c.groupGather(buf, lay, group, me)
+		return c.tcpGroupAllReduce(buf, op, group, me)
 	})
+}
+
+// tcpGroupAllReduce is GroupAllReduce over the data connections.
+func (c *Comm) tcpGroupAllReduce(buf []float32, op Op, group []int, me int) error {
+	m := len(group)
+	lay := layout{count: len(buf), n: m, seg: max(c.segElems, ((len(buf)+m-1)/m+maxSegments-1)/maxSegments)}
+	c.ensureScratch(lay.seg)
+	if err := c.groupReduceScatter(buf, lay, op, group, me); err != nil {
+		return err
+	}
+	return c.groupGather(buf, lay, group, me)
 }
 
 // checkGroup validates a group and returns this rank's index in it.

@@ -94,6 +94,8 @@ type shmGroup struct {
 
 	srcs, dsts [][]float32 // tensor.SumBroadcast's arguments
 	acc        []float32   // portable reduction block
+
+	stg *staging // staging memory for ordinary buffers (shm_staging.go), or nil; set under bellMu
 }
 
 // flat reports whether every rank of the job is on this server.
@@ -274,7 +276,7 @@ func (c *Comm) setupShm(ctx context.Context) error {
 	c.bellMu.Lock()
 	c.bell = c.shm.bell
 	c.bellMu.Unlock()
-	return nil
+	return c.setupStaging()
 }
 
 // serverLayout returns, for rank of a job of size ranks on the servers
@@ -375,6 +377,9 @@ func (c *Comm) wakeShm() {
 	defer c.bellMu.RUnlock()
 	if c.bell != nil {
 		ring(c.bell)
+		if c.shm.stg != nil {
+			c.shm.stg.wake()
+		}
 	}
 }
 
@@ -699,6 +704,9 @@ func (c *Comm) closeShm() {
 	g.regions = nil
 	c.bellMu.Lock()
 	c.bell = nil
+	if g.stg != nil {
+		g.stg.close()
+	}
 	unmap(g.ctl)
 	c.bellMu.Unlock()
 	g.ctl = nil

@@ -45,9 +45,10 @@ type pipeComms struct {
 }
 
 // joinPipeline connects rank (of size) to its stage group and to its
-// neighbours, over sub-communicators of the job's configuration cc (TCP:
-// the stage groups' collectives are Exchange and GroupAllReduce, which
-// use it anyway), and watches them all with job: when one fails, the
+// neighbours, over sub-communicators of the job's configuration cc (with
+// its transport: shared memory between the ranks of a server carries the
+// stage groups' Exchange and GroupAllReduce and the links' SendRecv), and
+// watches them all with job: when one fails, the
 // others are aborted with its error, so a rank waiting on its stage group
 // or a link fails at once when any rank of the job dies (the job's
 // communicator connects every pair of ranks and sees it).
@@ -59,7 +60,6 @@ func joinPipeline(ctx context.Context, cfg Config, cc collective.Config, job *co
 	if err != nil {
 		return nil, err
 	}
-	cc.Transport = collective.TransportTCP
 	p := &pipeComms{job: job, devices: per, rank: i, done: make(chan struct{}), watched: make(chan struct{}),
 		spec: shard.Pipeline{Stages: k, Stage: s, Micro: max(cfg.MicroSize, 1), Schedule: sched, Assign: cfg.PipelineStage}}
 	join := func(what string, members []int, block int) (*collective.Comm, error) {

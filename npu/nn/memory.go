@@ -145,7 +145,7 @@ func (d *Device) floats(owner, role string, buf []float32, n int) ([]float32, er
 		return nil, err
 	}
 	d.mem.rename(owner, role, what)
-	return make([]float32, n), nil
+	return tensor.Alloc(n), nil
 }
 
 // The names of held buffers carry their shape, which changes; byRole

@@ -38,7 +38,7 @@
 //
 // Workers.GemmNT computes A·Bᵀ when both run along a long K, as a weight
 // gradient does, with dot-product kernels that read the rows in place
-// (AVX-512 4×6 and AVX2 2×4 tiles of vector partial sums, a Go fallback).
+// (AVX-512 4×6 and AVX2 3×4 tiles of vector partial sums, a Go fallback).
 //
 // Conv3x3 runs 3×3 convolutions without im2col, stride 1 with one pixel of
 // padding, or stride 2 over even sizes: the batch sits channel-major with a

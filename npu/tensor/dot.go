@@ -24,7 +24,7 @@ func dotTile(arch gemmArch) (ta, tb, lanes int) {
 	case archAVX512:
 		return 4, 6, 16
 	case archAVX2:
-		return 2, 4, 8
+		return 3, 4, 8
 	default:
 		return 2, 4, 1
 	}

@@ -11,7 +11,7 @@ package tensor
 func dotKernelAVX512x6(k int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5 *float32, acc *float32)
 
 //go:noescape
-func dotKernelAVX2(k int, a0, a1, b0, b1, b2, b3 *float32, acc *float32)
+func dotKernelAVX2(k int, a0, a1, a2, b0, b1, b2, b3 *float32, acc *float32)
 
 //go:noescape
 func dotReduceAVX512(acc *float32, sums *float32)
@@ -50,7 +50,7 @@ func dotKernel(arch gemmArch, k int, a *[4][]float32, b *[6][]float32, acc []flo
 	case archAVX512:
 		dotKernelAVX512x6(k, &a[0][0], &a[1][0], &a[2][0], &a[3][0], &b[0][0], &b[1][0], &b[2][0], &b[3][0], &b[4][0], &b[5][0], &acc[0])
 	case archAVX2:
-		dotKernelAVX2(k, &a[0][0], &a[1][0], &b[0][0], &b[1][0], &b[2][0], &b[3][0], &acc[0])
+		dotKernelAVX2(k, &a[0][0], &a[1][0], &a[2][0], &b[0][0], &b[1][0], &b[2][0], &b[3][0], &acc[0])
 	default:
 		dotKernelGeneric(k, a, b, acc)
 	}

@@ -22,7 +22,7 @@ func New(shape ...int) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Tensor{shape: append([]int(nil), shape...), data: make([]float32, n)}, nil
+	return &Tensor{shape: append([]int(nil), shape...), data: Alloc(n)}, nil
 }
 
 // FromSlice returns a tensor of the given shape that uses data as its storage

@@ -29,9 +29,12 @@ type dotKernel struct {
 func writeDot(a *asm) {
 	dotKernel{
 		name: "dotKernelAVX2", reg: "Y", lanes: 8, label: "2",
-		doc:   "2×4 tile of A·Bᵀ with AVX2 and FMA3, 8 lanes per pair; k is a multiple of 8.",
-		aRegs: []string{"R8", "R9"}, bRegs: []string{"R12", "R13", "R14", "R15"},
-		bVec: func(j int) string { return fmt.Sprintf("Y%d", 10+j) },
+		doc: "3×4 tile of A·Bᵀ with AVX2 and FMA3, 8 lanes per pair (acc holds pair (i, j)\n" +
+			"at 8·(4i+j)); k is a multiple of 8. Twelve accumulators, three A vectors and\n" +
+			"one B register fill the 16 registers: a step reads 7 vectors for 12\n" +
+			"multiply-adds (a 2×4 tile read 6 for 8, more than the L2 cache delivers).",
+		aRegs: []string{"R8", "R9", "R10"}, bRegs: []string{"R12", "R13", "R14", "R15"},
+		bVec: func(int) string { return "Y15" },
 	}.write(a)
 	writeDotReduce(a)
 	dotKernel{
