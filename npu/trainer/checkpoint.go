@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/nn"
@@ -98,12 +99,25 @@ func snapshotInto(prev []ckpt.Tensor, m Parameterized, opt *optim.Momentum) ([]c
 }
 
 // putFloat32s writes values into dst (4 bytes each) as a checkpoint holds
-// them: little-endian IEEE 754.
+// them: little-endian IEEE 754. On a little-endian host that is the values'
+// own memory, copied in one memmove: a save every step spent about 1 ms of
+// a ResNet-20 rank's CPU converting them one by one.
 func putFloat32s(dst []byte, values []float32) {
+	if hostLittleEndian && len(values) > 0 {
+		copy(dst[:4*len(values)], unsafe.Slice((*byte)(unsafe.Pointer(&values[0])), 4*len(values)))
+		return
+	}
 	for i, v := range values {
 		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
 	}
 }
+
+// hostLittleEndian reports whether this machine stores a uint32 low byte
+// first, as a checkpoint does.
+var hostLittleEndian = func() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 func dims64(shape []int) []int64 {
 	out := make([]int64, len(shape))
