@@ -78,3 +78,35 @@ stages:
 		}
 	}
 }
+
+// TestElasticExampleShrinksAndFinishes runs examples/elastic.yaml as a
+// user would: rank 5 of 8 dies at step 25, the stage goes on from the
+// checkpoint of step 20 on 4 devices and finishes every step of its two
+// epochs (40 a epoch), its outputs from the shrunk job.
+func TestElasticExampleShrinksAndFinishes(t *testing.T) {
+	spec, err := os.ReadFile("../examples/elastic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorkspace(t)
+	w.write("elastic.yaml", string(spec))
+	res := w.run("run", "elastic.yaml")
+	if res.code != 0 {
+		t.Fatalf("run: exit %d\n%s", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "rank 5 lost") || !strings.Contains(res.stderr, "from 8 to 4 devices") {
+		t.Errorf("the console does not tell of the shrink:\n%s", res.stderr)
+	}
+	runs, _ := filepath.Glob(filepath.Join(w.dir, "runs", "*", "run.json"))
+	if len(runs) != 1 {
+		t.Fatalf("%d runs", len(runs))
+	}
+	runDir := filepath.Dir(runs[0])
+	out := w.state(filepath.Base(runDir)).Stages["train"].Outputs
+	if got := out["checkpoints"]; got != filepath.Join(runDir, "stages", "train", "shrink1") {
+		t.Errorf("checkpoints output %v, want the shrunk job's", got)
+	}
+	if got, ok := out["global_step"].(float64); !ok || got != 80 {
+		t.Errorf("global_step output %v, want 80 (2 epochs of 40 steps)", out["global_step"])
+	}
+}
