@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -54,8 +55,12 @@ func newSimulatedHosts(t *testing.T, w *workspace) *simulatedHosts {
 	if err := s.c.WriteRankTable(s.table); err != nil {
 		t.Fatal(err)
 	}
+	// A secret of its own: the shared-memory files of a job are named
+	// by its secret and addresses, and /dev/shm is not per namespace, so
+	// two suites' simulated clusters (the same addresses) running at
+	// once would otherwise open each other's files.
 	s.secret = filepath.Join(w.dir, "job.secret")
-	if err := os.WriteFile(s.secret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+	if err := os.WriteFile(s.secret, []byte(rand.Text()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for h := range s.c.Hosts {
