@@ -40,15 +40,8 @@ func (k *keptClient) close() {
 // bounds the start only; the process lives until Close or clientIdle.
 // The caller holds c.mu.
 func (c *Catalog) launchKeptLocked(ctx context.Context, uses string, cfg host.LaunchConfig) (*keptClient, error) {
-	life, cancel := context.WithCancel(context.Background())
-	stop := context.AfterFunc(ctx, cancel)
-	client, err := host.Launch(life, cfg)
-	if !stop() && err == nil {
-		_ = client.Close()
-		err = ctx.Err()
-	}
+	client, cancel, err := launchKept(ctx, cfg)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
 	kc := &keptClient{client: client, cancel: cancel}
@@ -184,4 +177,22 @@ func (c *Catalog) release(uses string, kc *keptClient, failed bool) {
 	if closeNow {
 		kc.close()
 	}
+}
+
+// launchKept starts a plugin process that outlives ctx: ctx bounds only
+// the start (a cancelled start ends the process), and the process then
+// lives until the returned cancel is called.
+func launchKept(ctx context.Context, cfg host.LaunchConfig) (*host.Client, context.CancelFunc, error) {
+	life, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	client, err := host.Launch(life, cfg)
+	if !stop() && err == nil {
+		_ = client.Close()
+		err = ctx.Err()
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return client, cancel, nil
 }

@@ -71,19 +71,12 @@ func (p *pool) lease(ctx context.Context, cfg host.LaunchConfig, log io.Writer) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	life, cancel := context.WithCancel(context.Background())
 	sw := &switchWriter{w: log}
 	cfg.Log = sw
 	// The start is bounded by the stage's context as a plain launch is; the
-	// process then lives on life, ended by the pool.
-	stop := context.AfterFunc(ctx, cancel)
-	client, err := host.Launch(life, cfg)
-	if !stop() && err == nil {
-		_ = client.Close()
-		err = ctx.Err()
-	}
+	// process then lives until the pool ends it.
+	client, cancel, err := launchKept(ctx, cfg)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
 	return newLease(ctx, p, &pooled{key: key, client: client, cancel: cancel, log: sw}), nil

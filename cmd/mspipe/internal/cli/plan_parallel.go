@@ -117,19 +117,7 @@ func planParallel(w io.Writer, p *spec.Pipeline, pm planMachine) {
 			continue
 		}
 		fmt.Fprintf(w, "\nparallel plan of %s:\n", s.ID)
-		static := map[string]any{}
-		for _, k := range parallelKeys {
-			v, ok := raw[k]
-			if !ok {
-				continue
-			}
-			if str, isStr := v.(string); isStr && strings.Contains(str, "${{") {
-				fmt.Fprintf(w, "  with.%s is known only at run time (%s): not planned\n", k, str)
-				static = nil
-				break
-			}
-			static[k] = v
-		}
+		static := staticParallelInputs(w, raw)
 		c := p.EffectiveCluster(s)
 		devices, perServer := 1, 0
 		switch {
@@ -240,17 +228,7 @@ func planShrinks(w io.Writer, p *spec.Pipeline) {
 			continue
 		}
 		fmt.Fprintf(w, "\non failure of %s (on_failure: shrink):\n", s.ID)
-		static := map[string]any{}
-		for _, k := range parallelKeys {
-			if v, ok := raw[k]; ok {
-				if str, isStr := v.(string); isStr && strings.Contains(str, "${{") {
-					fmt.Fprintf(w, "  with.%s is known only at run time (%s): not planned\n", k, str)
-					static = nil
-					break
-				}
-				static[k] = v
-			}
-		}
+		static := staticParallelInputs(w, raw)
 		c := p.EffectiveCluster(s)
 		if static == nil {
 			continue
@@ -274,4 +252,23 @@ func planShrinks(w io.Writer, p *spec.Pipeline) {
 		fmt.Fprintf(w, "  on failure: %d → %d devices (one device lost leaves %d; batch %d → %d per device, the global batch %d kept)\n",
 			c.Devices, to.Devices, c.Devices-1, l.BatchSize, to.BatchSize, l.GlobalBatch())
 	}
+}
+
+// staticParallelInputs returns the inputs of raw that lay out the
+// network (parallelKeys), or nil, after saying so on w, when one of them
+// is an expression known only at run time.
+func staticParallelInputs(w io.Writer, raw map[string]any) map[string]any {
+	static := map[string]any{}
+	for _, k := range parallelKeys {
+		v, ok := raw[k]
+		if !ok {
+			continue
+		}
+		if str, isStr := v.(string); isStr && strings.Contains(str, "${{") {
+			fmt.Fprintf(w, "  with.%s is known only at run time (%s): not planned\n", k, str)
+			return nil
+		}
+		static[k] = v
+	}
+	return static
 }
