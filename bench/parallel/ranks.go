@@ -43,6 +43,9 @@ type rankJob struct {
 // rankResult is what a rank process reports.
 type rankResult struct {
 	Steps, Comms []time.Duration // timed steps (train)
+	// Of Comms, the wait for the last peer to enter each call (Skews) and
+	// then for the peers' data (Wakes): see timedComm.
+	Skews, Wakes []time.Duration
 	Peak         int64           // peak device memory (train)
 	Probes       []time.Duration // per probe, the time of one call (probe)
 }
@@ -156,18 +159,26 @@ func rankMain(spec string) error {
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
+// measured is what measure returns: rank 0's median step, and the medians
+// of its time in collectives and of that the waits timedComm tells apart;
+// the largest peak device memory of any rank.
+type measured struct {
+	step, comm, skew, wake time.Duration
+	peak                   int64
+}
+
 // measure trains devices rank processes for 2+steps steps and returns
-// rank 0's median step and median time in collectives, and the largest
-// peak device memory of any rank.
-func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (step, comm time.Duration, peak int64, err error) {
+// what it measured.
+func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (measured, error) {
 	res, err := spawn(rankJob{Kind: "train", Model: model, Mode: mode, Strategy: strategy, Devices: devices, Batch: batch, Steps: steps, Transport: tr.String(), Detail: detail})
 	if err != nil {
-		return 0, 0, 0, err
+		return measured{}, err
 	}
+	m := measured{step: median(res[0].Steps), comm: median(res[0].Comms), skew: median(res[0].Skews), wake: median(res[0].Wakes)}
 	for _, r := range res {
-		peak = max(peak, r.Peak)
+		m.peak = max(m.peak, r.Peak)
 	}
-	return median(res[0].Steps), median(res[0].Comms), peak, nil
+	return m, nil
 }
 
 // trainRank trains rank j.Rank: one compute thread, a random batch of
@@ -205,7 +216,7 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 		labels[i] = int32(rng.IntN(10))
 	}
 	for s := 0; s < 2+j.Steps; s++ {
-		before := tc.spent.Load()
+		before, skewBefore, wakeBefore := tc.spent.Load(), tc.skew.Load(), tc.wake.Load()
 		tc.keep, tc.events = j.Detail && j.Rank == 0 && s == 1+j.Steps, tc.events[:0]
 		began := time.Now()
 		if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
@@ -216,12 +227,14 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 		if tc.keep {
 			fmt.Fprintf(os.Stderr, "  %s rank 0, last step: train %.2f ms, optimizer %.2f ms\n", j.Mode, ms(optBegan.Sub(began)), ms(time.Since(optBegan)))
 			for _, e := range tc.events {
-				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms\n", e.kind, e.elems, ms(e.d))
+				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms (last peer entered after %.3f ms, its data seen after %.3f ms)\n", e.kind, e.elems, ms(e.d), ms(e.skew), ms(e.ready))
 			}
 		}
 		if s >= 2 {
 			res.Steps = append(res.Steps, time.Since(began))
 			res.Comms = append(res.Comms, time.Duration(tc.spent.Load()-before))
+			res.Skews = append(res.Skews, time.Duration(tc.skew.Load()-skewBefore))
+			res.Wakes = append(res.Wakes, time.Duration(tc.wake.Load()-wakeBefore))
 		}
 	}
 	_, res.Peak = net.Device().MemoryInUse()
