@@ -20,8 +20,11 @@ type pass struct {
 	fwd, bwd []*plan
 	// halo[i] sums the gradient of the halo box op i computed from back
 	// into the input slices of its owners (nil: op i reads no halo).
-	halo      []*haloSum
-	labels    *plan // labels from the data layout to the loss's rows
+	halo   []*haloSum
+	labels *plan // labels from the data layout to the loss's rows (fused to fwd[0] when both move)
+	// moved is op 0's input when TrainStep has moved it already, with the
+	// labels (plan.runWith); runOps takes it instead of running fwd[0].
+	moved     *tensor.Tensor
 	labelsIn  *tensor.Tensor
 	labelsOut []int32
 	logits    *plan // Predict: the last output back to the data's rows
@@ -121,6 +124,9 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 	var err2 error
 	if p.labels, err2 = newPlan(rowsOf(p.data), rowsOf(lossIn), cfg.Rank); err2 != nil {
 		return nil, fmt.Errorf("labels: %w", err2)
+	}
+	if n.pipe == nil && lo == 0 && !p.fwd[0].identity && !p.labels.identity {
+		p.fwd[0].fuse(p.labels) // the labels move with the batch, in one round
 	}
 	logits := parallel.Layout{DeviceMatrix: p.data.DeviceMatrix, TensorMap: []int{p.data.TensorMap[0], -1}, Shape: lossIn.Shape}
 	if p.logits, err = newPlan(layouts[last-1].Output, logits, cfg.Rank); err != nil {

@@ -45,8 +45,10 @@ func (n *Net) runOps(ctx context.Context, p *pass, cur *tensor.Tensor, lo, hi in
 	for i := lo; i < hi; i++ {
 		st := n.stages[i]
 		name := st.def.spec.Name
-		in, err := p.fwd[i].run(ctx, n.cfg.Comm, cur)
-		if err != nil {
+		in, err := p.moved, error(nil)
+		if i == 0 && in != nil {
+			p.moved = nil
+		} else if in, err = p.fwd[i].run(ctx, n.cfg.Comm, cur); err != nil {
 			return nil, fmt.Errorf("operator %s: %w", name, err)
 		}
 		if st.def.spec.Kind == parallel.OpAllReduce {
@@ -105,13 +107,29 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	if err := n.gatherWeights(ctx); err != nil {
 		return 0, err
 	}
+	var lab []int32
+	if p.fwd[0] != nil && p.fwd[0].with != nil {
+		// The labels move with the batch: one Exchange instead of two.
+		labIn, err := n.labelsIn(p, labels)
+		if err != nil {
+			return 0, err
+		}
+		in, labOut, err := p.fwd[0].runWith(ctx, n.cfg.Comm, x, labIn)
+		if err != nil {
+			return 0, fmt.Errorf("operator %s and labels: %w", n.stages[0].def.spec.Name, err)
+		}
+		p.moved = in
+		defer func() { p.moved = nil }() // never left for another step
+		lab = n.labelsOut(p, labOut)
+	}
 	logits, _, err := n.forward(ctx, p, x, true)
 	if err != nil {
 		return 0, err
 	}
-	lab, err := n.labelsFor(ctx, p, labels)
-	if err != nil {
-		return 0, err
+	if lab == nil {
+		if lab, err = n.labelsFor(ctx, p, labels); err != nil {
+			return 0, err
+		}
 	}
 	sum, err := n.loss.forward(logits, lab)
 	if err != nil {
@@ -142,25 +160,39 @@ func (n *Net) labelsFor(ctx context.Context, p *pass, labels []int32) ([]int32, 
 	if p.labels.identity {
 		return labels, nil
 	}
-	// Class indices travel as float32, exact far beyond any class count.
-	var err error
+	in, err := n.labelsIn(p, labels)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.labels.run(ctx, n.cfg.Comm, in)
+	if err != nil {
+		return nil, fmt.Errorf("labels: %w", err)
+	}
+	return n.labelsOut(p, out), nil
+}
+
+// labelsIn returns labels as the float32 tensor the labels' plan moves:
+// class indices travel as float32, exact far beyond any class count.
+func (n *Net) labelsIn(p *pass, labels []int32) (*tensor.Tensor, error) {
 	if p.labelsIn == nil || p.labelsIn.Len() != len(labels) {
+		var err error
 		if p.labelsIn, err = tensor.New(len(labels)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("labels: %w", err)
 		}
 	}
 	for i, v := range labels {
 		p.labelsIn.Data()[i] = float32(v)
 	}
-	out, err := p.labels.run(ctx, n.cfg.Comm, p.labelsIn)
-	if err != nil {
-		return nil, fmt.Errorf("labels: %w", err)
-	}
+	return p.labelsIn, nil
+}
+
+// labelsOut returns the moved labels as class indices.
+func (n *Net) labelsOut(p *pass, out *tensor.Tensor) []int32 {
 	p.labelsOut = p.labelsOut[:0]
 	for _, v := range out.Data() {
 		p.labelsOut = append(p.labelsOut, int32(v))
 	}
-	return p.labelsOut, nil
+	return p.labelsOut
 }
 
 // backward runs the loss's backward and every operator's back to the first
