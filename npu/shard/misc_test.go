@@ -373,6 +373,9 @@ func TestStepAllocatesNothing(t *testing.T) {
 // its column slices spread over the batch for relu and back, the loss
 // summed, and one reduction of the data-parallel end_point's gradients;
 // nothing before fc.matmul in backward. One device makes none.
+// hybrid_net's labels move in the Exchange that gathers the images (the
+// batch is split, the loss's rows are not): that, its explicit AllReduce
+// and the reduction of end_point.bias, and no Exchange of the labels.
 func TestCommCallsPerStep(t *testing.T) {
 	const global, d = 8, 4
 	xs, ys := batches(1, global, 81)
@@ -381,6 +384,12 @@ func TestCommCallsPerStep(t *testing.T) {
 	for r, net := range stepGrads(t, cfg, xs[0], ys[0]) {
 		if calls, _ := net.CommStats(); calls != 5 {
 			t.Errorf("rank %d made %d collective calls in a step, want 5", r, calls)
+		}
+	}
+	hybrid := Config{Model: "hybrid_net", Mode: parallel.HybridParallel, Devices: d, BatchPerDevice: global / d, GradientsMean: true, Seed: 1, Threads: 1}
+	for r, net := range stepGrads(t, hybrid, xs[0], ys[0]) {
+		if calls, _ := net.CommStats(); calls != 3 {
+			t.Errorf("hybrid_net, rank %d made %d collective calls in a step, want 3", r, calls)
 		}
 	}
 	one := stepGrads(t, Config{Model: "semi_auto_net", Devices: 1, BatchPerDevice: global, Seed: 1, Threads: 1}, xs[0], ys[0])[0]

@@ -30,11 +30,25 @@ func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool
 	if err != nil {
 		return nil, nil, err
 	}
-	lossIn, err = p.fwd[last].run(ctx, n.cfg.Comm, cur)
+	lossIn, err = n.runFwd(ctx, p, last, cur)
 	if err != nil {
 		return nil, nil, fmt.Errorf("into the loss: %w", err)
 	}
 	return lossIn, cur, nil
+}
+
+// runFwd brings operator i's input cur into its layout, with the labels
+// in the same Exchange when they ride on it and are waiting (labelsSrc).
+func (n *Net) runFwd(ctx context.Context, p *pass, i int, cur *tensor.Tensor) (*tensor.Tensor, error) {
+	if i != p.labelsOn || p.labelsSrc == nil {
+		return p.fwd[i].run(ctx, n.cfg.Comm, cur)
+	}
+	in, labels, err := p.fwd[i].runWith(ctx, n.cfg.Comm, cur, p.labelsSrc)
+	if err != nil {
+		return nil, fmt.Errorf("with the labels: %w", err)
+	}
+	p.labelsSrc, p.labelsMoved = nil, labels
+	return in, nil
 }
 
 // runOps runs operators lo..hi-1 (none of them the loss) forward on cur,
@@ -45,10 +59,8 @@ func (n *Net) runOps(ctx context.Context, p *pass, cur *tensor.Tensor, lo, hi in
 	for i := lo; i < hi; i++ {
 		st := n.stages[i]
 		name := st.def.spec.Name
-		in, err := p.moved, error(nil)
-		if i == 0 && in != nil {
-			p.moved = nil
-		} else if in, err = p.fwd[i].run(ctx, n.cfg.Comm, cur); err != nil {
+		in, err := n.runFwd(ctx, p, i, cur)
+		if err != nil {
 			return nil, fmt.Errorf("operator %s: %w", name, err)
 		}
 		if st.def.spec.Kind == parallel.OpAllReduce {
@@ -107,29 +119,21 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	if err := n.gatherWeights(ctx); err != nil {
 		return 0, err
 	}
-	var lab []int32
-	if p.fwd[0] != nil && p.fwd[0].with != nil {
-		// The labels move with the batch: one Exchange instead of two.
-		labIn, err := n.labelsIn(p, labels)
-		if err != nil {
+	if p.labelsOn >= 0 {
+		if p.labelsSrc, err = n.labelsIn(p, labels); err != nil {
 			return 0, err
 		}
-		in, labOut, err := p.fwd[0].runWith(ctx, n.cfg.Comm, x, labIn)
-		if err != nil {
-			return 0, fmt.Errorf("operator %s and labels: %w", n.stages[0].def.spec.Name, err)
-		}
-		p.moved = in
-		defer func() { p.moved = nil }() // never left for another step
-		lab = n.labelsOut(p, labOut)
+		defer func() { p.labelsSrc, p.labelsMoved = nil, nil }() // never left for another step
 	}
 	logits, _, err := n.forward(ctx, p, x, true)
 	if err != nil {
 		return 0, err
 	}
-	if lab == nil {
-		if lab, err = n.labelsFor(ctx, p, labels); err != nil {
-			return 0, err
-		}
+	var lab []int32
+	if p.labelsMoved != nil {
+		lab = n.labelsOut(p, p.labelsMoved)
+	} else if lab, err = n.labelsFor(ctx, p, labels); err != nil {
+		return 0, err
 	}
 	sum, err := n.loss.forward(logits, lab)
 	if err != nil {
