@@ -122,8 +122,8 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 			return err
 		}
 	}
-	fmt.Println("| mode | model | strategy | step (measured) | of it in collectives | of that, waiting for the last peer to enter | then for the peers' data | step (predicted) | predicted / measured | comm (predicted) | peak memory per rank (measured) | (predicted) | step (predicted from this run's components) |")
-	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| mode | model | strategy | step (measured) | of it in collectives | of that, waiting for the last peer to enter | then for the peers' data | cores the ranks used | step (predicted) | predicted / measured | comm (predicted) | peak memory per rank (measured) | (predicted) | step (predicted from this run's components) |")
+	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, m := range modes {
 		machine, fitted := shared, fitShared
 		if m.devices == 1 {
@@ -154,9 +154,9 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 		} else if m.mode == parallel.HybridParallel {
 			strategy = "the model's own"
 		}
-		measured := fmt.Sprintf("%.1f ms | %.1f ms (%.0f%%) | %.1f ms | %.1f ms", ms(step), ms(got.comm), 100*got.comm.Seconds()/step.Seconds(), ms(got.skew), ms(got.wake))
+		measured := fmt.Sprintf("%.1f ms | %.1f ms (%.0f%%) | %.1f ms | %.1f ms | %.2f", ms(step), ms(got.comm), 100*got.comm.Seconds()/step.Seconds(), ms(got.skew), ms(got.wake), got.cores)
 		if merr != nil {
-			measured = fmt.Sprintf("failed: %v | - | - | -", merr)
+			measured = fmt.Sprintf("failed: %v | - | - | - | -", merr)
 		}
 		refit := "-"
 		if components && merr == nil {

@@ -46,6 +46,7 @@ type rankResult struct {
 	// Of Comms, the wait for the last peer to enter each call (Skews) and
 	// then for the peers' data (Wakes): see timedComm.
 	Skews, Wakes []time.Duration
+	CPUs         []time.Duration // the process's CPU time in each timed step
 	Peak         int64           // peak device memory (train)
 	Probes       []time.Duration // per probe, the time of one call (probe)
 }
@@ -161,9 +162,13 @@ func rankMain(spec string) error {
 
 // measured is what measure returns: rank 0's median step, and the medians
 // of its time in collectives and of that the waits timedComm tells apart;
-// the largest peak device memory of any rank.
+// the median over steps of the CPU time all ranks used in a step divided
+// by rank 0's step (the cores the job got: with 8 ranks on 2 cores a rank
+// that waits for the others is mostly waiting for a core); the largest
+// peak device memory of any rank.
 type measured struct {
 	step, comm, skew, wake time.Duration
+	cores                  float64
 	peak                   int64
 }
 
@@ -175,6 +180,20 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 		return measured{}, err
 	}
 	m := measured{step: median(res[0].Steps), comm: median(res[0].Comms), skew: median(res[0].Skews), wake: median(res[0].Wakes)}
+	cores := make([]float64, len(res[0].Steps))
+	for i, step := range res[0].Steps {
+		var cpu time.Duration
+		for _, r := range res {
+			if i < len(r.CPUs) {
+				cpu += r.CPUs[i]
+			}
+		}
+		cores[i] = cpu.Seconds() / step.Seconds()
+	}
+	slices.Sort(cores)
+	if len(cores) > 0 {
+		m.cores = cores[len(cores)/2]
+	}
 	for _, r := range res {
 		m.peak = max(m.peak, r.Peak)
 	}
@@ -218,7 +237,7 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 	for s := 0; s < 2+j.Steps; s++ {
 		before, skewBefore, wakeBefore := tc.spent.Load(), tc.skew.Load(), tc.wake.Load()
 		tc.keep, tc.events = j.Detail && j.Rank == 0 && s == 1+j.Steps, tc.events[:0]
-		began := time.Now()
+		cpu, began := processCPU(), time.Now()
 		if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
 			return err
 		}
@@ -235,6 +254,7 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 			res.Comms = append(res.Comms, time.Duration(tc.spent.Load()-before))
 			res.Skews = append(res.Skews, time.Duration(tc.skew.Load()-skewBefore))
 			res.Wakes = append(res.Wakes, time.Duration(tc.wake.Load()-wakeBefore))
+			res.CPUs = append(res.CPUs, processCPU()-cpu)
 		}
 	}
 	_, res.Peak = net.Device().MemoryInUse()
