@@ -43,12 +43,13 @@ type rankJob struct {
 // rankResult is what a rank process reports.
 type rankResult struct {
 	Steps, Comms []time.Duration // timed steps (train)
-	// Of Comms, the wait for the last peer to enter each call (Skews) and
-	// then for the peers' data (Wakes): see timedComm.
-	Skews, Wakes []time.Duration
-	CPUs         []time.Duration // the process's CPU time in each timed step
-	Peak         int64           // peak device memory (train)
-	Probes       []time.Duration // per probe, the time of one call (probe)
+	// Of Comms, the wait for the last peer to enter each call (Skews),
+	// then for the peers to stage their data (Stagings), then for this
+	// rank to run again (Wakes): see timedComm.
+	Skews, Stagings, Wakes []time.Duration
+	CPUs                   []time.Duration // the process's CPU time in each timed step
+	Peak                   int64           // peak device memory (train)
+	Probes                 []time.Duration // per probe, the time of one call (probe)
 }
 
 // spawn runs j on j.Devices rank processes (this program re-executed, each
@@ -167,9 +168,9 @@ func rankMain(spec string) error {
 // that waits for the others is mostly waiting for a core); the largest
 // peak device memory of any rank.
 type measured struct {
-	step, comm, skew, wake time.Duration
-	cores                  float64
-	peak                   int64
+	step, comm, skew, staging, wake time.Duration
+	cores                           float64
+	peak                            int64
 }
 
 // measure trains devices rank processes for 2+steps steps and returns
@@ -179,7 +180,7 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 	if err != nil {
 		return measured{}, err
 	}
-	m := measured{step: median(res[0].Steps), comm: median(res[0].Comms), skew: median(res[0].Skews), wake: median(res[0].Wakes)}
+	m := measured{step: median(res[0].Steps), comm: median(res[0].Comms), skew: median(res[0].Skews), staging: median(res[0].Stagings), wake: median(res[0].Wakes)}
 	cores := make([]float64, len(res[0].Steps))
 	for i, step := range res[0].Steps {
 		var cpu time.Duration
@@ -235,7 +236,7 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 		labels[i] = int32(rng.IntN(10))
 	}
 	for s := 0; s < 2+j.Steps; s++ {
-		before, skewBefore, wakeBefore := tc.spent.Load(), tc.skew.Load(), tc.wake.Load()
+		before, skewBefore, stagingBefore, wakeBefore := tc.spent.Load(), tc.skew.Load(), tc.staging.Load(), tc.wake.Load()
 		tc.keep, tc.events = j.Detail && j.Rank == 0 && s == 1+j.Steps, tc.events[:0]
 		cpu, began := processCPU(), time.Now()
 		if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
@@ -246,13 +247,14 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 		if tc.keep {
 			fmt.Fprintf(os.Stderr, "  %s rank 0, last step: train %.2f ms, optimizer %.2f ms\n", j.Mode, ms(optBegan.Sub(began)), ms(time.Since(optBegan)))
 			for _, e := range tc.events {
-				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms (last peer entered after %.3f ms, its data seen after %.3f ms)\n", e.kind, e.elems, ms(e.d), ms(e.skew), ms(e.ready))
+				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms (last peer entered %.3f, then staged %.3f, then this rank ran %.3f)\n", e.kind, e.elems, ms(e.d), ms(e.skew), ms(e.staging), ms(e.wake))
 			}
 		}
 		if s >= 2 {
 			res.Steps = append(res.Steps, time.Since(began))
 			res.Comms = append(res.Comms, time.Duration(tc.spent.Load()-before))
 			res.Skews = append(res.Skews, time.Duration(tc.skew.Load()-skewBefore))
+			res.Stagings = append(res.Stagings, time.Duration(tc.staging.Load()-stagingBefore))
 			res.Wakes = append(res.Wakes, time.Duration(tc.wake.Load()-wakeBefore))
 			res.CPUs = append(res.CPUs, processCPU()-cpu)
 		}

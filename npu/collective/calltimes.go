@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -12,12 +13,14 @@ import (
 //
 // Between Entered and PeerEntered the rank waited for the slowest peer it
 // needed to reach the call (arrival skew: the peer was still computing, or
-// waiting for a core); between max(Entered, PeerEntered) and Ready the
-// peers staged their data and this rank was woken; from Ready to Left it
-// read and reduced. PeerEntered and Ready are known only for calls through
-// shared memory (staging or Alloc buffers); over TCP they are zero.
+// waiting for a core); until PeerStaged for the last of them to stage its
+// data (or reach the barrier); until Ready for this rank to notice, which
+// on a machine with more ranks than cores is mostly waiting for a core
+// after the wake-up; from Ready to Left it read and reduced. The peer
+// times are known only for calls through shared memory (staging or Alloc
+// buffers); over TCP they are zero.
 type CallTimes struct {
-	Entered, PeerEntered, Ready, Left time.Time
+	Entered, PeerEntered, PeerStaged, Ready, Left time.Time
 }
 
 // LastCall returns the times of this rank's last collective call. Call it
@@ -29,25 +32,42 @@ func (c *Comm) LastCall() CallTimes {
 		}
 		return time.Unix(0, ns)
 	}
-	return CallTimes{Entered: at(c.cur.entered), PeerEntered: at(c.cur.peerEntered), Ready: at(c.cur.ready), Left: at(c.left)}
+	return CallTimes{Entered: at(c.cur.entered), PeerEntered: at(c.cur.peerEntered), PeerStaged: at(c.cur.peerStaged),
+		Ready: at(c.cur.ready), Left: at(c.left)}
+}
+
+// stampStaged records in this rank's header of the running call when its
+// data was staged, just before it publishes that.
+func (c *Comm) stampStaged() {
+	h := c.shm.stg.header(c.rank, int(c.cur.seq&1))
+	binary.LittleEndian.PutUint64(h[hdrStaged:], uint64(time.Now().UnixNano()))
 }
 
 // sawPeer records that this rank has seen the data of a peer that
 // entered the running call at entered (Unix nanoseconds).
-func (c *Comm) sawPeer(entered int64) {
+func (c *Comm) sawPeer(entered, staged int64) {
 	c.cur.peerEntered = max(c.cur.peerEntered, entered)
+	c.cur.peerStaged = max(c.cur.peerStaged, staged)
 	c.cur.ready = time.Now().UnixNano()
 }
 
-// entryStamp is rank r's word in the control segment that holds when it
-// entered the call of its last barrier, after its arrive word.
+// entryStamp and arrivalStamp are rank r's words in the control segment,
+// after its arrive word, that hold when it entered the call of its last
+// barrier and when it arrived there.
 func (g *shmGroup) entryStamp(r int) *int64 {
 	return (*int64)(unsafe.Pointer(&g.ctl[(r+1)*shmSlot+8]))
 }
 
-// stampEntry publishes when this rank entered the running call, before it
-// arrives at a barrier.
-func (c *Comm) stampEntry() { atomic.StoreInt64(c.shm.entryStamp(c.rank), c.cur.entered) }
+func (g *shmGroup) arrivalStamp(r int) *int64 {
+	return (*int64)(unsafe.Pointer(&g.ctl[(r+1)*shmSlot+16]))
+}
+
+// stampEntry publishes when this rank entered the running call and when
+// it arrives at a barrier.
+func (c *Comm) stampEntry() {
+	atomic.StoreInt64(c.shm.entryStamp(c.rank), c.cur.entered)
+	atomic.StoreInt64(c.shm.arrivalStamp(c.rank), time.Now().UnixNano())
+}
 
 // sawBarrier records, after the first barrier of a call, when the last
 // member of this server entered it.
@@ -55,11 +75,12 @@ func (c *Comm) sawBarrier() {
 	if c.cur.ready != 0 {
 		return
 	}
-	var last int64
+	var entered, arrived int64
 	for _, q := range c.shm.members {
 		if q != c.rank {
-			last = max(last, atomic.LoadInt64(c.shm.entryStamp(q)))
+			entered = max(entered, atomic.LoadInt64(c.shm.entryStamp(q)))
+			arrived = max(arrived, atomic.LoadInt64(c.shm.arrivalStamp(q)))
 		}
 	}
-	c.sawPeer(last)
+	c.sawPeer(entered, arrived)
 }

@@ -128,9 +128,10 @@ type call struct {
 
 	// Wall-clock instants (Unix nanoseconds) of the call, for LastCall:
 	// when this rank entered it, the latest entry of a peer it waited for
-	// through shared memory, and when it had seen the data of every peer
-	// it waits for.
-	entered, peerEntered, ready int64
+	// through shared memory and the latest time such a peer had its data
+	// staged, and when this rank had seen the data of every peer it waits
+	// for.
+	entered, peerEntered, peerStaged, ready int64
 }
 
 func newComm(cfg Config) *Comm {

@@ -69,6 +69,7 @@ const (
 	hdrViaTCP  = 32
 	hdrGroupN  = 40
 	hdrEntered = 48 // when the rank entered the call (Unix nanoseconds), for Comm.LastCall
+	hdrStaged  = 56 // when its data was staged (Unix nanoseconds), for Comm.LastCall
 	hdrTable   = 64 // then 16 bytes (offset, length in elements) per rank, then the group (4 bytes per rank)
 )
 
@@ -258,6 +259,9 @@ func (st *staging) close() {
 func (c *Comm) publish(phase uint32) {
 	st := c.shm.stg
 	w := st.word(c.rank)
+	if phase == stageWritten {
+		c.stampStaged()
+	}
 	if old := atomic.SwapUint32(w, stageValue(c.cur.seq, phase)); old&stageSleepers != 0 {
 		futexWakeAll(w)
 	}
@@ -371,7 +375,7 @@ func (c *Comm) awaitWritten(q, h int) (hdr []byte, ok bool, err error) {
 	want := c.callHeader()
 	got := headerCall(hdr)
 	if got == want {
-		c.sawPeer(int64(binary.LittleEndian.Uint64(hdr[hdrEntered:])))
+		c.sawPeer(int64(binary.LittleEndian.Uint64(hdr[hdrEntered:])), int64(binary.LittleEndian.Uint64(hdr[hdrStaged:])))
 		return hdr, true, nil
 	}
 	if got.seq == want.seq && got.op == opGroupAllReduce && want.op == opGroupAllReduce && !inGroup(hdr, c.size, c.rank) {
