@@ -140,17 +140,26 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 		return 0, err
 	}
 	loss := sum
+	p.lossSum[0] = float32(sum)
+	rides := -1 // the bucket the loss's sum rides in, if any
 	if p.lossGroup != nil {
-		p.lossSum[0] = float32(sum)
-		if err := n.cfg.Comm.GroupAllReduce(ctx, p.lossSum[:], collective.Sum, p.lossGroup); err != nil {
-			return 0, fmt.Errorf("loss: %w", err)
+		if rides = n.lossBucket(p.lossGroup); rides < 0 {
+			if err := n.cfg.Comm.GroupAllReduce(ctx, p.lossSum[:], collective.Sum, p.lossGroup); err != nil {
+				return 0, fmt.Errorf("loss: %w", err)
+			}
+			loss = float64(p.lossSum[0])
 		}
-		loss = float64(p.lossSum[0])
 	}
 	if err := n.backward(ctx, p); err != nil {
 		return 0, err
 	}
-	if err := n.reduceParams(ctx); err != nil {
+	if rides < 0 {
+		err = n.reduceParams(ctx, -1, nil)
+	} else {
+		err = n.reduceParams(ctx, rides, &p.lossSum[0])
+		loss = float64(p.lossSum[0])
+	}
+	if err != nil {
 		return 0, err
 	}
 	if err := n.reduceScatter(ctx); err != nil {
