@@ -180,6 +180,13 @@ func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devic
 	if err != nil {
 		return measured{}, err
 	}
+	if detail {
+		fmt.Fprintf(os.Stderr, "  %s, each rank's median step / in collectives / waiting for the last peer to enter:", mode)
+		for r, rr := range res {
+			fmt.Fprintf(os.Stderr, " %d: %.1f / %.1f / %.1f ms;", r, ms(median(rr.Steps)), ms(median(rr.Comms)), ms(median(rr.Skews)))
+		}
+		fmt.Fprintln(os.Stderr)
+	}
 	m := measured{step: median(res[0].Steps), comm: median(res[0].Comms), skew: median(res[0].Skews), staging: median(res[0].Stagings), wake: median(res[0].Wakes)}
 	cores := make([]float64, len(res[0].Steps))
 	for i, step := range res[0].Steps {
