@@ -21,6 +21,7 @@ import (
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/npu/trainer"
+	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
 
@@ -36,8 +37,9 @@ const defaultMaxShrinks = 3
 
 // ShrinkField is the key of the events-log field that marks a shrink
 // record (its value is "shrink"), with the fields ShrinkRecord names: the
-// report finds shrinks by it.
-const ShrinkField = "elastic"
+// report finds shrinks by it. The console shows such a record's sentence
+// without the fields, which it already says.
+const ShrinkField = plugins.RecordField
 
 // shrinks is how many times the stage may shrink: 0 unless on_failure is
 // shrink.
