@@ -1,11 +1,14 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/job"
@@ -146,6 +151,9 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 		return refuse("reshard step %d to %d devices: %v", step, to.Devices, err)
 	}
 	next.w.BatchSize, next.w.Init, next.w.InitResumes = to.BatchSize, initDir, true
+	if err := writeShrunkJob(next.dir, shrunkJob{Devices: to.Devices, BatchSize: to.BatchSize, ResumedStep: resumed}); err != nil {
+		return refuse("%v", err)
+	}
 	rec := ShrinkRecord{
 		LostRank: rf.Rank, Generation: gen, ResumedStep: resumed, FailedStep: ran.watch.lastStep,
 		FromDevices: prev.devices, ToDevices: to.Devices,
@@ -217,6 +225,69 @@ func describeLayout(mode parallel.Mode, devices, batch int, s parallel.Strategy)
 		out += ", strategy " + strings.Join(ops, ", ")
 	}
 	return out
+}
+
+// shrunkJobFile is where a shrink leaves the layout of the job it started,
+// in that job's directory, once the job's init is resharded: a later
+// attempt of the stage (mspipe resume, retry) goes on in that job from its
+// newest checkpoint, instead of starting over with the first job from
+// older ones and then clearing the shrunk job's directory.
+const shrunkJobFile = "job.json"
+
+// shrunkJob is what shrunkJobFile holds.
+type shrunkJob struct {
+	Devices   int `json:"devices"`
+	BatchSize int `json:"batch_size"`
+	// ResumedStep is the global step of the checkpoint the job began after.
+	ResumedStep int `json:"resumed_step"`
+}
+
+func writeShrunkJob(dir string, j shrunkJob) error {
+	data, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, shrunkJobFile), append(data, '\n'), 0o644)
+}
+
+// continuedJob returns the job the stage runs first: first, or, when an
+// earlier attempt of an elastic stage shrank (its shrink{k}/ holds
+// shrunkJobFile), the job of the last such shrink, which resumes in its
+// own directory. It does not grow back to the cluster's devices.
+func continuedJob(ctx context.Context, sc sdk.Context, first jobSpec) (jobSpec, error) {
+	if first.w.OnFailure != onFailureShrink {
+		return first, nil
+	}
+	last, found := first, false
+	for gen := 1; ; gen++ {
+		dir := filepath.Join(sc.WorkDir(), fmt.Sprintf("shrink%d", gen))
+		path := filepath.Join(dir, shrunkJobFile)
+		data, err := userfile.ReadFile(ctx, path, 4<<10)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return first, fmt.Errorf("the earlier attempt's shrink %d: %w", gen, err)
+		}
+		var j shrunkJob
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j); err != nil {
+			return first, fmt.Errorf("%s: %w", path, err)
+		}
+		if j.Devices < 1 || j.Devices >= last.devices || j.BatchSize < 1 || j.ResumedStep < 1 {
+			return first, fmt.Errorf("%s: devices %d, batch_size %d, resumed_step %d: not a shrink of a job on %d devices", path, j.Devices, j.BatchSize, j.ResumedStep, last.devices)
+		}
+		last.gen, last.devices, last.dir, last.rankTable = gen, j.Devices, dir, ""
+		last.fault = faultFor(first.w, gen)
+		last.w.BatchSize, last.w.Init, last.w.InitResumes = j.BatchSize, filepath.Join(dir, "resharded"), true
+		found = true
+	}
+	if found {
+		sc.Info(fmt.Sprintf("on_failure: shrink: an earlier attempt of this stage went on after shrink %d in %s, on %d devices with batch %d per device; this attempt continues there from its newest checkpoint (it does not grow back to %d devices)",
+			last.gen, last.dir, last.devices, last.w.BatchSize, first.devices))
+	}
+	return last, nil
 }
 
 // globalStep is the optimizer's global_step a checkpoint file holds.

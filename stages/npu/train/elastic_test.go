@@ -7,11 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
 // shrinkRecords returns the fields of the shrink records a stage run sent.
@@ -20,7 +22,7 @@ func shrinkRecords(r *stageRun) []map[string]any {
 	defer r.mu.Unlock()
 	var out []map[string]any
 	for _, e := range r.events {
-		if e.Log != nil && e.Log.Fields["elastic"] == "shrink" {
+		if e.Log != nil && e.Log.Fields[train.ShrinkField] == "shrink" {
 			out = append(out, e.Log.Fields)
 		}
 	}
@@ -226,6 +228,64 @@ func TestShrinkTwice(t *testing.T) {
 	}
 	if got := filepath.Base(lastCheckpoint(t, filepath.Join(dir, "shrink2"), 1)); got != "CKP-2_5.ckpt" {
 		t.Errorf("the 2-device job's rank 1 ended with %s, want CKP-2_5.ckpt", got)
+	}
+}
+
+// TestRetriedElasticStageGoesOnInItsLastJob: an elastic stage whose
+// continued job fails too, with max_shrinks spent, is attempted again in
+// its directory, as mspipe resume and retry do. The new attempt goes on
+// in the 4-device job from that job's newest checkpoint (after global
+// step 8), instead of starting over with the 8-device job from its step 4
+// and clearing shrink1/, and it ends with the checkpoint of the elastic
+// run that lost only the first rank, bit for bit.
+func TestRetriedElasticStageGoesOnInItsLastJob(t *testing.T) {
+	dataDir := synthData(t, 16)
+	base := withBlock(dataDir, map[string]any{
+		"mode": "data_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2, "collective_timeout": "20s",
+		"on_failure": "shrink", "max_shrinks": 1,
+	})
+	first := map[string]any{"rank": 5, "step": 6}
+	dir := t.TempDir()
+	failed := runStage(t.Context(), dir, 8, 1, merged(base, map[string]any{"faults": []any{first, map[string]any{"rank": 1, "step": 9, "shrink": 1}}}))
+	if failed.err == nil || !strings.Contains(failed.err.Error(), "rank 1") {
+		t.Fatalf("first attempt: err %v, want the 4-device job's failure naming rank 1", failed.err)
+	}
+	// The device of the second failure is back (its fault is gone); the
+	// stage is attempted again.
+	again := runStage(t.Context(), dir, 8, 2, merged(base, map[string]any{"faults": []any{first}}))
+	if again.err != nil {
+		t.Fatalf("second attempt: %v\n%s", again.err, strings.Join(again.logs(), "\n"))
+	}
+	if steps := stepsOf(again, 0); len(steps) == 0 || steps[0] != 9 || steps[len(steps)-1] != 10 {
+		t.Errorf("second attempt: rank 0 reported global steps %v, want 9 to 10 (the 4-device job resumed after its step 8)", steps)
+	}
+	if recs := shrinkRecords(again); len(recs) != 0 {
+		t.Errorf("second attempt sent shrink records %v: the first job ran again", recs)
+	}
+	if got, want := again.outputs["checkpoints"], filepath.Join(dir, "shrink1"); got != want {
+		t.Errorf("checkpoints output %v, want %s", got, want)
+	}
+	if !slices.ContainsFunc(again.logs(), func(l string) bool { return strings.Contains(l, "continues there from its newest checkpoint") }) {
+		t.Errorf("no log line says the attempt continues the shrunk job: %v", again.logs())
+	}
+	once := t.TempDir()
+	mustRun(t, once, 8, merged(base, map[string]any{"fault": first}))
+	for _, rank := range []int{0, 3} {
+		got, want := lastCheckpoint(t, filepath.Join(dir, "shrink1"), rank), lastCheckpoint(t, filepath.Join(once, "shrink1"), rank)
+		if filepath.Base(got) != "CKP-2_5.ckpt" {
+			t.Errorf("rank %d's last checkpoint %s, want epoch 2's step 5", rank, got)
+		}
+		sameTensors(t, fmt.Sprintf("rank %d, retried, against the run that lost one rank", rank), readTensors(t, got), readTensors(t, want))
+	}
+
+	// A damaged record of the shrink is an error naming it, not a guess.
+	record := filepath.Join(dir, "shrink1", "job.json")
+	if err := os.WriteFile(record, []byte(`{"devices": 9, "batch_size": 4, "resumed_step": 4}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := runStage(t.Context(), dir, 8, 3, merged(base, map[string]any{"faults": []any{first}}))
+	if bad.err == nil || !strings.Contains(bad.err.Error(), record) || !strings.Contains(bad.err.Error(), "devices 9") {
+		t.Errorf("a shrink record of 9 devices: err %v, want one naming %s", bad.err, record)
 	}
 }
 
