@@ -129,6 +129,17 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 	if err != nil {
 		return refuse("%v", err)
 	}
+	if cfg.Mode == parallel.AutoParallel {
+		// The new job searches its strategy when it is prepared, with all
+		// of its inputs (threads too): the reshard must cut for that one.
+		nextW := w
+		nextW.BatchSize = to.BatchSize
+		_, planned, err := prepare(nextW, to.Devices, nil)
+		if err != nil {
+			return refuse("plan the job on %d devices: %v", to.Devices, err)
+		}
+		to.Planned = planned
+	}
 	next := prev
 	next.gen, next.devices = gen, to.Devices
 	next.dir = filepath.Join(sc.WorkDir(), fmt.Sprintf("shrink%d", gen))
@@ -338,6 +349,16 @@ func savingDirs(jobDir string, cfg job.Config, ranks []launch.Rank) []string {
 	return dirs
 }
 
+// fixedStrategyMode is the mode a reshard target is derived in for a job
+// of mode m whose strategy is already planned: auto_parallel's searched
+// strategy is then given, as semi_auto_parallel's is.
+func fixedStrategyMode(m parallel.Mode) parallel.Mode {
+	if m == parallel.AutoParallel {
+		return parallel.SemiAutoParallel
+	}
+	return m
+}
+
 // reshardForJob reshards the checkpoint set files (one per saving rank,
 // or one whole file) to the layout of the job that continues on
 // to.Devices devices, into outDir: the target of a job on the engine is
@@ -357,7 +378,7 @@ func reshardForJob(ctx context.Context, w With, cfg job.Config, files []string, 
 	var layout *parallel.StrategyFile
 	if cfg.Engine() {
 		target, layout, err = set.TargetFor(ckptset.Job{
-			Model: cfg.Model, Mode: cfg.Mode, Strategy: to.Planned.Strategy, Devices: to.Devices,
+			Model: cfg.Model, Mode: fixedStrategyMode(cfg.Mode), Strategy: to.Planned.Strategy, Devices: to.Devices,
 			BatchPerDevice: to.BatchSize, FullBatch: cfg.FullBatch,
 		})
 	} else {
