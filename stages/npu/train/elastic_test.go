@@ -195,6 +195,42 @@ func TestShrinkAutoParallelEqualsHandChain(t *testing.T) {
 	sameTensors(t, "after the shrink, against the chain by hand", readTensors(t, got), readTensors(t, want))
 }
 
+// TestShrinkHybridParallelEqualsHandChain: hybrid_net splits itself over
+// the devices of the job; after rank 5 is lost it goes on on 4 devices,
+// its init resharded to the layout the model takes on 4 (no re-cut), and
+// ends as the chain by hand does (ckpt/reshard of the failed job's step-4
+// set for hybrid_parallel on 4 devices, then the training from it).
+func TestShrinkHybridParallelEqualsHandChain(t *testing.T) {
+	dataDir := synthData(t, 16)
+	base := withBlock(dataDir, map[string]any{
+		"model": "hybrid_net", "mode": "hybrid_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2,
+		"collective_timeout": "20s", "fault": map[string]any{"rank": 5, "step": 6},
+	})
+	elastic := t.TempDir()
+	r := mustRun(t, elastic, 8, merged(base, map[string]any{"on_failure": "shrink"}))
+	recs := shrinkRecords(r)
+	if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
+		t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
+	}
+	if !slices.ContainsFunc(r.logs(), func(l string) bool { return strings.Contains(l, "shrink1") && strings.Contains(l, "no tensor re-cut") }) {
+		t.Errorf("the 4-device job re-cut its init: the reshard missed its layout\n%s", strings.Join(r.logs(), "\n"))
+	}
+	hand := t.TempDir()
+	if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil {
+		t.Fatal("the 8-device job without on_failure succeeded")
+	}
+	set := reshardSet(t, map[string]any{
+		"from": filepath.Join(hand, "device0", "ckpt_0", "CKP-1_4.ckpt"), "devices": 4, "model": "hybrid_net", "mode": "hybrid_parallel", "batch_size": 4,
+	})
+	again := t.TempDir()
+	mustRun(t, again, 4, merged(base, map[string]any{"batch_size": 4, "init": set, "init_resumes": true, "fault": nil}))
+	got, want := lastCheckpoint(t, filepath.Join(elastic, "shrink1"), 0), lastCheckpoint(t, again, 0)
+	if filepath.Base(got) != "CKP-2_5.ckpt" || filepath.Base(want) != "CKP-2_5.ckpt" {
+		t.Errorf("last checkpoints %s and %s, want both of epoch 2's step 5", got, want)
+	}
+	sameTensors(t, "after the shrink, against the chain by hand", readTensors(t, got), readTensors(t, want))
+}
+
 // TestShrinkDataParallelEqualsHandChain is the data_parallel case: every
 // rank saves its replica, the set of step 4 is resharded (replicated) to
 // 4 devices, and the result equals the chain by hand through ckpt/reshard
@@ -363,7 +399,7 @@ func TestShrinkRefusedWhereItCannotWork(t *testing.T) {
 	}{
 		{map[string]any{"mode": "data_parallel", "on_failure": "shrink", "launcher": "mpirun"}, "/on_failure: on_failure: shrink runs with the local launcher only, not mpirun"},
 		{map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "on_failure": "shrink", "pipeline_stages": 2}, "with pipeline_stages is not done yet"},
-		{map[string]any{"mode": "hybrid_parallel", "model": "hybrid_net", "on_failure": "shrink"}, "is for modes data_parallel, semi_auto_parallel and auto_parallel, not hybrid_parallel"},
+		{map[string]any{"mode": "stand_alone", "on_failure": "shrink"}, "is for the modes of several devices (data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel), not stand_alone"},
 		{map[string]any{"mode": "data_parallel", "max_shrinks": 2}, "/max_shrinks: max_shrinks is for on_failure: shrink"},
 		{map[string]any{"mode": "data_parallel", "fault": map[string]any{"rank": 1, "step": 2, "shrink": 1}}, "needs on_failure: shrink"},
 		{map[string]any{"mode": "data_parallel", "on_failure": "shrink", "faults": []any{map[string]any{"rank": 1, "step": 2}, map[string]any{"rank": 0, "step": 3}}}, "/faults/1: a second fault in job 0"},
