@@ -270,7 +270,8 @@ func continuedJob(ctx context.Context, sc sdk.Context, first jobSpec) (jobSpec, 
 		return first, nil
 	}
 	last, found := first, false
-	for gen := 1; ; gen++ {
+	// Each shrink leaves fewer devices: at most devices-1 of them.
+	for gen := 1; gen < first.devices; gen++ {
 		dir := filepath.Join(sc.WorkDir(), fmt.Sprintf("shrink%d", gen))
 		path := filepath.Join(dir, shrunkJobFile)
 		data, err := userfile.ReadFile(ctx, path, 4<<10)
