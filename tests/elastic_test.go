@@ -55,7 +55,7 @@ stages:
 	}
 	var record string
 	for _, line := range strings.Split(string(events), "\n") {
-		if strings.Contains(line, `"elastic":"shrink"`) {
+		if strings.Contains(line, `"record":"shrink"`) {
 			record = line
 		}
 	}
