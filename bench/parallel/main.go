@@ -122,8 +122,8 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 			return err
 		}
 	}
-	fmt.Println("| mode | model | strategy | step (measured) | of it in collectives | step (predicted) | predicted / measured | comm (predicted) | peak memory per rank (measured) | (predicted) | step (predicted from this run's components) |")
-	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| mode | model | strategy | step (measured) | of it in collectives | of that, waiting for the last peer to enter | then for the peers to stage their data | then to run again | cores the ranks used | step (predicted) | predicted / measured | comm (predicted) | peak memory per rank (measured) | (predicted) | step (predicted from this run's components) |")
+	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, m := range modes {
 		machine, fitted := shared, fitShared
 		if m.devices == 1 {
@@ -137,7 +137,8 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 		predicted := "- | - | -"
 		var predMemory int64
 		p, perr := auto.Evaluate(mg, m.priced, m.devices, machine)
-		step, comm, peak, merr := measure(m.model, m.mode, m.strategy, m.devices, perDevice, steps, tr)
+		got, merr := measure(m.model, m.mode, m.strategy, m.devices, perDevice, steps, tr)
+		step := got.step
 		if perr == nil {
 			predMemory = p.PeakMemory
 			ratio := "-"
@@ -153,9 +154,10 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 		} else if m.mode == parallel.HybridParallel {
 			strategy = "the model's own"
 		}
-		measured := fmt.Sprintf("%.1f ms | %.1f ms", ms(step), ms(comm))
+		measured := fmt.Sprintf("%.1f ms | %.1f ms (%.0f%%) | %.1f ms | %.1f ms | %.1f ms | %.2f", ms(step), ms(got.comm), 100*got.comm.Seconds()/step.Seconds(),
+			ms(got.skew), ms(got.staging), ms(got.wake), got.cores)
 		if merr != nil {
-			measured = fmt.Sprintf("failed: %v | -", merr)
+			measured = fmt.Sprintf("failed: %v | - | - | - | - | -", merr)
 		}
 		refit := "-"
 		if components && merr == nil {
@@ -163,7 +165,7 @@ func run(model, hybridModel string, devices, batch, steps int, strategyJSON, tra
 				refit = fmt.Sprintf("%.1f ms (%+.0f%%)", p.StepSeconds*1e3, (p.StepSeconds/step.Seconds()-1)*100)
 			}
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, m.model, strategy, measured, predicted, bytesize.Format(peak), bytesize.Format(predMemory), refit)
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", m.name, m.model, strategy, measured, predicted, bytesize.Format(got.peak), bytesize.Format(predMemory), refit)
 	}
 	return nil
 }
@@ -210,28 +212,50 @@ func loadAverage() string {
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-// timedComm counts the time a rank spends inside collectives, and with
-// -detail keeps each call.
+// timedComm counts the time a rank spends inside collectives, split by
+// the communicator's own timestamps (collective.CallTimes) into waiting for
+// the last peer to enter the call, then for the peers to stage their data,
+// then for this rank to run again after they had, and the rest (its own
+// copying and reducing); with -detail it keeps each call.
 type timedComm struct {
 	*collective.Comm
-	spent  atomic.Int64
-	keep   bool
-	events []event
+	spent, skew, staging, wake atomic.Int64
+	keep                       bool
+	events                     []event
 }
 
 // event is one collective call: its kind, the elements this rank sent
-// (Exchange) or reduced, and its time.
+// (Exchange) or reduced, its time, and the parts of it as in timedComm.
 type event struct {
-	kind  string
-	elems int
-	d     time.Duration
+	kind                string
+	elems               int
+	d                   time.Duration
+	skew, staging, wake time.Duration
 }
 
 func (c *timedComm) note(kind string, elems int, began time.Time) {
 	d := time.Since(began)
 	c.spent.Add(int64(d))
+	t := c.LastCall()
+	var skew, staging, wake time.Duration
+	if !t.PeerEntered.IsZero() && !t.Ready.IsZero() {
+		// Each part is clamped to what is left of the call: the stamps of
+		// two processes are read at different instants around its edges.
+		left := d
+		part := func(from, to time.Time) time.Duration {
+			p := min(max(to.Sub(from), 0), left)
+			left -= p
+			return p
+		}
+		skew = part(t.Entered, t.PeerEntered)
+		staging = part(t.Entered.Add(skew), t.PeerStaged)
+		wake = part(t.Entered.Add(skew+staging), t.Ready)
+	}
+	c.skew.Add(int64(skew))
+	c.staging.Add(int64(staging))
+	c.wake.Add(int64(wake))
 	if c.keep {
-		c.events = append(c.events, event{kind, elems, d})
+		c.events = append(c.events, event{kind, elems, d, skew, staging, wake})
 	}
 }
 

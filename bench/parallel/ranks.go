@@ -43,8 +43,13 @@ type rankJob struct {
 // rankResult is what a rank process reports.
 type rankResult struct {
 	Steps, Comms []time.Duration // timed steps (train)
-	Peak         int64           // peak device memory (train)
-	Probes       []time.Duration // per probe, the time of one call (probe)
+	// Of Comms, the wait for the last peer to enter each call (Skews),
+	// then for the peers to stage their data (Stagings), then for this
+	// rank to run again (Wakes): see timedComm.
+	Skews, Stagings, Wakes []time.Duration
+	CPUs                   []time.Duration // the process's CPU time in each timed step
+	Peak                   int64           // peak device memory (train)
+	Probes                 []time.Duration // per probe, the time of one call (probe)
 }
 
 // spawn runs j on j.Devices rank processes (this program re-executed, each
@@ -156,18 +161,51 @@ func rankMain(spec string) error {
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
-// measure trains devices rank processes for 2+steps steps and returns
-// rank 0's median step and median time in collectives, and the largest
+// measured is what measure returns: rank 0's median step, and the medians
+// of its time in collectives and of that the waits timedComm tells apart;
+// the median over steps of the CPU time all ranks used in a step divided
+// by rank 0's step (the cores the job got: with 8 ranks on 2 cores a rank
+// that waits for the others is mostly waiting for a core); the largest
 // peak device memory of any rank.
-func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (step, comm time.Duration, peak int64, err error) {
+type measured struct {
+	step, comm, skew, staging, wake time.Duration
+	cores                           float64
+	peak                            int64
+}
+
+// measure trains devices rank processes for 2+steps steps and returns
+// what it measured.
+func measure(model string, mode parallel.Mode, strategy parallel.Strategy, devices, batch, steps int, tr collective.Transport) (measured, error) {
 	res, err := spawn(rankJob{Kind: "train", Model: model, Mode: mode, Strategy: strategy, Devices: devices, Batch: batch, Steps: steps, Transport: tr.String(), Detail: detail})
 	if err != nil {
-		return 0, 0, 0, err
+		return measured{}, err
+	}
+	if detail {
+		fmt.Fprintf(os.Stderr, "  %s, each rank's median step / in collectives / waiting for the last peer to enter:", mode)
+		for r, rr := range res {
+			fmt.Fprintf(os.Stderr, " %d: %.1f / %.1f / %.1f ms;", r, ms(median(rr.Steps)), ms(median(rr.Comms)), ms(median(rr.Skews)))
+		}
+		fmt.Fprintln(os.Stderr)
+	}
+	m := measured{step: median(res[0].Steps), comm: median(res[0].Comms), skew: median(res[0].Skews), staging: median(res[0].Stagings), wake: median(res[0].Wakes)}
+	cores := make([]float64, len(res[0].Steps))
+	for i, step := range res[0].Steps {
+		var cpu time.Duration
+		for _, r := range res {
+			if i < len(r.CPUs) {
+				cpu += r.CPUs[i]
+			}
+		}
+		cores[i] = cpu.Seconds() / step.Seconds()
+	}
+	slices.Sort(cores)
+	if len(cores) > 0 {
+		m.cores = cores[len(cores)/2]
 	}
 	for _, r := range res {
-		peak = max(peak, r.Peak)
+		m.peak = max(m.peak, r.Peak)
 	}
-	return median(res[0].Steps), median(res[0].Comms), peak, nil
+	return m, nil
 }
 
 // trainRank trains rank j.Rank: one compute thread, a random batch of
@@ -205,9 +243,9 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 		labels[i] = int32(rng.IntN(10))
 	}
 	for s := 0; s < 2+j.Steps; s++ {
-		before := tc.spent.Load()
+		before, skewBefore, stagingBefore, wakeBefore := tc.spent.Load(), tc.skew.Load(), tc.staging.Load(), tc.wake.Load()
 		tc.keep, tc.events = j.Detail && j.Rank == 0 && s == 1+j.Steps, tc.events[:0]
-		began := time.Now()
+		cpu, began := processCPU(), time.Now()
 		if _, err := net.TrainStep(context.Background(), x, labels); err != nil {
 			return err
 		}
@@ -216,12 +254,16 @@ func trainRank(j rankJob, c *collective.Comm, res *rankResult) error {
 		if tc.keep {
 			fmt.Fprintf(os.Stderr, "  %s rank 0, last step: train %.2f ms, optimizer %.2f ms\n", j.Mode, ms(optBegan.Sub(began)), ms(time.Since(optBegan)))
 			for _, e := range tc.events {
-				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms\n", e.kind, e.elems, ms(e.d))
+				fmt.Fprintf(os.Stderr, "    %-10s %10d elements %8.3f ms (last peer entered %.3f, then staged %.3f, then this rank ran %.3f)\n", e.kind, e.elems, ms(e.d), ms(e.skew), ms(e.staging), ms(e.wake))
 			}
 		}
 		if s >= 2 {
 			res.Steps = append(res.Steps, time.Since(began))
 			res.Comms = append(res.Comms, time.Duration(tc.spent.Load()-before))
+			res.Skews = append(res.Skews, time.Duration(tc.skew.Load()-skewBefore))
+			res.Stagings = append(res.Stagings, time.Duration(tc.staging.Load()-stagingBefore))
+			res.Wakes = append(res.Wakes, time.Duration(tc.wake.Load()-wakeBefore))
+			res.CPUs = append(res.CPUs, processCPU()-cpu)
 		}
 	}
 	_, res.Peak = net.Device().MemoryInUse()

@@ -93,6 +93,17 @@ func (c *Comm) AllReduce(ctx context.Context, buf []float32, op Op) error {
 			return nil
 		}
 		if reg, off, ok := c.shm.region(c.rank, buf); ok {
+			if len(buf) <= stageDirectMax && c.stagingFlat() {
+				// A small buffer is reduced whole by every rank from the
+				// others' staged copies: one wait instead of two barriers,
+				// which on a machine with more ranks than cores costs a
+				// round of scheduling every rank more than the data. Rank
+				// order, so the same bits as the Alloc path.
+				c.announceTCP()
+				if staged, err := c.stagedReduce(buf, op, c.shm.members, c.rank); staged {
+					return err
+				}
+			}
 			return c.shmAllReduce(buf, op, reg, off)
 		}
 		if staged, err := c.stagedAllReduce(buf, op); staged {

@@ -47,6 +47,7 @@ type Comm struct {
 	callMu sync.Mutex // held by the running collective (and by Close while it stops goroutines)
 	seq    uint32
 	cur    call      // the running collective, as frame headers name it
+	left   int64     // when the last call returned (Unix nanoseconds), for LastCall
 	tmp    []float32 // received segment before reduction
 	acc    []float32 // partial reduction of the own chunk (Mesh, in place)
 	work   []float32 // ReduceScatter copy of the send buffer (Ring)
@@ -124,6 +125,13 @@ type call struct {
 	seq   uint32
 	count uint64
 	extra uint32
+
+	// Wall-clock instants (Unix nanoseconds) of the call, for LastCall:
+	// when this rank entered it, the latest entry of a peer it waited for
+	// through shared memory and the latest time such a peer had its data
+	// staged, and when this rank had seen the data of every peer it waits
+	// for.
+	entered, peerEntered, peerStaged, ready int64
 }
 
 func newComm(cfg Config) *Comm {
@@ -644,7 +652,8 @@ func (c *Comm) run(ctx context.Context, op opCode, count uint64, extra uint32, b
 		return c.brokenErr(op)
 	}
 	c.seq++
-	c.cur = call{op: op, seq: c.seq, count: count, extra: extra}
+	c.cur = call{op: op, seq: c.seq, count: count, extra: extra, entered: time.Now().UnixNano()}
+	defer func() { c.left = time.Now().UnixNano() }()
 	if c.shm != nil && !op.mayUseShm() {
 		// Ranks waiting in a shared-memory barrier learn that this one
 		// is in the same call over TCP (collectives that may use shared

@@ -44,7 +44,7 @@ import (
 const DefaultShmDir = "/dev/shm"
 
 const (
-	shmSlot     = 128 // bytes per rank in the control segment: arrive word, then the descriptor on its own cache line
+	shmSlot     = 128 // bytes per rank in the control segment: arrive word and entry stamp, then the descriptor on its own cache line
 	shmDescOff  = 64
 	shmNonceOff = 64 // in the segment's first slot, after the doorbell's cache line
 	shmNonceLen = 16
@@ -390,6 +390,7 @@ func (c *Comm) shmBarrier() error {
 	g := c.shm
 	g.epoch++
 	e := g.epoch
+	c.stampEntry()
 	atomic.StoreUint32(g.arrive(c.rank), e)
 	ring(g.bell)
 	deadline := time.Now().Add(c.timeout)
@@ -404,6 +405,7 @@ func (c *Comm) shmBarrier() error {
 			}
 		}
 		if missing < 0 {
+			c.sawBarrier()
 			return nil
 		}
 		if c.isBroken.Load() {

@@ -3,7 +3,8 @@ package collective
 // The collectives on the shared memory of shm.go, and the kernels that
 // reduce the ranks' buffers in place.
 //
-// An AllReduce takes two barriers. After the first, every rank of the
+// An AllReduce takes two barriers (a small one on one server takes the
+// staged path of shm_group.go instead: see AllReduce). After the first, every rank of the
 // server has published its input. The buffer is cut into pieces, and each
 // rank claims the next unclaimed piece (a counter in the control segment)
 // until none is left: it reduces the piece straight from every buffer, in

@@ -62,13 +62,15 @@ const (
 	stageBlock     = 1024    // elements per block of the portable reduction
 
 	// Header fields (bytes into a half's header).
-	hdrSeq    = 0
-	hdrOp     = 8
-	hdrCount  = 16
-	hdrExtra  = 24
-	hdrViaTCP = 32
-	hdrGroupN = 40
-	hdrTable  = 64 // then 16 bytes (offset, length in elements) per rank, then the group (4 bytes per rank)
+	hdrSeq     = 0
+	hdrOp      = 8
+	hdrCount   = 16
+	hdrExtra   = 24
+	hdrViaTCP  = 32
+	hdrGroupN  = 40
+	hdrEntered = 48 // when the rank entered the call (Unix nanoseconds), for Comm.LastCall
+	hdrStaged  = 56 // when its data was staged (Unix nanoseconds), for Comm.LastCall
+	hdrTable   = 64 // then 16 bytes (offset, length in elements) per rank, then the group (4 bytes per rank)
 )
 
 // staging is this rank's view of the staging files of its server.
@@ -257,6 +259,9 @@ func (st *staging) close() {
 func (c *Comm) publish(phase uint32) {
 	st := c.shm.stg
 	w := st.word(c.rank)
+	if phase == stageWritten {
+		c.stampStaged()
+	}
 	if old := atomic.SwapUint32(w, stageValue(c.cur.seq, phase)); old&stageSleepers != 0 {
 		futexWakeAll(w)
 	}
@@ -314,6 +319,7 @@ func (c *Comm) putHeader(h int, viaTCP bool) []byte {
 	}
 	le.PutUint64(b[hdrViaTCP:], v)
 	le.PutUint64(b[hdrGroupN:], 0)
+	le.PutUint64(b[hdrEntered:], uint64(c.cur.entered))
 	return b
 }
 
@@ -369,6 +375,7 @@ func (c *Comm) awaitWritten(q, h int) (hdr []byte, ok bool, err error) {
 	want := c.callHeader()
 	got := headerCall(hdr)
 	if got == want {
+		c.sawPeer(int64(binary.LittleEndian.Uint64(hdr[hdrEntered:])), int64(binary.LittleEndian.Uint64(hdr[hdrStaged:])))
 		return hdr, true, nil
 	}
 	if got.seq == want.seq && got.op == opGroupAllReduce && want.op == opGroupAllReduce && !inGroup(hdr, c.size, c.rank) {

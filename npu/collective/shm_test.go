@@ -95,7 +95,8 @@ func TestShmAllReduceMatchesRankOrder(t *testing.T) {
 // every piece of every call is reduced once, whoever claims it, whatever
 // the pieces of the call before (the claim counter carries over), and
 // the result has the rank-order bits. Slices start off a piece boundary
-// and end inside one; small calls share one piece or a few.
+// and end inside one; small calls (stageDirectMax elements at most) take
+// the staged path between the others and leave the counter alone.
 func TestShmAllReduceClaimsEveryPiece(t *testing.T) {
 	for _, n := range []int{3, 8} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
@@ -153,18 +154,29 @@ func TestShmAndTCPAgree(t *testing.T) {
 }
 
 // Ranks that disagree about the call are reported as out of step, with
-// both calls, on every rank, which all name the same culprit.
+// both calls, on every rank: in the barrier of a large buffer, where all
+// name the same culprit, and in the staging of a small one, where each
+// may name the other (as for staged ordinary buffers).
 func TestShmMismatchIsOutOfStep(t *testing.T) {
-	comms := shmGroupOf(t, 2, shmDir(t))
-	bufs := allocAll(t, comms, 256)
-	errs := onAll(comms, func(r int, c *Comm) error {
-		return c.AllReduce(context.Background(), bufs[r][:128+r], Sum)
-	})
-	want := "rank 1 (" + comms[0].cfg.Addrs[1] + ") is out of step: it called allreduce #2 of 129 elements (sum) on shared buffer 0 at element 0, " +
-		"rank 0 called allreduce #2 of 128 elements (sum) on shared buffer 0 at element 0"
-	for r, err := range errs {
-		if !errors.Is(err, ErrOutOfStep) || !strings.Contains(err.Error(), want) {
-			t.Errorf("rank %d: %v, want ...%s", r, err, want)
+	for _, count := range []int{stageDirectMax + 128, 128} {
+		comms := shmGroupOf(t, 2, shmDir(t))
+		bufs := allocAll(t, comms, 2*stageDirectMax)
+		errs := onAll(comms, func(r int, c *Comm) error {
+			return c.AllReduce(context.Background(), bufs[r][:count+r], Sum)
+		})
+		var wants []string
+		if count > stageDirectMax {
+			wants = []string{fmt.Sprintf("rank 1 (%s) is out of step: it called allreduce #2 of %d elements (sum) on shared buffer 0 at element 0, "+
+				"rank 0 called allreduce #2 of %d elements (sum) on shared buffer 0 at element 0", comms[0].cfg.Addrs[1], count+1, count)}
+		} else {
+			wants = []string{fmt.Sprintf("allreduce #2 of %d elements (sum)", count+1), fmt.Sprintf("allreduce #2 of %d elements (sum)", count)}
+		}
+		for r, err := range errs {
+			for _, want := range wants {
+				if !errors.Is(err, ErrOutOfStep) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%d elements, rank %d: %v, want ...%s", count, r, err, want)
+				}
+			}
 		}
 	}
 }
@@ -304,18 +316,20 @@ func TestShmAcrossServers(t *testing.T) {
 
 // A rank that reduces ordinary memory (TCP) while the others reduce shared
 // memory is out of step at once, not after the timeout: the barrier sees
-// its call.
+// its call. (A buffer too large for the staged path of small ones, which
+// takes both kinds of memory.)
 func TestShmMixedWithTCPIsOutOfStep(t *testing.T) {
+	const count = stageDirectMax + 64
 	comms := shmGroupOf(t, 3, shmDir(t))
-	shared := allocAll(t, comms, 64)
+	shared := allocAll(t, comms, count)
 	errs := onAll(comms, func(r int, c *Comm) error {
 		buf := shared[r]
 		if r == 2 {
-			buf = make([]float32, 64)
+			buf = make([]float32, count)
 		}
 		return c.AllReduce(context.Background(), buf, Sum)
 	})
-	want := "rank 2 (" + comms[0].cfg.Addrs[2] + ") is out of step: it called allreduce #2 of 64 elements (sum) on ordinary memory"
+	want := fmt.Sprintf("rank 2 (%s) is out of step: it called allreduce #2 of %d elements (sum) on ordinary memory", comms[0].cfg.Addrs[2], count)
 	for r, err := range errs {
 		if !errors.Is(err, ErrOutOfStep) || !strings.Contains(err.Error(), want) {
 			t.Errorf("rank %d: %v, want ...%s", r, err, want)

@@ -20,23 +20,29 @@ type pass struct {
 	fwd, bwd []*plan
 	// halo[i] sums the gradient of the halo box op i computed from back
 	// into the input slices of its owners (nil: op i reads no halo).
-	halo      []*haloSum
-	labels    *plan // labels from the data layout to the loss's rows
-	labelsIn  *tensor.Tensor
-	labelsOut []int32
-	logits    *plan // Predict: the last output back to the data's rows
-	outGroup  [][]int
-	gradGroup [][]int
-	lossGroup []int
-	lossSum   [1]float32
-	lossRows  int // rows of the loss's slice on this rank
+	halo   []*haloSum
+	labels *plan // labels from the data layout to the loss's rows
+	// labelsOn is the operator whose input's redistribution the labels
+	// are fused to (plan.fuse), the first that moves data, or -1: a
+	// training step moves them in the same Exchange (runFwd).
+	// labelsSrc holds them, as floats, until then; labelsMoved after.
+	labelsOn               int
+	labelsSrc, labelsMoved *tensor.Tensor
+	labelsIn               *tensor.Tensor
+	labelsOut              []int32
+	logits                 *plan // Predict: the last output back to the data's rows
+	outGroup               [][]int
+	gradGroup              [][]int
+	lossGroup              []int
+	lossSum                [1]float32
+	lossRows               int // rows of the loss's slice on this rank
 }
 
 // newPass prepares a step over def's global batch with the given layouts.
 func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error) {
 	cfg := n.cfg
 	x := def.ops[0].spec.Inputs[0].Shape
-	p := &pass{global: x[0], layouts: layouts}
+	p := &pass{global: x[0], layouts: layouts, labelsOn: -1}
 	// A pipeline stage receives the whole batch and runs one micro-batch
 	// of it at a time.
 	dc := cfg
@@ -121,6 +127,14 @@ func (n *Net) newPass(def *modelDef, layouts []*parallel.OpLayout) (*pass, error
 	var err2 error
 	if p.labels, err2 = newPlan(rowsOf(p.data), rowsOf(lossIn), cfg.Rank); err2 != nil {
 		return nil, fmt.Errorf("labels: %w", err2)
+	}
+	if n.pipe == nil && !p.labels.identity {
+		// The labels are there from the start of a step: they can move
+		// in the first Exchange of the forward pass, saving a round.
+		if i := slices.IndexFunc(p.fwd, func(f *plan) bool { return f != nil && !f.identity }); i >= 0 {
+			p.fwd[i].fuse(p.labels)
+			p.labelsOn = i
+		}
 	}
 	logits := parallel.Layout{DeviceMatrix: p.data.DeviceMatrix, TensorMap: []int{p.data.TensorMap[0], -1}, Shape: lossIn.Shape}
 	if p.logits, err = newPlan(layouts[last-1].Output, logits, cfg.Rank); err != nil {

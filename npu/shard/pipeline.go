@@ -486,7 +486,7 @@ func (n *Net) pipeStep(ctx context.Context, x *tensor.Tensor, labels []int32) (f
 	for k, q := range pp.acc {
 		copy(pp.train[k].Grad.Data(), q)
 	}
-	if err := n.reduceParams(ctx); err != nil {
+	if err := n.reduceParams(ctx, -1, nil); err != nil {
 		return 0, err
 	}
 	var total float64

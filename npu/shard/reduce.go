@@ -27,6 +27,9 @@ type bucket struct {
 	group   []int  // this rank's part of it
 	entries []paramReduce
 	buf     []float32
+	// room is buf with one element more, where the step's loss rides
+	// when the bucket's group is the loss's (reduceParams).
+	room []float32
 	// whole marks a bucket reduced over every rank through the
 	// communicator's own AllReduce, on memory it allocated (shared memory
 	// within a host), instead of GroupAllReduce's point-to-point frames.
@@ -59,14 +62,15 @@ func (n *Net) wholeReducer() (wholeJobReducer, bool) {
 // same whole-job buckets in the same order), ordinary memory otherwise.
 func (n *Net) allocBucket(b *bucket, size int) error {
 	if r, ok := n.wholeReducer(); ok && n.cfg.Devices > 1 && len(b.group) == n.cfg.Devices {
-		buf, err := r.Alloc(context.Background(), size)
+		buf, err := r.Alloc(context.Background(), size+1)
 		if err != nil {
 			return fmt.Errorf("gradient buffer over all %d ranks: %w", n.cfg.Devices, err)
 		}
-		b.buf, b.whole = buf, true
+		b.room, b.buf, b.whole = buf, buf[:size], true
 		return nil
 	}
-	b.buf = make([]float32, size)
+	b.room = make([]float32, size+1)
+	b.buf = b.room[:size]
 	return nil
 }
 
@@ -103,22 +107,44 @@ func (n *Net) addReduce(key string, group []int, red paramReduce) {
 	n.buckets[i].entries = append(n.buckets[i].entries, red)
 }
 
+// lossBucket returns the index of the last bucket reduced over group, in
+// the same order, or -1.
+func (n *Net) lossBucket(group []int) int {
+	for i := len(n.buckets) - 1; i >= 0; i-- {
+		if slices.Equal(n.buckets[i].group, group) {
+			return i
+		}
+	}
+	return -1
+}
+
 // reduceParams sums (or averages) the parameter gradients over the ranks
 // they are partial over, and averages the BatchNorm statistics a split
-// batch left different on each rank: one GroupAllReduce per bucket.
-func (n *Net) reduceParams(ctx context.Context) error {
-	for _, b := range n.buckets {
+// batch left different on each rank: one GroupAllReduce per bucket. With
+// loss, the sum of the step's loss rides as one more element in bucket
+// lossIn's reduction (the same ranks, the same order, so the same bits as
+// a call of its own) and is left in *loss: a round of the ranks fewer.
+func (n *Net) reduceParams(ctx context.Context, lossIn int, loss *float32) error {
+	for i, b := range n.buckets {
 		off := 0
 		for _, e := range b.entries {
 			off += copy(b.buf[off:], e.values())
 		}
+		buf := b.buf
+		if loss != nil && i == lossIn {
+			buf = b.room[:len(b.buf)+1]
+			buf[len(b.buf)] = *loss
+		}
 		var err error
 		if r, _ := n.wholeReducer(); b.whole {
 			began := time.Now()
-			err = r.AllReduce(ctx, b.buf, collective.Sum)
+			err = r.AllReduce(ctx, buf, collective.Sum)
 			n.comm.count(began)
 		} else {
-			err = n.cfg.Comm.GroupAllReduce(ctx, b.buf, collective.Sum, b.group)
+			err = n.cfg.Comm.GroupAllReduce(ctx, buf, collective.Sum, b.group)
+		}
+		if loss != nil && i == lossIn {
+			*loss = buf[len(b.buf)]
 		}
 		if err != nil {
 			return fmt.Errorf("parameter reduction over ranks %v: %w", b.group, err)

@@ -30,11 +30,25 @@ func (n *Net) forward(ctx context.Context, p *pass, x *tensor.Tensor, train bool
 	if err != nil {
 		return nil, nil, err
 	}
-	lossIn, err = p.fwd[last].run(ctx, n.cfg.Comm, cur)
+	lossIn, err = n.runFwd(ctx, p, last, cur)
 	if err != nil {
 		return nil, nil, fmt.Errorf("into the loss: %w", err)
 	}
 	return lossIn, cur, nil
+}
+
+// runFwd brings operator i's input cur into its layout, with the labels
+// in the same Exchange when they ride on it and are waiting (labelsSrc).
+func (n *Net) runFwd(ctx context.Context, p *pass, i int, cur *tensor.Tensor) (*tensor.Tensor, error) {
+	if i != p.labelsOn || p.labelsSrc == nil {
+		return p.fwd[i].run(ctx, n.cfg.Comm, cur)
+	}
+	in, labels, err := p.fwd[i].runWith(ctx, n.cfg.Comm, cur, p.labelsSrc)
+	if err != nil {
+		return nil, fmt.Errorf("with the labels: %w", err)
+	}
+	p.labelsSrc, p.labelsMoved = nil, labels
+	return in, nil
 }
 
 // runOps runs operators lo..hi-1 (none of them the loss) forward on cur,
@@ -45,7 +59,7 @@ func (n *Net) runOps(ctx context.Context, p *pass, cur *tensor.Tensor, lo, hi in
 	for i := lo; i < hi; i++ {
 		st := n.stages[i]
 		name := st.def.spec.Name
-		in, err := p.fwd[i].run(ctx, n.cfg.Comm, cur)
+		in, err := n.runFwd(ctx, p, i, cur)
 		if err != nil {
 			return nil, fmt.Errorf("operator %s: %w", name, err)
 		}
@@ -105,12 +119,20 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 	if err := n.gatherWeights(ctx); err != nil {
 		return 0, err
 	}
+	if p.labelsOn >= 0 {
+		if p.labelsSrc, err = n.labelsIn(p, labels); err != nil {
+			return 0, err
+		}
+		defer func() { p.labelsSrc, p.labelsMoved = nil, nil }() // never left for another step
+	}
 	logits, _, err := n.forward(ctx, p, x, true)
 	if err != nil {
 		return 0, err
 	}
-	lab, err := n.labelsFor(ctx, p, labels)
-	if err != nil {
+	var lab []int32
+	if p.labelsMoved != nil {
+		lab = n.labelsOut(p, p.labelsMoved)
+	} else if lab, err = n.labelsFor(ctx, p, labels); err != nil {
 		return 0, err
 	}
 	sum, err := n.loss.forward(logits, lab)
@@ -118,17 +140,26 @@ func (n *Net) TrainStep(ctx context.Context, x *tensor.Tensor, labels []int32) (
 		return 0, err
 	}
 	loss := sum
+	p.lossSum[0] = float32(sum)
+	rides := -1 // the bucket the loss's sum rides in, if any
 	if p.lossGroup != nil {
-		p.lossSum[0] = float32(sum)
-		if err := n.cfg.Comm.GroupAllReduce(ctx, p.lossSum[:], collective.Sum, p.lossGroup); err != nil {
-			return 0, fmt.Errorf("loss: %w", err)
+		if rides = n.lossBucket(p.lossGroup); rides < 0 {
+			if err := n.cfg.Comm.GroupAllReduce(ctx, p.lossSum[:], collective.Sum, p.lossGroup); err != nil {
+				return 0, fmt.Errorf("loss: %w", err)
+			}
+			loss = float64(p.lossSum[0])
 		}
-		loss = float64(p.lossSum[0])
 	}
 	if err := n.backward(ctx, p); err != nil {
 		return 0, err
 	}
-	if err := n.reduceParams(ctx); err != nil {
+	if rides < 0 {
+		err = n.reduceParams(ctx, -1, nil)
+	} else {
+		err = n.reduceParams(ctx, rides, &p.lossSum[0])
+		loss = float64(p.lossSum[0])
+	}
+	if err != nil {
 		return 0, err
 	}
 	if err := n.reduceScatter(ctx); err != nil {
@@ -142,25 +173,39 @@ func (n *Net) labelsFor(ctx context.Context, p *pass, labels []int32) ([]int32, 
 	if p.labels.identity {
 		return labels, nil
 	}
-	// Class indices travel as float32, exact far beyond any class count.
-	var err error
+	in, err := n.labelsIn(p, labels)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.labels.run(ctx, n.cfg.Comm, in)
+	if err != nil {
+		return nil, fmt.Errorf("labels: %w", err)
+	}
+	return n.labelsOut(p, out), nil
+}
+
+// labelsIn returns labels as the float32 tensor the labels' plan moves:
+// class indices travel as float32, exact far beyond any class count.
+func (n *Net) labelsIn(p *pass, labels []int32) (*tensor.Tensor, error) {
 	if p.labelsIn == nil || p.labelsIn.Len() != len(labels) {
+		var err error
 		if p.labelsIn, err = tensor.New(len(labels)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("labels: %w", err)
 		}
 	}
 	for i, v := range labels {
 		p.labelsIn.Data()[i] = float32(v)
 	}
-	out, err := p.labels.run(ctx, n.cfg.Comm, p.labelsIn)
-	if err != nil {
-		return nil, fmt.Errorf("labels: %w", err)
-	}
+	return p.labelsIn, nil
+}
+
+// labelsOut returns the moved labels as class indices.
+func (n *Net) labelsOut(p *pass, out *tensor.Tensor) []int32 {
 	p.labelsOut = p.labelsOut[:0]
 	for _, v := range out.Data() {
 		p.labelsOut = append(p.labelsOut, int32(v))
 	}
-	return p.labelsOut, nil
+	return p.labelsOut
 }
 
 // backward runs the loss's backward and every operator's back to the first
