@@ -532,6 +532,10 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 	tpb := tapBlocks(n, j.k)
 	var tile [maxMR * maxNR]float32
 	bp := j.slots[slot] // made by run for every slot
+	if p.noDirect || !hasConv3x3Direct(arch) {
+		j.packedBlocks(bp, lo, hi)
+		return
+	}
 	for blk := lo; blk < hi; blk++ {
 		for q := p.q0 + blk*j.blockCols; q < p.q0+(blk+1)*j.blockCols; q += nr {
 			for s0 := 0; s0 < n; s0 += tpb {
@@ -577,6 +581,64 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 						copy(c[r*cp:r*cp+nr], t[r*nr:(r+1)*nr])
 					}
 				}
+			}
+		}
+	}
+}
+
+// packedBlocks is rangeSlot for families without a direct kernel: per tile
+// of nr positions and K block, the taps are packed into bp once and every
+// row panel's micro-kernel runs over that panel.
+func (j *shiftJob) packedBlocks(bp []float32, lo, hi int) {
+	p, arch := j.p, j.p.arch
+	mr, nr := arch.tile()
+	cp, k, m := p.ChanPitch, j.k, j.m
+	panels := (m + mr - 1) / mr
+	full := m / mr // panels of mr rows; the last one may be shorter
+	n := j.ts.n
+	tpb := tapBlocks(n, k)
+	var tile [maxMR * maxNR]float32
+	for q := p.q0 + lo*j.blockCols; q < p.q0+hi*j.blockCols; q += nr {
+		for s0 := 0; s0 < n; s0 += tpb {
+			taps := min(tpb, n-s0)
+			kk := taps * k
+			beta := float32(1)
+			if s0 == 0 {
+				beta = 0
+			}
+			// Pack the block's taps into one panel: an im2col of nr
+			// columns that stays in L1.
+			b := bp[:kk*nr]
+			for s := s0; s < s0+taps; s++ {
+				d := b[(s-s0)*k*nr : (s-s0+1)*k*nr]
+				src := j.x[q+j.ts.offs[s]:]
+				if !packCopy(arch, d, src, cp, k, nr) {
+					packCopyGo(d, src, cp, k, nr, nr)
+				}
+			}
+			a := j.a[s0*k*panels*mr : (s0+taps)*k*panels*mr]
+			for pn := 0; pn < full; pn++ {
+				microKernel(arch, mr, kk, a[pn*kk*mr:(pn+1)*kk*mr], b, nr, j.y[pn*mr*cp+q:], cp, 1, beta)
+			}
+			if full == panels {
+				continue
+			}
+			rows := m - full*mr
+			ap, c := a[full*kk*mr:(full+1)*kk*mr], j.y[full*mr*cp+q:]
+			if microKernel(arch, rows, kk, ap, b, nr, c, cp, 1, beta) {
+				continue
+			}
+			// No kernel for this many rows: a whole tile of scratch,
+			// copied in and out.
+			t := tile[:mr*nr]
+			if beta != 0 {
+				for r := 0; r < rows; r++ {
+					copy(t[r*nr:(r+1)*nr], c[r*cp:r*cp+nr])
+				}
+			}
+			microKernel(arch, mr, kk, ap, b, nr, t, nr, 1, beta)
+			for r := 0; r < rows; r++ {
+				copy(c[r*cp:r*cp+nr], t[r*nr:(r+1)*nr])
 			}
 		}
 	}
