@@ -43,7 +43,7 @@ type Conv3x3 struct {
 
 	lead   int // floats before image 0 in a channel, so that q0 is 16-aligned
 	q0, q1 int // first valid position and one past the last
-	cols   int // positions computed from q0: q1−q0 rounded up to whole tiles
+	cols   int // positions computed from q0: q1−q0 rounded up to whole tiles of every family
 	phases int // layouts an input takes: 1, or 4 with stride 2
 	// fwd holds the forward's taps, bwd the input gradient's, one product
 	// per phase of the input.
@@ -125,7 +125,7 @@ func newConv3x3(n, h, w, in, out, stride, padTop, padLeft int) (*Conv3x3, error)
 	p.lead = (16 - (p.RowPitch+1)%16) % 16
 	p.q0 = p.lead + p.RowPitch + 1
 	p.q1 = p.lead + (n-1)*p.ImagePitch + oh*p.RowPitch + ow + 1
-	p.cols = roundUp(p.q1-p.q0, shiftBlockCols)
+	p.cols = roundUp(p.q1-p.q0, maxNR)
 	// Reads reach one row and one column past the last computed position.
 	p.ChanPitch = roundUp(p.q0+p.cols+p.RowPitch+1, 16)
 	if int64(p.ChanPitch)*int64(p.phases*max(in, out)) > maxElements {
@@ -502,7 +502,10 @@ func (p *Conv3x3) run(w *Workers, y, x, a []float32, m, k int, ts *tapSet) {
 	for p.prod.blockCols > maxNR && p.cols/p.prod.blockCols < shiftMinBlocks {
 		p.prod.blockCols /= 2
 	}
-	w.forSlots(p.cols/p.prod.blockCols, 1, &p.prod)
+	// The last block may be shorter (whole tiles): rounding the positions
+	// up to whole blocks would compute up to 255 padding positions more,
+	// 9% of the work for a batch of 32 8×8 images.
+	w.forSlots((p.cols+p.prod.blockCols-1)/p.prod.blockCols, 1, &p.prod)
 	p.prod.y, p.prod.x, p.prod.a, p.prod.ts = nil, nil, nil, nil
 }
 
@@ -537,7 +540,7 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 		return
 	}
 	for blk := lo; blk < hi; blk++ {
-		for q := p.q0 + blk*j.blockCols; q < p.q0+(blk+1)*j.blockCols; q += nr {
+		for q := p.q0 + blk*j.blockCols; q < p.q0+min((blk+1)*j.blockCols, p.cols); q += nr {
 			for s0 := 0; s0 < n; s0 += tpb {
 				taps := min(tpb, n-s0)
 				kk := taps * j.k
@@ -598,7 +601,7 @@ func (j *shiftJob) packedBlocks(bp []float32, lo, hi int) {
 	n := j.ts.n
 	tpb := tapBlocks(n, k)
 	var tile [maxMR * maxNR]float32
-	for q := p.q0 + lo*j.blockCols; q < p.q0+hi*j.blockCols; q += nr {
+	for q := p.q0 + lo*j.blockCols; q < p.q0+min(hi*j.blockCols, p.cols); q += nr {
 		for s0 := 0; s0 < n; s0 += tpb {
 			taps := min(tpb, n-s0)
 			kk := taps * k
