@@ -498,15 +498,22 @@ func (p *Conv3x3) run(w *Workers, y, x, a []float32, m, k int, ts *tapSet) {
 			p.prod.slots[i] = make([]float32, tpb*MaxConv3x3Channels*maxNR)
 		}
 	}
-	p.prod.blockCols = shiftBlockCols
-	for p.prod.blockCols > maxNR && p.cols/p.prod.blockCols < shiftMinBlocks {
-		p.prod.blockCols /= 2
-	}
-	// The last block may be shorter (whole tiles): rounding the positions
-	// up to whole blocks would compute up to 255 padding positions more,
-	// 9% of the work for a batch of 32 8×8 images.
-	w.forSlots((p.cols+p.prod.blockCols-1)/p.prod.blockCols, 1, &p.prod)
+	var blocks int
+	p.prod.blockCols, blocks = p.blocks()
+	w.forSlots(blocks, 1, &p.prod)
 	p.prod.y, p.prod.x, p.prod.a, p.prod.ts = nil, nil, nil, nil
+}
+
+// blocks returns how many positions a work item of a product covers and
+// how many items there are. The last item may be shorter (whole tiles):
+// rounding the positions up to whole items would compute up to 255 padding
+// positions more, 9% of the work for a batch of 32 8×8 images.
+func (p *Conv3x3) blocks() (cols, count int) {
+	cols = shiftBlockCols
+	for cols > maxNR && p.cols/cols < shiftMinBlocks {
+		cols /= 2
+	}
+	return cols, (p.cols + cols - 1) / cols
 }
 
 // shiftJob computes y[r][q] = Σ_s Σ_l A_s[r][l]·x[l][q + offs_s] over the
