@@ -425,7 +425,7 @@ func (j *weightJob) Range(lo, hi int) {
 		taps := min(j.tpb, j.ts.n-s0)
 		kk := taps * k
 		d := j.dst[s0*k*j.panels*mr+pn*kk*mr : s0*k*j.panels*mr+(pn+1)*kk*mr]
-		valid := min(mr, j.rows-pn*mr)
+		start, valid := panelRows(j.p.arch, j.rows, pn)
 		// Weight element (row r, K index c, tap) sits at wr·r + wc·c + tap.
 		wr, wc := in*9, 9
 		if !j.forward {
@@ -435,7 +435,7 @@ func (j *weightJob) Range(lo, hi int) {
 			tap := j.ts.kernel[s0+s]
 			for c := 0; c < k; c++ {
 				panel := d[(s*k+c)*mr : (s*k+c+1)*mr]
-				src := j.weight[pn*mr*wr+c*wc+tap:]
+				src := j.weight[start*wr+c*wc+tap:]
 				for i := range panel[:valid] {
 					panel[i] = src[i*wr]
 				}
@@ -557,9 +557,9 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 					beta = 0
 				}
 				for pn := 0; pn < panels; pn++ {
-					rows := min(mr, j.m-pn*mr)
+					start, rows := panelRows(arch, j.m, pn)
 					ap := j.a[s0*j.k*panels*mr+pn*kk*mr : s0*j.k*panels*mr+(pn+1)*kk*mr]
-					c := j.y[pn*mr*cp+q:]
+					c := j.y[start*cp+q:]
 					if !p.noDirect && conv3x3Direct(arch, rows, j.k, ap, &j.x[q], j.ts.bytes[s0:s0+taps], cp, c, cp, beta) {
 						continue
 					}
@@ -604,7 +604,6 @@ func (j *shiftJob) packedBlocks(bp []float32, lo, hi int) {
 	mr, nr := arch.tile()
 	cp, k, m := p.ChanPitch, j.k, j.m
 	panels := (m + mr - 1) / mr
-	full := m / mr // panels of mr rows; the last one may be shorter
 	n := j.ts.n
 	tpb := tapBlocks(n, k)
 	var tile [maxMR * maxNR]float32
@@ -627,31 +626,44 @@ func (j *shiftJob) packedBlocks(bp []float32, lo, hi int) {
 				}
 			}
 			a := j.a[s0*k*panels*mr : (s0+taps)*k*panels*mr]
-			for pn := 0; pn < full; pn++ {
-				microKernel(arch, mr, kk, a[pn*kk*mr:(pn+1)*kk*mr], b, nr, j.y[pn*mr*cp+q:], cp, 1, beta)
-			}
-			if full == panels {
-				continue
-			}
-			rows := m - full*mr
-			ap, c := a[full*kk*mr:(full+1)*kk*mr], j.y[full*mr*cp+q:]
-			if microKernel(arch, rows, kk, ap, b, nr, c, cp, 1, beta) {
-				continue
-			}
-			// No kernel for this many rows: a whole tile of scratch,
-			// copied in and out.
-			t := tile[:mr*nr]
-			if beta != 0 {
-				for r := 0; r < rows; r++ {
-					copy(t[r*nr:(r+1)*nr], c[r*cp:r*cp+nr])
+			for pn := 0; pn < panels; pn++ {
+				start, rows := panelRows(arch, m, pn)
+				ap, c := a[pn*kk*mr:(pn+1)*kk*mr], j.y[start*cp+q:]
+				if microKernel(arch, rows, kk, ap, b, nr, c, cp, 1, beta) {
+					continue
 				}
-			}
-			microKernel(arch, mr, kk, ap, b, nr, t, nr, 1, beta)
-			for r := 0; r < rows; r++ {
-				copy(c[r*cp:r*cp+nr], t[r*nr:(r+1)*nr])
+				// No kernel for this many rows: a whole tile of
+				// scratch, copied in and out.
+				t := tile[:mr*nr]
+				if beta != 0 {
+					for r := 0; r < rows; r++ {
+						copy(t[r*nr:(r+1)*nr], c[r*cp:r*cp+nr])
+					}
+				}
+				microKernel(arch, mr, kk, ap, b, nr, t, nr, 1, beta)
+				for r := 0; r < rows; r++ {
+					copy(c[r*cp:r*cp+nr], t[r*nr:(r+1)*nr])
+				}
 			}
 		}
 	}
+}
+
+// panelRows returns the first row and the row count of row panel pn of a
+// product with m rows: whole panels of mr rows, then what is left, except
+// that with AVX2 (kernels for 6, 4 and 2 rows) a remainder of 2 rows and
+// the panel before it become two panels of 4. The 2-row kernel has only 4
+// independent chains of multiply-adds, too few to keep both FMA units busy,
+// and takes about 2/3 of a 6-row panel's time for 1/3 of its work: for 32
+// channels, 6+6+6+6+6+2 rows cost about 34 panel-rows of time, 6+6+6+6+4+4
+// about 32.
+func panelRows(arch gemmArch, m, pn int) (start, rows int) {
+	mr, _ := arch.tile()
+	if panels := (m + mr - 1) / mr; arch == archAVX2 && m > mr && m%mr == 2 && pn >= panels-2 {
+		half := (mr + 2) / 2
+		return (panels-2)*mr + (pn-(panels-2))*half, half
+	}
+	return pn * mr, min(mr, m-pn*mr)
 }
 
 // gatherEven writes d[i] = s[2i], four at a time so that the bounds are
