@@ -24,7 +24,10 @@ func (r *runner) onEvent(sid string, ev plugins.Event, log io.Writer) {
 		// repeat the keys every line has.
 		fields := pluginFields(ev.Log.Fields)
 		r.events.WithLevel(logLevel(ev.Log.Level)).Str("stage", sid).Str("event", "log").Fields(fields).Msg(ev.Log.Message)
-		text := ev.Log.Message + formatFields(ev.Log.Fields)
+		text := ev.Log.Message
+		if _, record := ev.Log.Fields[plugins.RecordField]; !record {
+			text += formatFields(ev.Log.Fields)
+		}
 		fmt.Fprintf(log, "%s %s %s\n", ev.Time.Format(time.RFC3339), strings.ToUpper(ev.Log.Level.String()), text)
 		r.log.WithLevel(logLevel(ev.Log.Level)).Str("event", "log").Str("stage", sid).Fields(fields).
 			Msgf("[%s] %s", sid, text)

@@ -218,6 +218,7 @@ func TestLogEvents(t *testing.T) {
 	l := &scriptLauncher{run: func(_ context.Context, c call, emit func(plugins.Event)) (map[string]any, error) {
 		now := time.Now()
 		emit(plugins.Event{Time: now, Log: &plugins.LogEvent{Level: plugins.LevelInfo, Message: "epoch 1", Fields: map[string]any{"loss": 2.5, "stream": "stdout"}}})
+		emit(plugins.Event{Time: now, Log: &plugins.LogEvent{Level: plugins.LevelInfo, Message: "shrink 1: rank 5 lost", Fields: map[string]any{plugins.RecordField: "shrink", "lost_rank": 5}}})
 		emit(plugins.Event{Time: now, Log: &plugins.LogEvent{Level: plugins.LevelDebug, Message: "detail"}})
 		emit(plugins.Event{Time: now, Progress: &plugins.ProgressEvent{Done: 1, Total: 2, Unit: "steps", Message: "step 1"}})
 		emit(plugins.Event{Time: now, Metric: &plugins.MetricEvent{Name: "loss", Value: 2.5, Step: 1}})
@@ -251,6 +252,7 @@ func TestLogEvents(t *testing.T) {
 		{"info", "run_started", "", st.ID, "run " + st.ID + " of logs (" + dir + ")"},
 		{"info", "stage_started", "a", st.ID, "[a] started (work)"},
 		{"info", "log", "a", st.ID, "[a] epoch 1 loss=2.5"},
+		{"info", "log", "a", st.ID, "[a] shrink 1: rank 5 lost"}, // a record: its sentence alone
 		{"debug", "log", "a", st.ID, "[a] detail"},
 		{"debug", "progress", "a", st.ID, "[a] step 1"},
 		{"debug", "metric", "a", st.ID, "[a] loss=2.5"},
@@ -285,7 +287,7 @@ func TestLogEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []string{"run_started", "stage_started", `"event":"log"`, "progress", "metric", "artifact", `"event":"step"`, "stage_succeeded", "run_finished"} {
+	for _, e := range []string{"run_started", "stage_started", `"event":"log"`, `"record":"shrink"`, `"lost_rank":5`, "progress", "metric", "artifact", `"event":"step"`, "stage_succeeded", "run_finished"} {
 		if !bytes.Contains(events, []byte(e)) {
 			t.Errorf("events.jsonl lacks %s", e)
 		}

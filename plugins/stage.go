@@ -159,6 +159,13 @@ type LogEvent struct {
 	Fields  map[string]any // nil when none
 }
 
+// RecordField marks a log record as a record for programs (its value names
+// the kind, such as "shrink"): the message is the whole sentence for
+// people, so the console and the stage's log show the message alone, and
+// only the run's events log keeps the fields. Other records show their
+// fields after the message as key=value.
+const RecordField = "record"
+
 // ProgressEvent says how much of the stage's work is done.
 type ProgressEvent struct {
 	Done, Total int64 // Total is 0 when unknown

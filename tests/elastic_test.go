@@ -55,7 +55,7 @@ stages:
 	}
 	var record string
 	for _, line := range strings.Split(string(events), "\n") {
-		if strings.Contains(line, `"elastic":"shrink"`) {
+		if strings.Contains(line, `"record":"shrink"`) {
 			record = line
 		}
 	}
@@ -96,6 +96,13 @@ func TestElasticExampleShrinksAndFinishes(t *testing.T) {
 	}
 	if !strings.Contains(res.stderr, "rank 5 lost") || !strings.Contains(res.stderr, "from 8 to 4 devices") {
 		t.Errorf("the console does not tell of the shrink:\n%s", res.stderr)
+	}
+	// The shrink record's sentence says it all; its fields are for
+	// events.jsonl, not repeated on the console as key=value.
+	for _, line := range strings.Split(res.stderr, "\n") {
+		if strings.Contains(line, "shrink 1:") && strings.Contains(line, "lost_rank=") {
+			t.Errorf("the console repeats the shrink record's fields: %s", line)
+		}
 	}
 	runs, _ := filepath.Glob(filepath.Join(w.dir, "runs", "*", "run.json"))
 	if len(runs) != 1 {

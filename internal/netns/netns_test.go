@@ -5,6 +5,7 @@ package netns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -171,8 +172,10 @@ func TestRankTable(t *testing.T) {
 
 func TestCleanupRemovesNamespacesAndStaleOnes(t *testing.T) {
 	requireNetns(t)
-	// A namespace named as if by a process that no longer exists.
-	stale := namePrefix + "999999999-1-h0"
+	// A namespace named as if by a process that no longer exists (no pid
+	// reaches 999999999), its sequence number this test process's pid so
+	// that two suites at once do not make the same one.
+	stale := fmt.Sprintf("%s999999999-%d-h0", namePrefix, os.Getpid())
 	if err := ip("netns", "add", stale); err != nil {
 		t.Fatal(err)
 	}

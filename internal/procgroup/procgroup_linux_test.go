@@ -16,13 +16,20 @@ import (
 // process is killed outright (the parent-death signal).
 func TestLeaderDiesWithItsParent(t *testing.T) {
 	g := startGroup(t, "parent")
-	leader, err := strconv.Atoi(g.line(t))
+	// The parent prints the leader's pid once Start returns, the leader
+	// prints its ready line once it runs: two processes writing one pipe,
+	// in either order (on a loaded machine the leader often comes first).
+	first, second := g.line(t), g.line(t)
+	if first == readyLine {
+		first, second = second, first
+	}
+	leader, err := strconv.Atoi(first)
 	if err != nil {
 		t.Fatalf("the parent did not print the leader's pid: %v", err)
 	}
 	t.Cleanup(func() { _ = Signal(leader, syscall.SIGKILL) })
-	if got := g.line(t); got != readyLine {
-		t.Fatalf("the leader said %q", got)
+	if second != readyLine {
+		t.Fatalf("the leader said %q", second)
 	}
 	if err := syscall.Kill(g.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

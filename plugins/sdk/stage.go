@@ -204,6 +204,9 @@ func (c Context) Request() plugins.RunRequest { return c.req }
 func (c Context) WorkDir() string { return c.req.WorkDir }
 
 // Log sends a log record; kv are alternating keys (strings) and values.
+// The console shows them after msg as key=value, unless kv has the key
+// [plugins.RecordField]: such a record's msg is its whole sentence for
+// people, and its fields are for programs reading the run's events log.
 func (c Context) Log(level plugins.Level, msg string, kv ...any) {
 	var fields map[string]any
 	if len(kv) > 0 {

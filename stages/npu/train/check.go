@@ -291,8 +291,8 @@ func elasticProblems(w With, cluster plugins.Cluster, known func(keys ...string)
 	if known("launcher") && w.Launcher != launch.Local {
 		refuse(fmt.Sprintf("runs with the local launcher only, not %s: mpirun and srun place ranks on several servers", w.Launcher))
 	}
-	if known("mode") && w.Mode != parallel.DataParallel && w.Mode != parallel.SemiAutoParallel {
-		refuse(fmt.Sprintf("is for modes data_parallel and semi_auto_parallel, not %s (not done yet)", w.Mode))
+	if known("mode") && w.Mode != parallel.DataParallel && w.Mode != parallel.SemiAutoParallel && w.Mode != parallel.AutoParallel && w.Mode != parallel.HybridParallel {
+		refuse(fmt.Sprintf("is for the modes of several devices (data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode))
 	}
 	if known("pipeline_stages") && w.PipelineStages > 1 {
 		refuse("with pipeline_stages is not done yet: the layout of a smaller pipeline job is not derived for the reshard")

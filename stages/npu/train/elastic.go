@@ -1,11 +1,14 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mspipe/mspipe/internal/atomicfile"
+	"github.com/mspipe/mspipe/internal/userfile"
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/job"
@@ -21,6 +26,7 @@ import (
 	"github.com/mspipe/mspipe/npu/parallel"
 	engine "github.com/mspipe/mspipe/npu/reshard"
 	"github.com/mspipe/mspipe/npu/trainer"
+	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/plugins/sdk"
 )
 
@@ -36,8 +42,9 @@ const defaultMaxShrinks = 3
 
 // ShrinkField is the key of the events-log field that marks a shrink
 // record (its value is "shrink"), with the fields ShrinkRecord names: the
-// report finds shrinks by it.
-const ShrinkField = "elastic"
+// report finds shrinks by it. The console shows such a record's sentence
+// without the fields, which it already says.
+const ShrinkField = plugins.RecordField
 
 // shrinks is how many times the stage may shrink: 0 unless on_failure is
 // shrink.
@@ -122,6 +129,17 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 	if err != nil {
 		return refuse("%v", err)
 	}
+	if cfg.Mode == parallel.AutoParallel {
+		// The new job searches its strategy when it is prepared, with all
+		// of its inputs (threads too): the reshard must cut for that one.
+		nextW := w
+		nextW.BatchSize = to.BatchSize
+		_, planned, err := prepare(nextW, to.Devices, nil)
+		if err != nil {
+			return refuse("plan the job on %d devices: %v", to.Devices, err)
+		}
+		to.Planned = planned
+	}
 	next := prev
 	next.gen, next.devices = gen, to.Devices
 	next.dir = filepath.Join(sc.WorkDir(), fmt.Sprintf("shrink%d", gen))
@@ -144,6 +162,9 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 		return refuse("reshard step %d to %d devices: %v", step, to.Devices, err)
 	}
 	next.w.BatchSize, next.w.Init, next.w.InitResumes = to.BatchSize, initDir, true
+	if err := writeShrunkJob(next.dir, shrunkJob{Devices: to.Devices, BatchSize: to.BatchSize, ResumedStep: resumed}); err != nil {
+		return refuse("%v", err)
+	}
 	rec := ShrinkRecord{
 		LostRank: rf.Rank, Generation: gen, ResumedStep: resumed, FailedStep: ran.watch.lastStep,
 		FromDevices: prev.devices, ToDevices: to.Devices,
@@ -217,6 +238,70 @@ func describeLayout(mode parallel.Mode, devices, batch int, s parallel.Strategy)
 	return out
 }
 
+// shrunkJobFile is where a shrink leaves the layout of the job it started,
+// in that job's directory, once the job's init is resharded: a later
+// attempt of the stage (mspipe resume, retry) goes on in that job from its
+// newest checkpoint, instead of starting over with the first job from
+// older ones and then clearing the shrunk job's directory.
+const shrunkJobFile = "job.json"
+
+// shrunkJob is what shrunkJobFile holds.
+type shrunkJob struct {
+	Devices   int `json:"devices"`
+	BatchSize int `json:"batch_size"`
+	// ResumedStep is the global step of the checkpoint the job began after.
+	ResumedStep int `json:"resumed_step"`
+}
+
+func writeShrunkJob(dir string, j shrunkJob) error {
+	data, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, shrunkJobFile), append(data, '\n'), 0o644)
+}
+
+// continuedJob returns the job the stage runs first: first, or, when an
+// earlier attempt of an elastic stage shrank (its shrink{k}/ holds
+// shrunkJobFile), the job of the last such shrink, which resumes in its
+// own directory. It does not grow back to the cluster's devices.
+func continuedJob(ctx context.Context, sc sdk.Context, first jobSpec) (jobSpec, error) {
+	if first.w.OnFailure != onFailureShrink {
+		return first, nil
+	}
+	last, found := first, false
+	// Each shrink leaves fewer devices: at most devices-1 of them.
+	for gen := 1; gen < first.devices; gen++ {
+		dir := filepath.Join(sc.WorkDir(), fmt.Sprintf("shrink%d", gen))
+		path := filepath.Join(dir, shrunkJobFile)
+		data, err := userfile.ReadFile(ctx, path, 4<<10)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return first, fmt.Errorf("the earlier attempt's shrink %d: %w", gen, err)
+		}
+		var j shrunkJob
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j); err != nil {
+			return first, fmt.Errorf("%s: %w", path, err)
+		}
+		if j.Devices < 1 || j.Devices >= last.devices || j.BatchSize < 1 || j.ResumedStep < 1 {
+			return first, fmt.Errorf("%s: devices %d, batch_size %d, resumed_step %d: not a shrink of a job on %d devices", path, j.Devices, j.BatchSize, j.ResumedStep, last.devices)
+		}
+		last.gen, last.devices, last.dir, last.rankTable = gen, j.Devices, dir, ""
+		last.fault = faultFor(first.w, gen)
+		last.w.BatchSize, last.w.Init, last.w.InitResumes = j.BatchSize, filepath.Join(dir, "resharded"), true
+		found = true
+	}
+	if found {
+		sc.Info(fmt.Sprintf("on_failure: shrink: an earlier attempt of this stage went on after shrink %d in %s, on %d devices with batch %d per device; this attempt continues there from its newest checkpoint (it does not grow back to %d devices)",
+			last.gen, last.dir, last.devices, last.w.BatchSize, first.devices))
+	}
+	return last, nil
+}
+
 // globalStep is the optimizer's global_step a checkpoint file holds.
 func globalStep(path string) (int, error) {
 	tensors, err := ckpt.Read(path)
@@ -265,6 +350,16 @@ func savingDirs(jobDir string, cfg job.Config, ranks []launch.Rank) []string {
 	return dirs
 }
 
+// fixedStrategyMode is the mode a reshard target is derived in for a job
+// of mode m whose strategy is already planned: auto_parallel's searched
+// strategy is then given, as semi_auto_parallel's is.
+func fixedStrategyMode(m parallel.Mode) parallel.Mode {
+	if m == parallel.AutoParallel {
+		return parallel.SemiAutoParallel
+	}
+	return m
+}
+
 // reshardForJob reshards the checkpoint set files (one per saving rank,
 // or one whole file) to the layout of the job that continues on
 // to.Devices devices, into outDir: the target of a job on the engine is
@@ -284,7 +379,7 @@ func reshardForJob(ctx context.Context, w With, cfg job.Config, files []string, 
 	var layout *parallel.StrategyFile
 	if cfg.Engine() {
 		target, layout, err = set.TargetFor(ckptset.Job{
-			Model: cfg.Model, Mode: cfg.Mode, Strategy: to.Planned.Strategy, Devices: to.Devices,
+			Model: cfg.Model, Mode: fixedStrategyMode(cfg.Mode), Strategy: to.Planned.Strategy, Devices: to.Devices,
 			BatchPerDevice: to.BatchSize, FullBatch: cfg.FullBatch,
 		})
 	} else {

@@ -7,11 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/ckpt"
 	"github.com/mspipe/mspipe/npu/launch"
+	"github.com/mspipe/mspipe/stages/npu/train"
 )
 
 // shrinkRecords returns the fields of the shrink records a stage run sent.
@@ -20,7 +22,7 @@ func shrinkRecords(r *stageRun) []map[string]any {
 	defer r.mu.Unlock()
 	var out []map[string]any
 	for _, e := range r.events {
-		if e.Log != nil && e.Log.Fields["elastic"] == "shrink" {
+		if e.Log != nil && e.Log.Fields[train.ShrinkField] == "shrink" {
 			out = append(out, e.Log.Fields)
 		}
 	}
@@ -151,6 +153,84 @@ func TestShrinkSemiAutoEqualsHandChain(t *testing.T) {
 	sameTensors(t, "after the shrink, against the chain by hand", readTensors(t, got), readTensors(t, want))
 }
 
+// TestShrinkAutoParallelEqualsHandChain: an auto_parallel job that loses
+// rank 5 goes on on 4 devices with the strategy the search gives for 4,
+// its init resharded to exactly that layout (no rank re-cuts a tensor),
+// and ends where the chain by hand does: the failed job's step-4 set made
+// whole (ckpt/reshard to replicated tensors on 4 devices), then
+// auto_parallel on 4 devices from it with init_resumes, whose ranks cut
+// their slices out of the whole tensors.
+func TestShrinkAutoParallelEqualsHandChain(t *testing.T) {
+	dataDir := synthData(t, 16)
+	base := withBlock(dataDir, map[string]any{
+		"model": "wide_net", "mode": "auto_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2,
+		"collective_timeout": "20s", "fault": map[string]any{"rank": 5, "step": 6},
+	})
+	elastic := t.TempDir()
+	r := mustRun(t, elastic, 8, merged(base, map[string]any{"on_failure": "shrink"}))
+	recs := shrinkRecords(r)
+	if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
+		t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
+	}
+	t.Logf("auto_parallel shrink: %v → %v", recs[0]["from_layout"], recs[0]["to_layout"])
+	if !slices.ContainsFunc(r.logs(), func(l string) bool { return strings.Contains(l, "shrink1") && strings.Contains(l, "no tensor re-cut") }) {
+		t.Errorf("the 4-device job re-cut its init: the reshard missed the searched layout\n%s", strings.Join(r.logs(), "\n"))
+	}
+
+	hand := t.TempDir()
+	if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil {
+		t.Fatal("the 8-device job without on_failure succeeded")
+	}
+	step4 := filepath.Join(hand, "device0", "ckpt_0", "CKP-1_4.ckpt")
+	whole := reshardSet(t, map[string]any{
+		"from": step4, "devices": 4, "model": "wide_net", "mode": "semi_auto_parallel", "batch_size": 4,
+	})
+	again := t.TempDir()
+	mustRun(t, again, 4, merged(base, map[string]any{"batch_size": 4, "init": whole, "init_resumes": true, "fault": nil}))
+	// integrated_save: rank 0 saves the whole tensors.
+	got, want := lastCheckpoint(t, filepath.Join(elastic, "shrink1"), 0), lastCheckpoint(t, again, 0)
+	if filepath.Base(got) != "CKP-2_5.ckpt" || filepath.Base(want) != "CKP-2_5.ckpt" {
+		t.Errorf("last checkpoints %s and %s, want both of epoch 2's step 5", got, want)
+	}
+	sameTensors(t, "after the shrink, against the chain by hand", readTensors(t, got), readTensors(t, want))
+}
+
+// TestShrinkHybridParallelEqualsHandChain: hybrid_net splits itself over
+// the devices of the job; after rank 5 is lost it goes on on 4 devices,
+// its init resharded to the layout the model takes on 4 (no re-cut), and
+// ends as the chain by hand does (ckpt/reshard of the failed job's step-4
+// set for hybrid_parallel on 4 devices, then the training from it).
+func TestShrinkHybridParallelEqualsHandChain(t *testing.T) {
+	dataDir := synthData(t, 16)
+	base := withBlock(dataDir, map[string]any{
+		"model": "hybrid_net", "mode": "hybrid_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2,
+		"collective_timeout": "20s", "fault": map[string]any{"rank": 5, "step": 6},
+	})
+	elastic := t.TempDir()
+	r := mustRun(t, elastic, 8, merged(base, map[string]any{"on_failure": "shrink"}))
+	recs := shrinkRecords(r)
+	if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
+		t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
+	}
+	if !slices.ContainsFunc(r.logs(), func(l string) bool { return strings.Contains(l, "shrink1") && strings.Contains(l, "no tensor re-cut") }) {
+		t.Errorf("the 4-device job re-cut its init: the reshard missed its layout\n%s", strings.Join(r.logs(), "\n"))
+	}
+	hand := t.TempDir()
+	if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil {
+		t.Fatal("the 8-device job without on_failure succeeded")
+	}
+	set := reshardSet(t, map[string]any{
+		"from": filepath.Join(hand, "device0", "ckpt_0", "CKP-1_4.ckpt"), "devices": 4, "model": "hybrid_net", "mode": "hybrid_parallel", "batch_size": 4,
+	})
+	again := t.TempDir()
+	mustRun(t, again, 4, merged(base, map[string]any{"batch_size": 4, "init": set, "init_resumes": true, "fault": nil}))
+	got, want := lastCheckpoint(t, filepath.Join(elastic, "shrink1"), 0), lastCheckpoint(t, again, 0)
+	if filepath.Base(got) != "CKP-2_5.ckpt" || filepath.Base(want) != "CKP-2_5.ckpt" {
+		t.Errorf("last checkpoints %s and %s, want both of epoch 2's step 5", got, want)
+	}
+	sameTensors(t, "after the shrink, against the chain by hand", readTensors(t, got), readTensors(t, want))
+}
+
 // TestShrinkDataParallelEqualsHandChain is the data_parallel case: every
 // rank saves its replica, the set of step 4 is resharded (replicated) to
 // 4 devices, and the result equals the chain by hand through ckpt/reshard
@@ -229,6 +309,64 @@ func TestShrinkTwice(t *testing.T) {
 	}
 }
 
+// TestRetriedElasticStageGoesOnInItsLastJob: an elastic stage whose
+// continued job fails too, with max_shrinks spent, is attempted again in
+// its directory, as mspipe resume and retry do. The new attempt goes on
+// in the 4-device job from that job's newest checkpoint (after global
+// step 8), instead of starting over with the 8-device job from its step 4
+// and clearing shrink1/, and it ends with the checkpoint of the elastic
+// run that lost only the first rank, bit for bit.
+func TestRetriedElasticStageGoesOnInItsLastJob(t *testing.T) {
+	dataDir := synthData(t, 16)
+	base := withBlock(dataDir, map[string]any{
+		"mode": "data_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2, "collective_timeout": "20s",
+		"on_failure": "shrink", "max_shrinks": 1,
+	})
+	first := map[string]any{"rank": 5, "step": 6}
+	dir := t.TempDir()
+	failed := runStage(t.Context(), dir, 8, 1, merged(base, map[string]any{"faults": []any{first, map[string]any{"rank": 1, "step": 9, "shrink": 1}}}))
+	if failed.err == nil || !strings.Contains(failed.err.Error(), "rank 1") {
+		t.Fatalf("first attempt: err %v, want the 4-device job's failure naming rank 1", failed.err)
+	}
+	// The device of the second failure is back (its fault is gone); the
+	// stage is attempted again.
+	again := runStage(t.Context(), dir, 8, 2, merged(base, map[string]any{"faults": []any{first}}))
+	if again.err != nil {
+		t.Fatalf("second attempt: %v\n%s", again.err, strings.Join(again.logs(), "\n"))
+	}
+	if steps := stepsOf(again, 0); len(steps) == 0 || steps[0] != 9 || steps[len(steps)-1] != 10 {
+		t.Errorf("second attempt: rank 0 reported global steps %v, want 9 to 10 (the 4-device job resumed after its step 8)", steps)
+	}
+	if recs := shrinkRecords(again); len(recs) != 0 {
+		t.Errorf("second attempt sent shrink records %v: the first job ran again", recs)
+	}
+	if got, want := again.outputs["checkpoints"], filepath.Join(dir, "shrink1"); got != want {
+		t.Errorf("checkpoints output %v, want %s", got, want)
+	}
+	if !slices.ContainsFunc(again.logs(), func(l string) bool { return strings.Contains(l, "continues there from its newest checkpoint") }) {
+		t.Errorf("no log line says the attempt continues the shrunk job: %v", again.logs())
+	}
+	once := t.TempDir()
+	mustRun(t, once, 8, merged(base, map[string]any{"fault": first}))
+	for _, rank := range []int{0, 3} {
+		got, want := lastCheckpoint(t, filepath.Join(dir, "shrink1"), rank), lastCheckpoint(t, filepath.Join(once, "shrink1"), rank)
+		if filepath.Base(got) != "CKP-2_5.ckpt" {
+			t.Errorf("rank %d's last checkpoint %s, want epoch 2's step 5", rank, got)
+		}
+		sameTensors(t, fmt.Sprintf("rank %d, retried, against the run that lost one rank", rank), readTensors(t, got), readTensors(t, want))
+	}
+
+	// A damaged record of the shrink is an error naming it, not a guess.
+	record := filepath.Join(dir, "shrink1", "job.json")
+	if err := os.WriteFile(record, []byte(`{"devices": 9, "batch_size": 4, "resumed_step": 4}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := runStage(t.Context(), dir, 8, 3, merged(base, map[string]any{"faults": []any{first}}))
+	if bad.err == nil || !strings.Contains(bad.err.Error(), record) || !strings.Contains(bad.err.Error(), "devices 9") {
+		t.Errorf("a shrink record of 9 devices: err %v, want one naming %s", bad.err, record)
+	}
+}
+
 // TestMaxShrinksZeroFailsAsBefore: max_shrinks: 0 fails as on_failure:
 // fail does, naming the rank, and starts no other job.
 func TestMaxShrinksZeroFailsAsBefore(t *testing.T) {
@@ -261,7 +399,7 @@ func TestShrinkRefusedWhereItCannotWork(t *testing.T) {
 	}{
 		{map[string]any{"mode": "data_parallel", "on_failure": "shrink", "launcher": "mpirun"}, "/on_failure: on_failure: shrink runs with the local launcher only, not mpirun"},
 		{map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "on_failure": "shrink", "pipeline_stages": 2}, "with pipeline_stages is not done yet"},
-		{map[string]any{"mode": "auto_parallel", "model": "semi_auto_net", "on_failure": "shrink"}, "is for modes data_parallel and semi_auto_parallel, not auto_parallel"},
+		{map[string]any{"mode": "stand_alone", "on_failure": "shrink"}, "is for the modes of several devices (data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel), not stand_alone"},
 		{map[string]any{"mode": "data_parallel", "max_shrinks": 2}, "/max_shrinks: max_shrinks is for on_failure: shrink"},
 		{map[string]any{"mode": "data_parallel", "fault": map[string]any{"rank": 1, "step": 2, "shrink": 1}}, "needs on_failure: shrink"},
 		{map[string]any{"mode": "data_parallel", "on_failure": "shrink", "faults": []any{map[string]any{"rank": 1, "step": 2}, map[string]any{"rank": 0, "step": 3}}}, "/faults/1: a second fault in job 0"},

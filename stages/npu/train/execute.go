@@ -31,8 +31,12 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 		w: w, devices: max(req.Cluster.Devices, 1), dir: sc.WorkDir(),
 		rankTable: req.Cluster.RankTable, fault: faultFor(w, 0),
 	}
+	spec, err := continuedJob(ctx, sc, spec)
+	if err != nil {
+		return nil, err
+	}
 	budget := w.shrinks()
-	for gen := 0; ; gen++ {
+	for gen := spec.gen; ; gen++ {
 		ran, err := runJob(ctx, sc, spec)
 		if spec.shrunk != nil {
 			spec.shrunk.report(sc, true) // unless its first step did

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/mspipe/mspipe/internal/userfile"
-	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/pipeline"
 	"github.com/mspipe/mspipe/plugins/catalog"
 	"github.com/mspipe/mspipe/spec"
@@ -124,7 +123,7 @@ func paramValues(p *spec.Pipeline, raw []string) (map[string]any, error) {
 
 // rankTableInfo gives the engine the size of a rank table cluster.
 func rankTableInfo(path string) (devices, hosts int, err error) {
-	t, problems, err := ranktable.Load(path)
+	t, problems, err := loadRankTable(path)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/mspipe/mspipe/npu/job"
 	"github.com/mspipe/mspipe/npu/parallel"
 	"github.com/mspipe/mspipe/npu/parallel/auto"
-	"github.com/mspipe/mspipe/npu/ranktable"
 	"github.com/mspipe/mspipe/npu/trainer"
 	"github.com/mspipe/mspipe/spec"
 )
@@ -75,7 +74,7 @@ func (pm planMachine) forCluster(rankTable bool, perServer int) (*auto.Machine, 
 // (an earlier stage writes it) or is invalid gives the reason it cannot
 // be planned.
 func rankTableDevices(path string) (devices, perServer int, why string) {
-	t, problems, err := ranktable.Load(path)
+	t, problems, err := loadRankTable(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return 0, 0, fmt.Sprintf("the rank table %s does not exist yet, the device count is known only at run time", path)

@@ -270,7 +270,7 @@ func (r *Run) readSteps(ctx context.Context, path string) (map[string]map[int][]
 	if st.Size() > maxEventsBytes {
 		r.note("events log %s is %s: only its first %s are shown", path, bytesize.Format(st.Size()), bytesize.Format(maxEventsBytes))
 	}
-	marker, metric, shrinkMark := []byte(`"event":"step"`), []byte(`"event":"metric"`), []byte(`"elastic":"shrink"`)
+	marker, metric, shrinkMark := []byte(`"event":"step"`), []byte(`"event":"metric"`), []byte(`"record":"shrink"`)
 	shrinks := map[string][]Shrink{}
 	byStep := map[string]map[int]map[int64]Step{}
 	evals := map[string]map[int64]Eval{}
@@ -353,7 +353,7 @@ func readShrink(line []byte, shrinks map[string][]Shrink) {
 	var ev struct {
 		Stage       string  `json:"stage"`
 		Event       string  `json:"event"`
-		Elastic     string  `json:"elastic"`
+		Record      string  `json:"record"`
 		Generation  int     `json:"shrink"`
 		LostRank    int     `json:"lost_rank"`
 		ResumedStep int64   `json:"resumed_step"`
@@ -365,7 +365,7 @@ func readShrink(line []byte, shrinks map[string][]Shrink) {
 		StepsRedone int64   `json:"steps_redone"`
 		SecondsLost float64 `json:"seconds_lost"`
 	}
-	if json.Unmarshal(line, &ev) != nil || ev.Event != "log" || ev.Elastic != "shrink" || ev.Stage == "" || len(shrinks[ev.Stage]) >= maxShrinks {
+	if json.Unmarshal(line, &ev) != nil || ev.Event != "log" || ev.Record != "shrink" || ev.Stage == "" || len(shrinks[ev.Stage]) >= maxShrinks {
 		return
 	}
 	shrinks[ev.Stage] = append(shrinks[ev.Stage], Shrink{

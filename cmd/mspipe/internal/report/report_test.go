@@ -434,7 +434,7 @@ func TestShrinkIsMarkedAndListed(t *testing.T) {
 	for g := 1; g <= 5; g++ { // the 8-device job, lost after step 5
 		lines = append(lines, `{"stage":"train","event":"step","rank":5,"epoch":1,"global_step":`+strconv.Itoa(g)+`,"loss":2}`)
 	}
-	lines = append(lines, `{"level":"info","stage":"train","event":"log","elastic":"shrink","failed_step":5,"from_devices":8,"from_layout":"semi_auto_parallel on 8 devices, batch 2 per device","lost_rank":5,"resumed_step":4,"seconds_lost":2.25,"shrink":1,"steps_redone":1,"to_devices":4,"to_layout":"semi_auto_parallel on 4 devices, batch 4 per device","message":"shrink 1: rank 5 lost"}`)
+	lines = append(lines, `{"level":"info","stage":"train","event":"log","record":"shrink","failed_step":5,"from_devices":8,"from_layout":"semi_auto_parallel on 8 devices, batch 2 per device","lost_rank":5,"resumed_step":4,"seconds_lost":2.25,"shrink":1,"steps_redone":1,"to_devices":4,"to_layout":"semi_auto_parallel on 4 devices, batch 4 per device","message":"shrink 1: rank 5 lost"}`)
 	for g := 5; g <= 10; g++ { // the 4-device job
 		lines = append(lines, `{"stage":"train","event":"step","rank":0,"epoch":2,"global_step":`+strconv.Itoa(g)+`,"loss":1}`)
 	}
