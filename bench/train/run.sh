@@ -19,7 +19,9 @@ rounds="${ROUNDS:-3}"
 warmup="${WARMUP:-3}"
 steps="${STEPS:-20}"
 python=/usr/bin/python3 # Debian's interpreter, which python3-torch installs into
-find_jemalloc() { /sbin/ldconfig -p | awk '/libjemalloc\.so\.2 /{print $NF; exit}'; }
+# awk reads the whole list: exiting at the first match could kill ldconfig
+# with SIGPIPE, which pipefail and set -e turned into a silent exit 141.
+find_jemalloc() { /sbin/ldconfig -p | awk '/libjemalloc\.so\.2 / && !found {print $NF; found = 1}'; }
 
 need=()
 "$python" -c 'import torch' >/dev/null 2>&1 || need+=(python3-torch)

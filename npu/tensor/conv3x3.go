@@ -43,7 +43,7 @@ type Conv3x3 struct {
 
 	lead   int // floats before image 0 in a channel, so that q0 is 16-aligned
 	q0, q1 int // first valid position and one past the last
-	cols   int // positions computed from q0: q1−q0 rounded up to whole tiles
+	cols   int // positions computed from q0: q1−q0 rounded up to whole tiles of every family
 	phases int // layouts an input takes: 1, or 4 with stride 2
 	// fwd holds the forward's taps, bwd the input gradient's, one product
 	// per phase of the input.
@@ -125,7 +125,7 @@ func newConv3x3(n, h, w, in, out, stride, padTop, padLeft int) (*Conv3x3, error)
 	p.lead = (16 - (p.RowPitch+1)%16) % 16
 	p.q0 = p.lead + p.RowPitch + 1
 	p.q1 = p.lead + (n-1)*p.ImagePitch + oh*p.RowPitch + ow + 1
-	p.cols = roundUp(p.q1-p.q0, shiftBlockCols)
+	p.cols = roundUp(p.q1-p.q0, maxNR)
 	// Reads reach one row and one column past the last computed position.
 	p.ChanPitch = roundUp(p.q0+p.cols+p.RowPitch+1, 16)
 	if int64(p.ChanPitch)*int64(p.phases*max(in, out)) > maxElements {
@@ -425,7 +425,7 @@ func (j *weightJob) Range(lo, hi int) {
 		taps := min(j.tpb, j.ts.n-s0)
 		kk := taps * k
 		d := j.dst[s0*k*j.panels*mr+pn*kk*mr : s0*k*j.panels*mr+(pn+1)*kk*mr]
-		valid := min(mr, j.rows-pn*mr)
+		start, valid := panelRows(j.p.arch, j.rows, pn)
 		// Weight element (row r, K index c, tap) sits at wr·r + wc·c + tap.
 		wr, wc := in*9, 9
 		if !j.forward {
@@ -435,7 +435,7 @@ func (j *weightJob) Range(lo, hi int) {
 			tap := j.ts.kernel[s0+s]
 			for c := 0; c < k; c++ {
 				panel := d[(s*k+c)*mr : (s*k+c+1)*mr]
-				src := j.weight[pn*mr*wr+c*wc+tap:]
+				src := j.weight[start*wr+c*wc+tap:]
 				for i := range panel[:valid] {
 					panel[i] = src[i*wr]
 				}
@@ -498,12 +498,22 @@ func (p *Conv3x3) run(w *Workers, y, x, a []float32, m, k int, ts *tapSet) {
 			p.prod.slots[i] = make([]float32, tpb*MaxConv3x3Channels*maxNR)
 		}
 	}
-	p.prod.blockCols = shiftBlockCols
-	for p.prod.blockCols > maxNR && p.cols/p.prod.blockCols < shiftMinBlocks {
-		p.prod.blockCols /= 2
-	}
-	w.forSlots(p.cols/p.prod.blockCols, 1, &p.prod)
+	var blocks int
+	p.prod.blockCols, blocks = p.blocks()
+	w.forSlots(blocks, 1, &p.prod)
 	p.prod.y, p.prod.x, p.prod.a, p.prod.ts = nil, nil, nil, nil
+}
+
+// blocks returns how many positions a work item of a product covers and
+// how many items there are. The last item may be shorter (whole tiles):
+// rounding the positions up to whole items would compute up to 255 padding
+// positions more, 9% of the work for a batch of 32 8×8 images.
+func (p *Conv3x3) blocks() (cols, count int) {
+	cols = shiftBlockCols
+	for cols > maxNR && p.cols/cols < shiftMinBlocks {
+		cols /= 2
+	}
+	return cols, (p.cols + cols - 1) / cols
 }
 
 // shiftJob computes y[r][q] = Σ_s Σ_l A_s[r][l]·x[l][q + offs_s] over the
@@ -532,8 +542,12 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 	tpb := tapBlocks(n, j.k)
 	var tile [maxMR * maxNR]float32
 	bp := j.slots[slot] // made by run for every slot
+	if p.noDirect || !hasConv3x3Direct(arch) {
+		j.packedBlocks(bp, lo, hi)
+		return
+	}
 	for blk := lo; blk < hi; blk++ {
-		for q := p.q0 + blk*j.blockCols; q < p.q0+(blk+1)*j.blockCols; q += nr {
+		for q := p.q0 + blk*j.blockCols; q < p.q0+min((blk+1)*j.blockCols, p.cols); q += nr {
 			for s0 := 0; s0 < n; s0 += tpb {
 				taps := min(tpb, n-s0)
 				kk := taps * j.k
@@ -543,9 +557,9 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 					beta = 0
 				}
 				for pn := 0; pn < panels; pn++ {
-					rows := min(mr, j.m-pn*mr)
+					start, rows := panelRows(arch, j.m, pn)
 					ap := j.a[s0*j.k*panels*mr+pn*kk*mr : s0*j.k*panels*mr+(pn+1)*kk*mr]
-					c := j.y[pn*mr*cp+q:]
+					c := j.y[start*cp+q:]
 					if !p.noDirect && conv3x3Direct(arch, rows, j.k, ap, &j.x[q], j.ts.bytes[s0:s0+taps], cp, c, cp, beta) {
 						continue
 					}
@@ -580,6 +594,76 @@ func (j *shiftJob) rangeSlot(slot, lo, hi int) {
 			}
 		}
 	}
+}
+
+// packedBlocks is rangeSlot for families without a direct kernel: per tile
+// of nr positions and K block, the taps are packed into bp once and every
+// row panel's micro-kernel runs over that panel.
+func (j *shiftJob) packedBlocks(bp []float32, lo, hi int) {
+	p, arch := j.p, j.p.arch
+	mr, nr := arch.tile()
+	cp, k, m := p.ChanPitch, j.k, j.m
+	panels := (m + mr - 1) / mr
+	n := j.ts.n
+	tpb := tapBlocks(n, k)
+	var tile [maxMR * maxNR]float32
+	for q := p.q0 + lo*j.blockCols; q < p.q0+min(hi*j.blockCols, p.cols); q += nr {
+		for s0 := 0; s0 < n; s0 += tpb {
+			taps := min(tpb, n-s0)
+			kk := taps * k
+			beta := float32(1)
+			if s0 == 0 {
+				beta = 0
+			}
+			// Pack the block's taps into one panel: an im2col of nr
+			// columns that stays in L1.
+			b := bp[:kk*nr]
+			for s := s0; s < s0+taps; s++ {
+				d := b[(s-s0)*k*nr : (s-s0+1)*k*nr]
+				src := j.x[q+j.ts.offs[s]:]
+				if !packCopy(arch, d, src, cp, k, nr) {
+					packCopyGo(d, src, cp, k, nr, nr)
+				}
+			}
+			a := j.a[s0*k*panels*mr : (s0+taps)*k*panels*mr]
+			for pn := 0; pn < panels; pn++ {
+				start, rows := panelRows(arch, m, pn)
+				ap, c := a[pn*kk*mr:(pn+1)*kk*mr], j.y[start*cp+q:]
+				if microKernel(arch, rows, kk, ap, b, nr, c, cp, 1, beta) {
+					continue
+				}
+				// No kernel for this many rows: a whole tile of
+				// scratch, copied in and out.
+				t := tile[:mr*nr]
+				if beta != 0 {
+					for r := 0; r < rows; r++ {
+						copy(t[r*nr:(r+1)*nr], c[r*cp:r*cp+nr])
+					}
+				}
+				microKernel(arch, mr, kk, ap, b, nr, t, nr, 1, beta)
+				for r := 0; r < rows; r++ {
+					copy(c[r*cp:r*cp+nr], t[r*nr:(r+1)*nr])
+				}
+			}
+		}
+	}
+}
+
+// panelRows returns the first row and the row count of row panel pn of a
+// product with m rows: whole panels of mr rows, then what is left, except
+// that with AVX2 (kernels for 6, 4 and 2 rows) a remainder of 2 rows and
+// the panel before it become two panels of 4. The 2-row kernel has only 4
+// independent chains of multiply-adds, too few to keep both FMA units busy,
+// and takes about 2/3 of a 6-row panel's time for 1/3 of its work: for 32
+// channels, 6+6+6+6+6+2 rows cost about 34 panel-rows of time, 6+6+6+6+4+4
+// about 32.
+func panelRows(arch gemmArch, m, pn int) (start, rows int) {
+	mr, _ := arch.tile()
+	if panels := (m + mr - 1) / mr; arch == archAVX2 && m > mr && m%mr == 2 && pn >= panels-2 {
+		half := (mr + 2) / 2
+		return (panels-2)*mr + (pn-(panels-2))*half, half
+	}
+	return pn * mr, min(mr, m-pn*mr)
 }
 
 // gatherEven writes d[i] = s[2i], four at a time so that the bounds are

@@ -70,6 +70,7 @@ func TestConv3x3MatchesReference(t *testing.T) {
 	for _, s := range [][5]int{
 		{1, 1, 1, 1, 1}, {2, 5, 6, 3, 4}, {3, 8, 8, 16, 16}, {2, 7, 3, 5, 13}, {4, 4, 9, 8, 37}, {2, 16, 16, 32, 32}, {1, 3, 40, 12, 64},
 		{2, 5, 5, 40, 9}, // more input than output channels: the input gradient's panels are the longer ones
+		{32, 8, 8, 3, 5}, // enough positions for work items of 64, the last one shorter
 	} {
 		n, h, wd, in, out := s[0], s[1], s[2], s[3], s[4]
 		x, w, dy := randSlice(r, n*in*h*wd), randSlice(r, out*in*9), randSlice(r, n*out*h*wd)
@@ -90,6 +91,9 @@ func TestConv3x3MatchesReference(t *testing.T) {
 					}
 					p.setArch(arch)
 					p.noDirect = pi == len(pools)
+					if cols, count := p.blocks(); n == 32 && (cols < 64 || p.cols%cols == 0 || count*cols < p.cols) {
+						t.Fatalf("work items of %d positions, %d of them, for %d positions: want a shorter last item", cols, count, p.cols)
+					}
 					xs, ys := make([]float32, p.Len(in)), make([]float32, p.Len(out))
 					for i := range xs {
 						xs[i] = float32(math.NaN()) // Pack must write the padding too
