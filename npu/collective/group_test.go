@@ -278,10 +278,7 @@ func TestKilledRankFailsGroupCollectives(t *testing.T) {
 	for _, mode := range []string{"exchange", "group"} {
 		for _, shm := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/shm=%v", mode, shm), func(t *testing.T) {
-				procs, addrs := startRanksWith(t, n, Mesh, shm, mode, timeout)
-				for _, p := range procs {
-					p.waitLine(t, "running", 20*time.Second)
-				}
+				procs, addrs := startRunningRanks(t, n, Mesh, shm, mode, timeout)
 				time.Sleep(100 * time.Millisecond)
 				killed := time.Now()
 				procs[victim].cmd.Process.Kill()

@@ -189,15 +189,9 @@ func (p *rankProc) waitLine(t *testing.T, prefix string, d time.Duration) {
 	t.Fatalf("rank process did not print %q within %v; output %q", prefix, d, p.output())
 }
 
-// startRanks starts n rank processes in the given mode; they are killed at
-// cleanup if still running.
-// startRanks starts n rank processes that talk over TCP with alg.
-func startRanks(t *testing.T, n int, alg Algorithm, mode string, timeout time.Duration) ([]*rankProc, []string) {
-	return startRanksWith(t, n, alg, false, mode, timeout)
-}
-
-// startRanksWith is startRanks that, with shm, requires the shared-memory
-// transport and reduces buffers from Alloc.
+// startRanksWith starts n rank processes in the given mode, talking with
+// alg; they are killed at cleanup if still running. With shm it requires
+// the shared-memory transport and reduces buffers from Alloc.
 func startRanksWith(t *testing.T, n int, alg Algorithm, shm bool, mode string, timeout time.Duration) ([]*rankProc, []string) {
 	t.Helper()
 	if testing.Short() {
@@ -304,10 +298,7 @@ func TestKilledRankFailsEveryOtherRank(t *testing.T) {
 func testKilledRank(t *testing.T, shm bool) {
 	const n, victim = 4, 2
 	timeout := 2 * time.Second
-	procs, addrs := startRanksWith(t, n, Mesh, shm, "loop", timeout)
-	for _, p := range procs {
-		p.waitLine(t, "running", 20*time.Second)
-	}
+	procs, addrs := startRunningRanks(t, n, Mesh, shm, "loop", timeout)
 	time.Sleep(100 * time.Millisecond)
 	killed := time.Now()
 	procs[victim].cmd.Process.Kill()
@@ -322,10 +313,7 @@ func TestKilledSendRecvPeerIsNamed(t *testing.T) {
 	const victim = 1
 	t.Setenv("MEMBERS", "5,7") // inherited by the rank processes
 	timeout := 2 * time.Second
-	procs, addrs := startRanks(t, 2, Mesh, "sendrecv", timeout)
-	for _, p := range procs {
-		p.waitLine(t, "running", 20*time.Second)
-	}
+	procs, addrs := startRunningRanks(t, 2, Mesh, false, "sendrecv", timeout)
 	time.Sleep(100 * time.Millisecond)
 	killed := time.Now()
 	procs[victim].cmd.Process.Kill()
@@ -344,18 +332,27 @@ func TestStoppedRankFailsEveryOtherRank(t *testing.T) {
 func testStoppedRank(t *testing.T, shm bool) {
 	const n, victim = 4, 1
 	timeout := 2 * time.Second
-	// The short timeout holds for the ranks' start too (joining, the
-	// shared-memory Alloc), and on a loaded machine a rank process can
-	// wait longer than that for a core before the fault: such a start is
-	// tried again, up to three times. What is asserted is what happens
-	// after the fault.
-	var procs []*rankProc
-	var addrs []string
+	procs, addrs := startRunningRanks(t, n, Ring, shm, "loop", timeout)
+	time.Sleep(100 * time.Millisecond)
+	stopped := time.Now()
+	procs[victim].cmd.Process.Signal(syscall.SIGSTOP)
+	want := fmt.Sprintf("error: collective: allreduce: rank %d (%s) did not answer within 2s", victim, addrs[victim])
+	checkSurvivors(t, procs, victim, stopped, timeout, want)
+}
+
+// startRunningRanks starts n rank processes as startRanksWith does and
+// waits until each prints its running line. A fault test's short
+// timeout also bounds the ranks' start (joining, the shared-memory
+// Alloc), and on a loaded machine a rank process can wait longer than
+// that for a core before any fault: such a start is tried again, up to
+// three times. What the tests assert is what happens after the fault.
+func startRunningRanks(t *testing.T, n int, alg Algorithm, shm bool, mode string, timeout time.Duration) ([]*rankProc, []string) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		procs, addrs = startRanksWith(t, n, Ring, shm, "loop", timeout)
+		procs, addrs := startRanksWith(t, n, alg, shm, mode, timeout)
 		why := allRunning(procs, 20*time.Second)
 		if why == "" {
-			break
+			return procs, addrs
 		}
 		for _, p := range procs {
 			_ = p.cmd.Process.Kill()
@@ -366,11 +363,6 @@ func testStoppedRank(t *testing.T, shm bool) {
 		}
 		t.Logf("attempt %d: %s; starting again", attempt, why)
 	}
-	time.Sleep(100 * time.Millisecond)
-	stopped := time.Now()
-	procs[victim].cmd.Process.Signal(syscall.SIGSTOP)
-	want := fmt.Sprintf("error: collective: allreduce: rank %d (%s) did not answer within 2s", victim, addrs[victim])
-	checkSurvivors(t, procs, victim, stopped, timeout, want)
 }
 
 // allRunning waits until every rank has printed its running line and

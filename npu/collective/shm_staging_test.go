@@ -433,10 +433,7 @@ func TestStagedPeerKilledOrStopped(t *testing.T) {
 		const victim = 1
 		t.Setenv("MEMBERS", "5,7")
 		timeout := 2 * time.Second
-		procs, addrs := startRanksWith(t, 2, Mesh, true, "sendrecv", timeout)
-		for _, p := range procs {
-			p.waitLine(t, "running", 20*time.Second)
-		}
+		procs, addrs := startRunningRanks(t, 2, Mesh, true, "sendrecv", timeout)
 		time.Sleep(100 * time.Millisecond)
 		killed := time.Now()
 		procs[victim].cmd.Process.Kill()
@@ -445,10 +442,7 @@ func TestStagedPeerKilledOrStopped(t *testing.T) {
 	t.Run("stopped exchange", func(t *testing.T) {
 		const n, victim = 4, 1
 		timeout := 2 * time.Second
-		procs, addrs := startRanksWith(t, n, Mesh, true, "exchange", timeout)
-		for _, p := range procs {
-			p.waitLine(t, "running", 20*time.Second)
-		}
+		procs, addrs := startRunningRanks(t, n, Mesh, true, "exchange", timeout)
 		time.Sleep(100 * time.Millisecond)
 		stopped := time.Now()
 		procs[victim].cmd.Process.Signal(syscall.SIGSTOP)
