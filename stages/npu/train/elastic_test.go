@@ -161,38 +161,7 @@ func TestShrinkSemiAutoEqualsHandChain(t *testing.T) {
 // auto_parallel on 4 devices from it with init_resumes, whose ranks cut
 // their slices out of the whole tensors.
 func TestShrinkAutoParallelEqualsHandChain(t *testing.T) {
-	dataDir := synthData(t, 16)
-	base := withBlock(dataDir, map[string]any{
-		"model": "wide_net", "mode": "auto_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2,
-		"collective_timeout": "20s", "fault": map[string]any{"rank": 5, "step": 6},
-	})
-	elastic := t.TempDir()
-	r := mustRun(t, elastic, 8, merged(base, map[string]any{"on_failure": "shrink"}))
-	recs := shrinkRecords(r)
-	if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
-		t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
-	}
-	t.Logf("auto_parallel shrink: %v → %v", recs[0]["from_layout"], recs[0]["to_layout"])
-	if !slices.ContainsFunc(r.logs(), func(l string) bool { return strings.Contains(l, "shrink1") && strings.Contains(l, "no tensor re-cut") }) {
-		t.Errorf("the 4-device job re-cut its init: the reshard missed the searched layout\n%s", strings.Join(r.logs(), "\n"))
-	}
-
-	hand := t.TempDir()
-	if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil {
-		t.Fatal("the 8-device job without on_failure succeeded")
-	}
-	step4 := filepath.Join(hand, "device0", "ckpt_0", "CKP-1_4.ckpt")
-	whole := reshardSet(t, map[string]any{
-		"from": step4, "devices": 4, "model": "wide_net", "mode": "semi_auto_parallel", "batch_size": 4,
-	})
-	again := t.TempDir()
-	mustRun(t, again, 4, merged(base, map[string]any{"batch_size": 4, "init": whole, "init_resumes": true, "fault": nil}))
-	// integrated_save: rank 0 saves the whole tensors.
-	got, want := lastCheckpoint(t, filepath.Join(elastic, "shrink1"), 0), lastCheckpoint(t, again, 0)
-	if filepath.Base(got) != "CKP-2_5.ckpt" || filepath.Base(want) != "CKP-2_5.ckpt" {
-		t.Errorf("last checkpoints %s and %s, want both of epoch 2's step 5", got, want)
-	}
-	sameTensors(t, "after the shrink, against the chain by hand", readTensors(t, got), readTensors(t, want))
+	shrinkEqualsHandChain(t, "wide_net", "auto_parallel", "semi_auto_parallel")
 }
 
 // TestShrinkHybridParallelEqualsHandChain: hybrid_net splits itself over
@@ -201,9 +170,21 @@ func TestShrinkAutoParallelEqualsHandChain(t *testing.T) {
 // ends as the chain by hand does (ckpt/reshard of the failed job's step-4
 // set for hybrid_parallel on 4 devices, then the training from it).
 func TestShrinkHybridParallelEqualsHandChain(t *testing.T) {
+	shrinkEqualsHandChain(t, "hybrid_net", "hybrid_parallel", "hybrid_parallel")
+}
+
+// shrinkEqualsHandChain trains model in mode on 8 devices with
+// on_failure: shrink, rank 5 lost at step 6; the job must go on on 4
+// devices from step 4 with no rank re-cutting its init, and end with
+// rank 0's (integrated_save: whole) checkpoint of the chain by hand: the
+// same job failing, ckpt/reshard of its step-4 checkpoint to 4 devices
+// in reshardMode, then the 4-device training from that set with
+// init_resumes.
+func shrinkEqualsHandChain(t *testing.T, model, mode, reshardMode string) {
+	t.Helper()
 	dataDir := synthData(t, 16)
 	base := withBlock(dataDir, map[string]any{
-		"model": "hybrid_net", "mode": "hybrid_parallel", "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2,
+		"model": model, "mode": mode, "batch_size": 2, "epochs": 2, "save_checkpoint_steps": 2,
 		"collective_timeout": "20s", "fault": map[string]any{"rank": 5, "step": 6},
 	})
 	elastic := t.TempDir()
@@ -212,15 +193,17 @@ func TestShrinkHybridParallelEqualsHandChain(t *testing.T) {
 	if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
 		t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
 	}
+	t.Logf("%s shrink: %v → %v", mode, recs[0]["from_layout"], recs[0]["to_layout"])
 	if !slices.ContainsFunc(r.logs(), func(l string) bool { return strings.Contains(l, "shrink1") && strings.Contains(l, "no tensor re-cut") }) {
 		t.Errorf("the 4-device job re-cut its init: the reshard missed its layout\n%s", strings.Join(r.logs(), "\n"))
 	}
+
 	hand := t.TempDir()
 	if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil {
 		t.Fatal("the 8-device job without on_failure succeeded")
 	}
 	set := reshardSet(t, map[string]any{
-		"from": filepath.Join(hand, "device0", "ckpt_0", "CKP-1_4.ckpt"), "devices": 4, "model": "hybrid_net", "mode": "hybrid_parallel", "batch_size": 4,
+		"from": filepath.Join(hand, "device0", "ckpt_0", "CKP-1_4.ckpt"), "devices": 4, "model": model, "mode": reshardMode, "batch_size": 4,
 	})
 	again := t.TempDir()
 	mustRun(t, again, 4, merged(base, map[string]any{"batch_size": 4, "init": set, "init_resumes": true, "fault": nil}))
