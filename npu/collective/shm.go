@@ -58,7 +58,7 @@ const (
 // peer that is in the same call over TCP.
 type shmDesc struct {
 	op, count, region, offset, extra uint64
-	seq                              uint64 // written last, read first
+	seq                              uint64 // descBusy while the fields change (announce)
 }
 
 // noRegion is the region of a call on ordinary memory.
@@ -332,10 +332,13 @@ func (g *shmGroup) desc(r int) *shmDesc {
 	return (*shmDesc)(unsafe.Pointer(&g.ctl[(r+1)*shmSlot+shmDescOff]))
 }
 
-// announce publishes d as rank r's current call: the fields first, the
-// call number last, so a reader that sees the number sees its call.
+// announce publishes d as rank r's current call. Readers are other
+// processes that may read at any moment, so it works as a sequence lock:
+// the call number is first set to descBusy, then the fields are written,
+// then the number.
 func (g *shmGroup) announce(r int, d shmDesc) {
 	p := g.desc(r)
+	atomic.StoreUint64(&p.seq, descBusy)
 	atomic.StoreUint64(&p.op, d.op)
 	atomic.StoreUint64(&p.count, d.count)
 	atomic.StoreUint64(&p.region, d.region)
@@ -344,16 +347,36 @@ func (g *shmGroup) announce(r int, d shmDesc) {
 	atomic.StoreUint64(&p.seq, d.seq)
 }
 
-// load reads rank r's current call.
+// descBusy is the call number of a descriptor being written: it matches
+// no call.
+const descBusy = ^uint64(0)
+
+// load reads rank r's current call. Its number is descBusy when r was
+// announcing another call meanwhile, which a few tries did not get past:
+// the fields read could belong to two calls, so they are not returned.
+// (The number alone, read once before the fields, does not tell: r may
+// have begun the next call's fields and not yet its number.)
 func (g *shmGroup) load(r int) shmDesc {
 	p := g.desc(r)
-	d := shmDesc{seq: atomic.LoadUint64(&p.seq)}
-	d.op = atomic.LoadUint64(&p.op)
-	d.count = atomic.LoadUint64(&p.count)
-	d.region = atomic.LoadUint64(&p.region)
-	d.offset = atomic.LoadUint64(&p.offset)
-	d.extra = atomic.LoadUint64(&p.extra)
-	return d
+	for try := 0; try < 4; try++ {
+		seq := atomic.LoadUint64(&p.seq)
+		if seq == descBusy {
+			runtime.Gosched()
+			continue
+		}
+		d := shmDesc{
+			op:     atomic.LoadUint64(&p.op),
+			count:  atomic.LoadUint64(&p.count),
+			region: atomic.LoadUint64(&p.region),
+			offset: atomic.LoadUint64(&p.offset),
+			extra:  atomic.LoadUint64(&p.extra),
+			seq:    seq,
+		}
+		if atomic.LoadUint64(&p.seq) == seq {
+			return d
+		}
+	}
+	return shmDesc{seq: descBusy}
 }
 
 // current is the descriptor of the running call on region (noRegion for
@@ -550,7 +573,12 @@ func (c *Comm) Alloc(ctx context.Context, count int) ([]float32, error) {
 			if c.cfg.Transport == TransportShm {
 				return c.fail(fmt.Errorf("alloc %d elements of shared memory: %s could not%s", count, who, why))
 			}
-			// Auto: ordinary memory on every rank, reduced over TCP.
+			// Auto: ordinary memory on every rank, reduced over TCP, once
+			// every rank has read the descriptors above (the next call's
+			// would replace them).
+			if err := c.shmBarrier(); err != nil {
+				return err
+			}
 			out = make([]float32, count)
 			return nil
 		}

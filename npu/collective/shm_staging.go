@@ -162,6 +162,11 @@ func (c *Comm) setupStaging() error {
 				failed = append(failed, fmt.Sprint(q))
 			}
 		}
+		// The next step's descriptors replace these: none before every
+		// rank has read them.
+		if berr := c.shmBarrier(); berr != nil {
+			return nil, berr
+		}
 		return failed, nil
 	}
 	failed, berr := agree(1, err)
