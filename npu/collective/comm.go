@@ -670,7 +670,13 @@ func (c *Comm) run(ctx context.Context, op opCode, count uint64, extra uint32, b
 		stop := context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
 		defer stop()
 	}
-	err := body()
+	var err error
+	if c.shm != nil && c.shm.stg != nil {
+		err = c.stageUpkeep()
+	}
+	if err == nil {
+		err = body()
+	}
 	c.drain()
 	if c.isBroken.Load() {
 		return c.failureFor(op)
