@@ -132,6 +132,7 @@ type call struct {
 	// staged, and when this rank had seen the data of every peer it waits
 	// for.
 	entered, peerEntered, peerStaged, ready int64
+	stamped                                 bool // this rank's barrier stamps are published (stampEntry)
 }
 
 func newComm(cfg Config) *Comm {
