@@ -427,6 +427,13 @@ func (c *Comm) awaitWritten(q, h int) (hdr []byte, ok bool, err error) {
 		c.sawPeer(int64(binary.LittleEndian.Uint64(hdr[hdrEntered:])), int64(binary.LittleEndian.Uint64(hdr[hdrStaged:])))
 		return hdr, true, nil
 	}
+	// A member whose group leaves this rank out does not count it among
+	// the readers of its half (stageBegin), so two calls on it may be
+	// writing that half again: the header read here is then of that later
+	// call, or a mix of both, and the error below names it. (A mix could
+	// pass as this call's only if that later call had this call's length
+	// and this rank's group: members that disagree on groups are out of
+	// step already, and that is not guarded further.)
 	if got.seq == want.seq && got.op == opGroupAllReduce && want.op == opGroupAllReduce && !inGroup(hdr, c.size, c.rank) {
 		return nil, false, c.awaitFailure(q)
 	}
