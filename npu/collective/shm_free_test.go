@@ -18,10 +18,18 @@ import (
 // slow one. Groups change between calls, some of them leave a rank alone
 // or are empty, lengths cross the size reduced whole, Alloc buffers go
 // through barriers, and rank 2 stages at most 2*stageDirectMax elements
-// a call, so calls with more fall back to TCP.
+// a call, so calls with more fall back to TCP. On one server, and on two
+// (where Alloc buffers combine across servers over TCP, and so do groups
+// and Exchange blocks between the servers).
 func TestMixedCallsRunningFree(t *testing.T) {
+	t.Run("one server", func(t *testing.T) { mixedCallsRunningFree(t, nil) })
+	t.Run("two servers", func(t *testing.T) { mixedCallsRunningFree(t, []int{0, 0, 1, 1}) })
+}
+
+func mixedCallsRunningFree(t *testing.T, hosts []int) {
 	const n, calls = 4, 400
-	comms := shmGroupOf(t, n, shmDir(t))
+	dir := shmDir(t)
+	comms := group(t, n, func(c *Config) { c.Transport, c.ShmDir, c.Hosts = TransportShm, dir, hosts })
 	allocs := allocAll(t, comms, 3*stageDirectMax)
 	comms[2].shm.stg.limit = 4 * 2 * stageDirectMax
 	partitions := [][][]int{{{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0}, {1}, {2}, {3}}, {{0}, {1, 2, 3}}}
@@ -67,6 +75,9 @@ func TestMixedCallsRunningFree(t *testing.T) {
 				if kind == 2 {
 					got = allocs[r][:len(xs[r])]
 					copy(got, xs[r])
+					if hosts != nil {
+						want = serverOrderRef(xs, op, hosts)
+					}
 				}
 				what = fmt.Sprintf("allreduce of %d elements (%v, alloc %v)", len(got), op, kind == 2)
 				if err := c.AllReduce(ctx, got, op); err != nil {
@@ -98,7 +109,43 @@ func TestMixedCallsRunningFree(t *testing.T) {
 		}
 		return nil
 	}))
-	if frames := tcpFrames(comms)[2]; slices.Max(frames) == 0 {
+	if frames := tcpFrames(comms)[2]; hosts == nil && slices.Max(frames) == 0 {
 		t.Fatalf("rank 2 sent no data over TCP: no call fell back (frames by rank %v)", frames)
 	}
+}
+
+// serverOrderRef is AllReduce of Alloc buffers with the ranks on the
+// servers hosts gives: a reduction over servers (in the order of their
+// numbers) of reductions over each server's ranks (in rank order).
+func serverOrderRef(xs [][]float32, op Op, hosts []int) []float32 {
+	partial := op
+	if op == Mean {
+		partial = Sum
+	}
+	servers := slices.Compact(slices.Sorted(slices.Values(hosts)))
+	ref := make([]float32, len(xs[0]))
+	for i := range ref {
+		for si, h := range servers {
+			var sub float32
+			first := true
+			for r := range xs {
+				if hosts[r] == h {
+					if first {
+						sub, first = xs[r][i], false
+					} else {
+						sub = combine(partial, sub, xs[r][i])
+					}
+				}
+			}
+			if si == 0 {
+				ref[i] = sub
+			} else {
+				ref[i] = combine(partial, ref[i], sub)
+			}
+		}
+		if op == Mean {
+			ref[i] /= float32(len(xs))
+		}
+	}
+	return ref
 }
