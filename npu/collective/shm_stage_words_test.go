@@ -101,7 +101,10 @@ func TestStagingHalfOfCallZeroWaitsForItsReaders(t *testing.T) {
 	}
 	writer.cur.seq = 2
 	var readerDone atomic.Bool
+	finished := make(chan struct{})
+	defer func() { <-finished }() // before Close unmaps the staging
 	go func() {
+		defer close(finished)
 		time.Sleep(100 * time.Millisecond)
 		readerDone.Store(true)
 		reader.cur.seq = 0
