@@ -287,11 +287,12 @@ func (c *Comm) publish(phase uint32) {
 // running one. A rank that stages nothing for 2^28 calls (its calls use
 // Alloc buffers, TCP, or groups of one) would otherwise leave a stage
 // word that reads as ahead of a later call, and a peer would take the
-// stale header for this call's: so its word is renewed to "done" with the
-// call before this one, which every rank running this call is. A half
-// last written more than stageStale calls ago is retired once its readers
-// are done with it (they always are by then), so that stageBegin never
-// compares with a call so old that it would read as ahead of the readers.
+// stale header for this call's. So the word is renewed to "done" with the
+// call before this one (a rank running this call is done with every
+// earlier one). And a half last written stageStale calls ago is retired
+// once its readers are done with it (they always are by then), so that
+// stageBegin never compares their words with a call so old that their
+// words, far past it, would read as behind it.
 func (c *Comm) stageUpkeep() error {
 	st := c.shm.stg
 	seq := c.cur.seq
