@@ -63,8 +63,16 @@ func (g *shmGroup) arrivalStamp(r int) *int64 {
 }
 
 // stampEntry publishes when this rank entered the running call and when
-// it arrives at a barrier.
+// it arrives at the call's first barrier. Only the first: the peers read
+// the stamps once past that barrier (sawBarrier), when this rank may
+// already be at the next barrier of the call, and its arrival there is
+// not when its data was ready. (It cannot be in the next call's first
+// barrier: every call with barriers has a second one.)
 func (c *Comm) stampEntry() {
+	if c.cur.stamped {
+		return
+	}
+	c.cur.stamped = true
 	atomic.StoreInt64(c.shm.entryStamp(c.rank), c.cur.entered)
 	atomic.StoreInt64(c.shm.arrivalStamp(c.rank), time.Now().UnixNano())
 }

@@ -132,6 +132,7 @@ type call struct {
 	// staged, and when this rank had seen the data of every peer it waits
 	// for.
 	entered, peerEntered, peerStaged, ready int64
+	stamped                                 bool // this rank's barrier stamps are published (stampEntry)
 }
 
 func newComm(cfg Config) *Comm {
@@ -670,7 +671,13 @@ func (c *Comm) run(ctx context.Context, op opCode, count uint64, extra uint32, b
 		stop := context.AfterFunc(ctx, func() { c.fail(context.Cause(ctx)) })
 		defer stop()
 	}
-	err := body()
+	var err error
+	if c.shm != nil && c.shm.stg != nil {
+		err = c.stageUpkeep()
+	}
+	if err == nil {
+		err = body()
+	}
 	c.drain()
 	if c.isBroken.Load() {
 		return c.failureFor(op)

@@ -355,7 +355,10 @@ const descBusy = ^uint64(0)
 // announcing another call meanwhile, which a few tries did not get past:
 // the fields read could belong to two calls, so they are not returned.
 // (The number alone, read once before the fields, does not tell: r may
-// have begun the next call's fields and not yet its number.)
+// have begun the next call's fields and not yet its number.) A number
+// read twice unchanged means unchanged fields: a rank announces a call
+// again only with the same fields, except Init's two steps, both call 0,
+// which are read only between barriers.
 func (g *shmGroup) load(r int) shmDesc {
 	p := g.desc(r)
 	for try := 0; try < 4; try++ {
@@ -421,6 +424,11 @@ func (c *Comm) shmBarrier() error {
 	for spin := 0; ; spin++ {
 		b := atomic.LoadUint32(g.bell)
 		missing := -1
+		// Every member takes every barrier (they are only in calls that
+		// all of them run on Alloc buffers, in Alloc and in Init), so the
+		// epochs differ by one at most and the signed difference is right
+		// however far they wrap; a later epoch is a rank already past this
+		// barrier.
 		for _, q := range g.members {
 			if int32(atomic.LoadUint32(g.arrive(q))-e) < 0 {
 				missing = q

@@ -254,7 +254,11 @@ const shmClaimOff = shmNonceOff + 32
 //
 // The claim counter only grows: each call's pieces are numbers
 // g.claimed…g.claimed+k−1, and every member advances g.claimed by the same
-// k, so a call never takes a piece of the one before. Claims are
+// k, so a call never takes a piece of the one before. The counter is at
+// g.claimed when every member starts: a member leaves the loop once every
+// piece is claimed, before the others have reduced theirs, but the call's
+// second barrier waits for all of them, and the next call claims only
+// after its own first barrier. Claims are
 // compare-and-swaps rather than additions so the counter stops exactly at
 // the call's last piece. Pieces end at multiples of their size in the
 // region, so the vector kernel gets aligned destinations.

@@ -52,6 +52,12 @@ const (
 	stageSleepers = 1 << 31 // someone sleeps on the word: wake it on publish
 	stageMask     = stageSleepers - 1
 
+	// stageStale is how many calls old a call number in a stage word, or
+	// a half's last call, may grow before stageUpkeep renews or retires
+	// it: stageReached orders stage values only within 2^28 calls, and a
+	// value further back would read as ahead (or a target as behind).
+	stageStale = 1 << 26
+
 	stageHalfBytes  = 1 << 30 // data bytes per half; a call needing more goes over TCP
 	stageCommitUnit = 1 << 20 // tmpfs memory is allocated in these steps
 
@@ -84,8 +90,10 @@ type staging struct {
 
 	limit     int       // bytes a call may stage (stageHalfBytes; tests lower it)
 	committed [2]int    // bytes of each own data area allocated so far
-	lastUse   [2]uint32 // the call that last wrote each own half (0: none)
+	inUse     [2]bool   // whether lastUse holds a call (0 is one once the numbers wrap)
+	lastUse   [2]uint32 // the call that last wrote each own half
 	readers   [2][]int  // the ranks that read it in that call
+	published uint32    // the call of the value in this rank's stage word
 
 	srcs, dsts [][]float32 // a call's arguments of reduce
 	ps, pd     [][]float32 // reduce's pieces of them
@@ -95,7 +103,8 @@ type staging struct {
 func stageValue(seq uint32, phase uint32) uint32 { return (seq<<2 | phase) & stageMask }
 
 // stageReached reports whether stage value v is at or past target, in the
-// 31-bit modular order of stage values.
+// 31-bit modular order of stage values: right while the two calls are
+// less than 2^28 apart (stageUpkeep keeps them so).
 func stageReached(v, target uint32) bool { return int32((v-target)<<1) >= 0 }
 
 // stagingLayout returns the header size and the data offset of the
@@ -267,9 +276,45 @@ func (c *Comm) publish(phase uint32) {
 	if phase == stageWritten {
 		c.stampStaged()
 	}
+	st.published = c.cur.seq
 	if old := atomic.SwapUint32(w, stageValue(c.cur.seq, phase)); old&stageSleepers != 0 {
 		futexWakeAll(w)
 	}
+}
+
+// stageUpkeep, at the start of every call, keeps the call numbers that
+// other ranks compare with stageReached within stageStale calls of the
+// running one. A rank that stages nothing for 2^28 calls (its calls use
+// Alloc buffers, TCP, or groups of one) would otherwise leave a stage
+// word that reads as ahead of a later call, and a peer would take the
+// stale header for this call's. So the word is renewed to "done" with the
+// call before this one (a rank running this call is done with every
+// earlier one). And a half last written stageStale calls ago is retired
+// once its readers are done with it (they always are by then), so that
+// stageBegin never compares their words with a call so old that their
+// words, far past it, would read as behind it.
+func (c *Comm) stageUpkeep() error {
+	st := c.shm.stg
+	seq := c.cur.seq
+	for h := range st.inUse {
+		if !st.inUse[h] || seq-st.lastUse[h] < stageStale {
+			continue
+		}
+		for _, q := range st.readers[h] {
+			if err := c.waitStage(q, stageValue(st.lastUse[h], stageDone), false); err != nil {
+				return err
+			}
+		}
+		st.inUse[h] = false
+	}
+	if seq-st.published >= stageStale {
+		st.published = seq - 1
+		w := st.word(c.rank)
+		if old := atomic.SwapUint32(w, stageValue(seq-1, stageDone)); old&stageSleepers != 0 {
+			futexWakeAll(w)
+		}
+	}
+	return nil
 }
 
 // stageBegin returns the half of this rank's staging the running call
@@ -278,14 +323,14 @@ func (c *Comm) publish(phase uint32) {
 func (c *Comm) stageBegin(readers []int) (int, error) {
 	st := c.shm.stg
 	h := int(c.cur.seq & 1)
-	if last := st.lastUse[h]; last != 0 {
+	if st.inUse[h] {
 		for _, q := range st.readers[h] {
-			if err := c.waitStage(q, stageValue(last, stageDone), false); err != nil {
+			if err := c.waitStage(q, stageValue(st.lastUse[h], stageDone), false); err != nil {
 				return 0, err
 			}
 		}
 	}
-	st.lastUse[h] = c.cur.seq
+	st.inUse[h], st.lastUse[h] = true, c.cur.seq
 	st.readers[h] = append(st.readers[h][:0], readers...)
 	return h, nil
 }
@@ -383,6 +428,13 @@ func (c *Comm) awaitWritten(q, h int) (hdr []byte, ok bool, err error) {
 		c.sawPeer(int64(binary.LittleEndian.Uint64(hdr[hdrEntered:])), int64(binary.LittleEndian.Uint64(hdr[hdrStaged:])))
 		return hdr, true, nil
 	}
+	// A member whose group leaves this rank out does not count it among
+	// the readers of its half (stageBegin), so two calls on it may be
+	// writing that half again: the header read here is then of that later
+	// call, or a mix of both, and the error below names it. (A mix could
+	// pass as this call's only if that later call had this call's length
+	// and this rank's group: members that disagree on groups are out of
+	// step already, and that is not guarded further.)
 	if got.seq == want.seq && got.op == opGroupAllReduce && want.op == opGroupAllReduce && !inGroup(hdr, c.size, c.rank) {
 		return nil, false, c.awaitFailure(q)
 	}
