@@ -431,7 +431,8 @@ func toInts(v []int64) []int {
 }
 
 // Job is the next training a set is resharded for: what npu/train's
-// model, mode, strategy, batch_size and full_batch say, on Devices devices.
+// model, mode, strategy, batch_size, full_batch, parallel_optimizer and
+// optimizer_weight_shard_size say, on Devices devices.
 type Job struct {
 	Model          string
 	Mode           parallel.Mode
@@ -439,6 +440,11 @@ type Job struct {
 	Devices        int
 	BatchPerDevice int // 0: npu/train's default
 	FullBatch      bool
+	// ParallelOptimizer: each rank of the job holds only its piece of the
+	// parameters whose update the optimizer splits, and of their moments
+	// (OptimizerShardSize pieces; 0: every rank that repeats the slice).
+	ParallelOptimizer  bool
+	OptimizerShardSize int
 }
 
 // TargetFor returns the target set and strategy file of job, its layout
@@ -453,7 +459,8 @@ func (s *Set) TargetFor(job Job) (reshard.Target, *parallel.StrategyFile, error)
 	if batch == 0 {
 		batch = trainer.Defaults().BatchSize
 	}
-	cfg := shard.Config{Model: job.Model, Mode: job.Mode, Strategy: job.Strategy, Devices: job.Devices, BatchPerDevice: batch, FullBatch: job.FullBatch}
+	cfg := shard.Config{Model: job.Model, Mode: job.Mode, Strategy: job.Strategy, Devices: job.Devices, BatchPerDevice: batch, FullBatch: job.FullBatch,
+		ParallelOptimizer: job.ParallelOptimizer, OptimizerShardSize: job.OptimizerShardSize}
 	if job.Mode.OneDevice() {
 		cfg.Devices = 1
 	}

@@ -59,7 +59,7 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 			path, first = StageStrategyFile(cfg.StrategyFile, pipe.spec.Stage), pipe.rank == 0
 		}
 		if first && path != "" {
-			f := strategyFile(net.OpLayouts(), net.Layouts(), net.OptimizerLayouts())
+			f := shard.StrategyFileOf(net.OpLayouts(), net.Layouts(), net.OptimizerLayouts())
 			if pipe != nil {
 				f.CurrentStage = pipe.spec.Stage
 			}
@@ -114,26 +114,6 @@ func MergeStageStrategies(cfg Config) error {
 		return fmt.Errorf("merge the stages' strategy files: %w", err)
 	}
 	return parallel.WriteStrategyFile(cfg.StrategyFile, merged, strategyFormat(cfg.StrategyFile))
-}
-
-// strategyFile builds the strategy file of a split network from the
-// layouts its engine runs: every operator's strategy and every
-// parameter's layout, with opt_weight_shard_step and opt_weight_shard_size
-// for the parameters whose update the parallel optimizer splits (optShard).
-func strategyFile(ops []*parallel.OpLayout, params map[string]parallel.Layout, optShard map[string]parallel.TensorLayout) *parallel.StrategyFile {
-	f := &parallel.StrategyFile{CurrentStage: 0, Operators: map[string][][]int{}, Layouts: map[string]parallel.TensorLayout{}}
-	for _, ol := range ops {
-		if ol != nil {
-			f.Operators[ol.Op] = ol.Strategy
-		}
-	}
-	for name, l := range params {
-		f.Layouts[name] = parallel.TensorLayoutOf(l)
-		if tl, ok := optShard[name]; ok {
-			f.Layouts[name] = tl
-		}
-	}
-	return f
 }
 
 // strategyFormat picks the strategy file's encoding from its name: JSON

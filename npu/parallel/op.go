@@ -43,6 +43,10 @@ type TensorSpec struct {
 	Name   string // a parameter's checkpoint name; "" for activations
 	Shape  []int
 	Labels string
+	// Frozen marks a parameter no optimizer updates (MindSpore's
+	// requires_grad=False: BatchNorm's moving statistics); the parallel
+	// optimizer leaves it whole.
+	Frozen bool
 }
 
 // OpSpec describes one operator of a network for sharding: its inputs in

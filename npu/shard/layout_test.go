@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/mspipe/mspipe/npu/parallel"
@@ -10,23 +11,59 @@ import (
 
 // TestLayoutOfIsWhatNewBuilds: the layout LayoutOf derives without a
 // network is the one New lays every rank's network out with, for a split
-// mode, a model that splits itself and data parallel; and its strategy
-// file gives the split parameters' slices.
+// mode, a model that splits itself and data parallel, and with the
+// parallel optimizer (the parameters it splits, and each one's entry);
+// and its strategy file gives the split parameters' slices.
 func TestLayoutOfIsWhatNewBuilds(t *testing.T) {
 	for _, tc := range []struct {
 		model    string
 		mode     parallel.Mode
 		strategy parallel.Strategy
 		split    string // a parameter the layout must split
+		// optimizer, shardSize: the parallel optimizer on (with that
+		// optimizer_weight_shard_size), and the parameters it must split,
+		// each with opt_weight_shard_step and opt_weight_shard_size.
+		optimizer bool
+		shardSize int
+		optSplit  map[string][2]int
 	}{
-		{"semi_auto_net", parallel.SemiAutoParallel, parallel.Strategy{"end_point.matmul": {{2, 1}, {2, 1}}}, "end_point.weight"},
-		{"hybrid_net", parallel.HybridParallel, nil, ""},
-		{"cnn", parallel.DataParallel, nil, ""},
+		{model: "semi_auto_net", mode: parallel.SemiAutoParallel, strategy: parallel.Strategy{"end_point.matmul": {{2, 1}, {2, 1}}}, split: "end_point.weight"},
+		{model: "hybrid_net", mode: parallel.HybridParallel},
+		{model: "cnn", mode: parallel.DataParallel},
+		// end_point.weight [10 128] and end_point.bias [10]: 10 rows do
+		// not divide into 4 pieces (they do into 2).
+		{model: "semi_auto_net", mode: parallel.DataParallel, optimizer: true,
+			optSplit: map[string][2]int{"fc.weight": {1, 4}}},
+		{model: "semi_auto_net", mode: parallel.SemiAutoParallel, strategy: parallel.Strategy{"fc.matmul": {{1, 1}, {1, 2}}}, split: "fc.weight", optimizer: true,
+			optSplit: map[string][2]int{"fc.weight": {2, 2}}},
+		{model: "semi_auto_net", mode: parallel.DataParallel, optimizer: true, shardSize: 2,
+			optSplit: map[string][2]int{"fc.weight": {1, 2}, "end_point.weight": {1, 2}, "end_point.bias": {1, 2}}},
+		// The BatchNorm moving statistics are frozen: the optimizer leaves
+		// them whole while it splits gamma and beta beside them.
+		{model: "resnet20", mode: parallel.DataParallel, optimizer: true, optSplit: map[string][2]int{
+			"bn1.gamma": {1, 4}, "bn1.beta": {1, 4}, "conv1.weight": {1, 4}, "layer2.0.down_sample_layer.1.gamma": {1, 4}}},
 	} {
-		cfg := Config{Model: tc.model, Mode: tc.mode, Strategy: tc.strategy, Devices: 4, BatchPerDevice: 2, Threads: 1}
+		cfg := Config{Model: tc.model, Mode: tc.mode, Strategy: tc.strategy, Devices: 4, BatchPerDevice: 2, Threads: 1,
+			ParallelOptimizer: tc.optimizer, OptimizerShardSize: tc.shardSize}
 		got, err := LayoutOf(cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.model, err)
+		}
+		for name, want := range tc.optSplit {
+			if l, ok := got.Optimizer[name]; !ok || l.OptWeightShardStep != want[0] || l.OptWeightShardSize != want[1] {
+				t.Errorf("%s %s: %s's optimizer split %+v (split %v), want opt_weight_shard_step %d and opt_weight_shard_size %d", tc.model, tc.mode, name, l, ok, want[0], want[1])
+			}
+		}
+		if len(got.Optimizer) != len(tc.optSplit) && tc.model != "resnet20" {
+			t.Errorf("%s %s: the parallel optimizer splits %d parameters, want %d", tc.model, tc.mode, len(got.Optimizer), len(tc.optSplit))
+		}
+		for name := range got.Params {
+			if _, split := got.Optimizer[name]; split && strings.Contains(name, ".moving_") {
+				t.Errorf("%s: the parallel optimizer splits the frozen %s", tc.model, name)
+			}
+		}
+		if !tc.optimizer && len(got.Optimizer) > 0 {
+			t.Errorf("%s without the parallel optimizer: it splits %v", tc.model, got.Optimizer)
 		}
 		comms := memComms(4)
 		for r := range 4 {
@@ -38,9 +75,25 @@ func TestLayoutOfIsWhatNewBuilds(t *testing.T) {
 			if !reflect.DeepEqual(got.Params, net.Layouts()) || !reflect.DeepEqual(got.Ops, net.OpLayouts()) {
 				t.Errorf("%s rank %d: LayoutOf differs from the network New builds", tc.model, r)
 			}
+			if !reflect.DeepEqual(got.Optimizer, net.OptimizerLayouts()) {
+				t.Errorf("%s rank %d: LayoutOf's optimizer split %v differs from the network's %v", tc.model, r, got.Optimizer, net.OptimizerLayouts())
+			}
+			// Each rank's pieces are the boxes of the strategy file's
+			// entries: what a reshard to that file writes for the rank.
+			for name, box := range net.PieceBoxes() {
+				boxes, err := got.Optimizer[name].Boxes(got.Params[name].Shape)
+				if err != nil || !reflect.DeepEqual(boxes[r], box) {
+					t.Errorf("%s rank %d: %s's piece %v, the strategy file's %v (%v)", tc.model, r, name, box, boxes, err)
+				}
+			}
 			net.Close()
 		}
 		sf := got.StrategyFile()
+		for name, l := range got.Optimizer {
+			if !reflect.DeepEqual(sf.Layouts[name], l) {
+				t.Errorf("%s: strategy file entry of %s %+v, want the optimizer split %+v", tc.model, name, sf.Layouts[name], l)
+			}
+		}
 		if len(sf.Layouts) != len(got.Params) || len(sf.Layouts) == 0 {
 			t.Fatalf("%s: %d layouts in the strategy file, %d parameters", tc.model, len(sf.Layouts), len(got.Params))
 		}
@@ -56,5 +109,8 @@ func TestLayoutOfIsWhatNewBuilds(t *testing.T) {
 	}
 	if _, err := LayoutOf(Config{Model: "semi_auto_net", Mode: parallel.SemiAutoParallel, Strategy: parallel.Strategy{"end_point.matmul": {{3, 1}, {1, 1}}}, Devices: 4, BatchPerDevice: 2}); err == nil {
 		t.Error("a strategy for 3 devices on 4 was accepted")
+	}
+	if _, err := LayoutOf(Config{Model: "hybrid_net", Mode: parallel.HybridParallel, Devices: 4, BatchPerDevice: 2, ParallelOptimizer: true}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "parallel optimizer") {
+		t.Errorf("hybrid_parallel with the parallel optimizer: %v", err)
 	}
 }

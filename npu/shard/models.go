@@ -340,15 +340,19 @@ func convOp(name string, x []int, cfg nn.Conv2dConfig) (opDef, []int, error) {
 	}}, out, nil
 }
 
-// bnParams are a BatchNorm's parameters in nn's order.
-var bnParams = []string{".moving_mean", ".moving_variance", ".gamma", ".beta"}
+// bnParams are a BatchNorm's parameters in nn's order, the moving
+// statistics frozen (the network checks each against its layer's).
+var bnParams = []struct {
+	suffix string
+	frozen bool
+}{{".moving_mean", true}, {".moving_variance", true}, {".gamma", false}, {".beta", false}}
 
 func bnOp(name string, x []int, eps, momentum float32) opDef {
 	spec := parallel.OpSpec{Name: name, Kind: parallel.OpBatchNorm, Splittable: "nc", Spatial: "hw", FLOPs: 8 * elems(x),
 		Inputs: []parallel.TensorSpec{{Shape: x, Labels: "nchw"}},
 		Output: parallel.TensorSpec{Shape: x, Labels: "nchw"}}
 	for _, p := range bnParams {
-		spec.Extra = append(spec.Extra, parallel.TensorSpec{Name: name + p, Shape: []int{x[1]}, Labels: "c"})
+		spec.Extra = append(spec.Extra, parallel.TensorSpec{Name: name + p.suffix, Shape: []int{x[1]}, Labels: "c", Frozen: p.frozen})
 	}
 	return opDef{spec: spec, build: func(s shapes, _ uint64, dev *nn.Device) (nn.Layer, error) {
 		return nn.NewBatchNorm2d(name, nn.BatchNorm2dConfig{Channels: s.in[1], Eps: eps, Momentum: momentum}, dev)
@@ -403,7 +407,7 @@ func blockOp(name string, x []int, cfg nn.BlockConfig, bottleneck bool) (opDef, 
 	n, h, w := x[0], x[2], x[3]
 	addBN := func(prefix string, channels int) {
 		for _, p := range bnParams {
-			params = append(params, parallel.TensorSpec{Name: prefix + p, Shape: []int{channels}, Labels: "p"})
+			params = append(params, parallel.TensorSpec{Name: prefix + p.suffix, Shape: []int{channels}, Labels: "p", Frozen: p.frozen})
 		}
 	}
 	addConv := func(prefix string, c conv) error {

@@ -199,15 +199,26 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: %d classes", ErrConfig, c.Classes)
 	case c.Mode == parallel.StandAlone && c.Devices != 1:
 		return fmt.Errorf("%w: stand_alone runs on 1 device, not %d", ErrConfig, c.Devices)
-	case c.OptimizerShardSize < 0 || c.OptimizerShardSize > 0 && !c.ParallelOptimizer:
-		return fmt.Errorf("%w: optimizer shard size %d (it needs the parallel optimizer, and at least 1)", ErrConfig, c.OptimizerShardSize)
-	case c.ParallelOptimizer && (c.Mode == parallel.StandAlone || c.Mode == parallel.HybridParallel):
-		return fmt.Errorf("%w: the parallel optimizer is for data_parallel, semi_auto_parallel and auto_parallel, not %s", ErrConfig, c.Mode)
+	}
+	if err := c.checkOptimizer(); err != nil {
+		return err
 	}
 	if err := c.checkPipeline(); err != nil {
 		return err
 	}
 	return c.checkDataset()
+}
+
+// checkOptimizer checks the parallel optimizer's settings: the modes
+// that take it, a shard size only with it.
+func (c *Config) checkOptimizer() error {
+	switch {
+	case c.OptimizerShardSize < 0 || c.OptimizerShardSize > 0 && !c.ParallelOptimizer:
+		return fmt.Errorf("%w: optimizer shard size %d (it needs the parallel optimizer, and at least 1)", ErrConfig, c.OptimizerShardSize)
+	case c.ParallelOptimizer && (c.Mode == parallel.StandAlone || c.Mode == parallel.HybridParallel):
+		return fmt.Errorf("%w: the parallel optimizer is for data_parallel, semi_auto_parallel and auto_parallel, not %s", ErrConfig, c.Mode)
+	}
+	return nil
 }
 
 // checkDataset checks the dataset strategy: the tuple form, in the modes
@@ -298,17 +309,19 @@ func (n *Net) build(layouts []*parallel.OpLayout) error {
 			if p.Name != specs[k].Name {
 				return fmt.Errorf("operator %s: parameter %d is %s, the spec says %s", o.spec.Name, k, p.Name, specs[k].Name)
 			}
+			if p.Trainable == specs[k].Frozen {
+				// LayoutOf decides from the spec which parameters the
+				// parallel optimizer splits: it must say what the layer does.
+				return fmt.Errorf("operator %s: parameter %s: trainable %v, but its spec says frozen %v", o.spec.Name, p.Name, p.Trainable, specs[k].Frozen)
+			}
 			view := p
-			var sh *optShard
-			if p.Trainable && !n.hybrid {
-				var err error
-				if sh, err = n.shardOptimizer(p, pls[k]); err != nil {
-					return fmt.Errorf("operator %s: %w", o.spec.Name, err)
-				}
-				if sh != nil {
-					n.optShards = append(n.optShards, sh)
-					view = sh.piece
-				}
+			sh, err := n.shardOptimizer(p, specs[k], pls[k])
+			if err != nil {
+				return fmt.Errorf("operator %s: %w", o.spec.Name, err)
+			}
+			if sh != nil {
+				n.optShards = append(n.optShards, sh)
+				view = sh.piece
 			}
 			n.view = append(n.view, view)
 			red := paramReduce{p: p, mean: !p.Trainable}

@@ -35,11 +35,11 @@ type optShard struct {
 // optShardSize returns the number of pieces a parameter repeated on
 // repeats ranks is split into: the configured size (0: all of them), 1
 // when the parameter is not optimizer-sharded.
-func (n *Net) optShardSize(name string, repeats int) (int, error) {
-	if !n.cfg.ParallelOptimizer || repeats < 2 {
+func (c *Config) optShardSize(name string, repeats int) (int, error) {
+	if !c.ParallelOptimizer || repeats < 2 {
 		return 1, nil
 	}
-	size := n.cfg.OptimizerShardSize
+	size := c.OptimizerShardSize
 	if size == 0 || size > repeats {
 		size = repeats
 	}
@@ -49,18 +49,36 @@ func (n *Net) optShardSize(name string, repeats int) (int, error) {
 	return size, nil
 }
 
-// shardOptimizer splits the update of p, laid out by l, over the ranks
-// that repeat this rank's slice, when the parallel optimizer is on and
-// MindSpore's rule allows it: the slice's dimension 0 divides into the
-// shard size. It returns nil for a parameter that stays whole.
-func (n *Net) shardOptimizer(p *nn.Param, l parallel.Layout) (*optShard, error) {
-	rank := n.cfg.Rank
+// optSplit is how the parallel optimizer splits the update of one
+// parameter, seen from one rank.
+type optSplit struct {
+	// layout is the parameter's strategy file entry, with
+	// opt_weight_shard_step and opt_weight_shard_size.
+	layout parallel.TensorLayout
+	piece  parallel.Box // the rank's piece of the whole tensor
+	// group is the ranks whose pieces make up the rank's slice, sorted;
+	// spans[i] the flat range of the slice group[i] holds.
+	group []int
+	spans [][2]int
+}
+
+// splitOptimizer returns how the parallel optimizer splits the update of
+// parameter t, laid out by l, over the ranks that repeat rank's slice of
+// it, or nil when t stays whole: the optimizer is off, t is frozen, no
+// other rank holds the slice, or the slice's dimension 0 does not divide
+// into the shard size (MindSpore's rule). New builds each rank's pieces
+// and LayoutOf writes the strategy file entries from it, so a checkpoint
+// resharded to LayoutOf's file holds exactly the pieces the ranks load.
+func (c *Config) splitOptimizer(t parallel.TensorSpec, l parallel.Layout, rank int) (*optSplit, error) {
+	if !c.ParallelOptimizer || t.Frozen || c.Mode == parallel.HybridParallel {
+		return nil, nil
+	}
 	mine, err := l.Box(rank)
 	if err != nil {
 		return nil, err
 	}
 	boxes := make([]parallel.Box, l.Devices())
-	var repeats []int // the ranks holding this rank's slice, in order
+	var repeats []int // the ranks holding rank's slice, in order
 	for r := range boxes {
 		if boxes[r], err = l.Box(r); err != nil {
 			return nil, err
@@ -69,7 +87,7 @@ func (n *Net) shardOptimizer(p *nn.Param, l parallel.Layout) (*optShard, error) 
 			repeats = append(repeats, r)
 		}
 	}
-	size, err := n.optShardSize(p.Name, len(repeats))
+	size, err := c.optShardSize(t.Name, len(repeats))
 	if err != nil || size == 1 {
 		return nil, err
 	}
@@ -81,28 +99,39 @@ func (n *Net) shardOptimizer(p *nn.Param, l parallel.Layout) (*optShard, error) 
 	tl.OptWeightShardStep, tl.OptWeightShardSize = l.Devices()/len(repeats), size
 	pieces, err := tl.Boxes(l.Shape)
 	if err != nil {
-		return nil, fmt.Errorf("parameter %s: optimizer shard layout: %w", p.Name, err)
+		return nil, fmt.Errorf("parameter %s: optimizer shard layout: %w", t.Name, err)
 	}
 	// The ranks that share a slice form groups of size consecutive ones,
 	// each holding the whole slice between them; each piece must lie in
 	// its rank's slice (the strategy file's numbering of the pieces and
 	// the engine's placement of the slices must agree).
 	at := slices.Index(repeats, rank)
-	group := repeats[at/size*size : at/size*size+size]
+	s := &optSplit{layout: tl, piece: pieces[rank], group: repeats[at/size*size : at/size*size+size]}
 	rowLen := volume(slice) / slice[0]
-	s := &optShard{full: p, layout: tl, group: group, box: pieces[rank]}
-	for _, r := range group {
+	for _, r := range s.group {
 		pc := pieces[r]
 		if !inside(pc, boxes[r]) {
-			return nil, fmt.Errorf("parameter %s: rank %d's optimizer piece %v+%v lies outside its slice %v+%v", p.Name, r, pc.Offset, pc.Shape, boxes[r].Offset, boxes[r].Shape)
+			return nil, fmt.Errorf("parameter %s: rank %d's optimizer piece %v+%v lies outside its slice %v+%v", t.Name, r, pc.Offset, pc.Shape, boxes[r].Offset, boxes[r].Shape)
 		}
 		lo := (pc.Offset[0] - boxes[r].Offset[0]) * rowLen
 		s.spans = append(s.spans, [2]int{lo, lo + volume(pc.Shape)})
 	}
 	if err := checkTiling(s.spans, volume(slice)); err != nil {
-		return nil, fmt.Errorf("parameter %s: optimizer pieces of ranks %v: %w", p.Name, group, err)
+		return nil, fmt.Errorf("parameter %s: optimizer pieces of ranks %v: %w", t.Name, s.group, err)
 	}
-	span := s.spans[slices.Index(group, rank)]
+	return s, nil
+}
+
+// shardOptimizer splits the update of p, specified by t and laid out by
+// l, as splitOptimizer says: this rank's piece becomes a view of p's
+// rows. It returns nil for a parameter that stays whole.
+func (n *Net) shardOptimizer(p *nn.Param, t parallel.TensorSpec, l parallel.Layout) (*optShard, error) {
+	split, err := n.cfg.splitOptimizer(t, l, n.cfg.Rank)
+	if err != nil || split == nil {
+		return nil, err
+	}
+	s := &optShard{full: p, layout: split.layout, group: split.group, spans: split.spans, box: split.piece}
+	span := s.spans[slices.Index(s.group, n.cfg.Rank)]
 	value, err := tensor.FromSlice(p.Value.Data()[span[0]:span[1]:span[1]], s.box.Shape...)
 	if err != nil {
 		return nil, err

@@ -71,11 +71,11 @@ func floatBytes(v []float32) []byte {
 // refused, naming the parameter; the parallel optimizer is refused in
 // stand_alone and hybrid_parallel.
 func TestParallelOptimizerRefusals(t *testing.T) {
-	n := &Net{cfg: Config{ParallelOptimizer: true, OptimizerShardSize: 3}}
-	if _, err := n.optShardSize("fc.weight", 4); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "fc.weight is repeated on 4 ranks, which optimizer_weight_shard_size 3 does not divide") {
+	c := &Config{ParallelOptimizer: true, OptimizerShardSize: 3}
+	if _, err := c.optShardSize("fc.weight", 4); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "fc.weight is repeated on 4 ranks, which optimizer_weight_shard_size 3 does not divide") {
 		t.Errorf("shard size 3 of a group of 4: %v", err)
 	}
-	if size, err := n.optShardSize("fc.weight", 6); size != 3 || err != nil {
+	if size, err := c.optShardSize("fc.weight", 6); size != 3 || err != nil {
 		t.Errorf("shard size 3 of a group of 6: %d, %v", size, err)
 	}
 	for _, mode := range []parallel.Mode{parallel.StandAlone, parallel.HybridParallel} {

@@ -5,7 +5,8 @@
 // included.
 //
 // The target is the layout of the next training when its model is given
-// (with mode, strategy and batch_size as that training's): npu/shard derives
+// (with mode, strategy, batch_size and parallel_optimizer as that
+// training's): npu/shard derives
 // where each of its ranks holds which slice, as the training itself does,
 // so the training starts from its own slices with nothing to re-cut. Else
 // it is the layout of target_strategy when given, else npu/reshard's
@@ -59,12 +60,16 @@ type With struct {
 	Strategy       map[string][][]int `json:"strategy,omitempty" description:"the next training's shard strategy per operator (semi_auto_parallel, with model), as npu/train's strategy"`
 	BatchSize      int                `json:"batch_size,omitempty" jsonschema:"minimum=1" description:"the next training's batch size per device (with model; default npu/train's)"`
 	FullBatch      bool               `json:"full_batch,omitempty" description:"the next training's full_batch (with model)"`
-	Prefix         string             `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
-	BNStats        string             `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
-	MaxMemory      string             `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
-	Workers        int                `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
-	Indivisible    string             `json:"indivisible,omitempty" jsonschema:"enum=refuse|split|replicate" description:"without target_strategy, a split dimension that does not divide by devices: refuse (say which device counts divide), split (uneven slices as numpy.array_split; the manifest records them, no strategy file is written) or replicate (whole on every rank)"`
-	CRCCheck       bool               `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
+	// The parallel optimizer changes what each rank of the next training
+	// loads: its piece of every parameter whose update is split.
+	ParallelOptimizer  bool   `json:"parallel_optimizer,omitempty" description:"the next training's parallel_optimizer (with model; data_parallel or semi_auto_parallel): each rank gets only its piece of every parameter whose update the optimizer splits, and of its moments, as that training's ranks hold them, and the strategy file records opt_weight_shard_step and opt_weight_shard_size"`
+	OptimizerShardSize int    `json:"optimizer_weight_shard_size,omitempty" jsonschema:"minimum=1" description:"the next training's optimizer_weight_shard_size (with parallel_optimizer; default: all the ranks that hold the same slice)"`
+	Prefix             string `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
+	BNStats            string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
+	MaxMemory          string `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
+	Workers            int    `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	Indivisible        string `json:"indivisible,omitempty" jsonschema:"enum=refuse|split|replicate" description:"without target_strategy, a split dimension that does not divide by devices: refuse (say which device counts divide), split (uneven slices as numpy.array_split; the manifest records them, no strategy file is written) or replicate (whole on every rank)"`
+	CRCCheck           bool   `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
 }
 
 func defaults() With {
@@ -95,7 +100,7 @@ func New() plugins.Stage {
 func check(w With) []plugins.Problem {
 	var p []plugins.Problem
 	if w.Model == "" {
-		for field, set := range map[string]bool{"mode": w.Mode != parallel.StandAlone, "strategy": len(w.Strategy) > 0, "batch_size": w.BatchSize != 0, "full_batch": w.FullBatch} {
+		for field, set := range map[string]bool{"mode": w.Mode != parallel.StandAlone, "strategy": len(w.Strategy) > 0, "batch_size": w.BatchSize != 0, "full_batch": w.FullBatch, "parallel_optimizer": w.ParallelOptimizer} {
 			if set {
 				p = append(p, plugins.Problem{Path: "/" + field, Message: field + " describes the next training's layout: give its model too"})
 			}
@@ -106,6 +111,15 @@ func check(w With) []plugins.Problem {
 	}
 	if w.Model != "" && w.Mode == parallel.AutoParallel {
 		p = append(p, plugins.Problem{Path: "/mode", Message: "auto_parallel searches its strategy when the job starts; run mspipe plan on the next training, then give the strategy it prints here and there with mode semi_auto_parallel"})
+	}
+	switch {
+	case w.OptimizerShardSize != 0 && !w.ParallelOptimizer:
+		p = append(p, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: "optimizer_weight_shard_size needs parallel_optimizer: true"})
+	case w.OptimizerShardSize != 0 && w.Devices > 0 && w.Devices%w.OptimizerShardSize != 0:
+		p = append(p, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: fmt.Sprintf("optimizer_weight_shard_size %d does not divide the %d devices", w.OptimizerShardSize, w.Devices)})
+	}
+	if w.Model != "" && w.ParallelOptimizer && (w.Mode == parallel.StandAlone || w.Mode == parallel.HybridParallel) {
+		p = append(p, plugins.Problem{Path: "/parallel_optimizer", Message: fmt.Sprintf("the parallel optimizer is for data_parallel and semi_auto_parallel, not %s", w.Mode)})
 	}
 	if _, err := bytesize.Parse(w.MaxMemory); err != nil {
 		p = append(p, plugins.Problem{Path: "/max_memory", Message: err.Error()})
@@ -136,11 +150,22 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	var layout *parallel.StrategyFile
 	switch {
 	case w.Model != "":
-		job := ckptset.Job{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: w.BatchSize, FullBatch: w.FullBatch}
+		job := ckptset.Job{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: w.BatchSize, FullBatch: w.FullBatch,
+			ParallelOptimizer: w.ParallelOptimizer, OptimizerShardSize: w.OptimizerShardSize}
 		if target, layout, err = set.TargetFor(job); err != nil {
 			return nil, err
 		}
-		sc.Info(fmt.Sprintf("target: the layout of %s in %s on %d devices, as that training lays it out", w.Model, w.Mode, target.Ranks))
+		pieces := ""
+		if w.ParallelOptimizer {
+			split := 0
+			for _, l := range layout.Layouts {
+				if l.OptWeightShardSize > 0 {
+					split++
+				}
+			}
+			pieces = fmt.Sprintf(", with the parallel optimizer: %d parameters in pieces", split)
+		}
+		sc.Info(fmt.Sprintf("target: the layout of %s in %s on %d devices, as that training lays it out%s", w.Model, w.Mode, target.Ranks, pieces))
 	case w.TargetStrategy == "":
 		var uneven []string
 		if target, uneven, err = engine.DevicesTarget(set.Source, w.Devices, w.Indivisible); err != nil {

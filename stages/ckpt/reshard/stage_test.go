@@ -1,9 +1,12 @@
 package reshard_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/mspipe/mspipe/npu/ckpt/ckpttest"
 	"github.com/mspipe/mspipe/npu/ckptset"
 	"github.com/mspipe/mspipe/npu/parallel"
+	"github.com/mspipe/mspipe/npu/shard"
 	"github.com/mspipe/mspipe/plugins"
 	"github.com/mspipe/mspipe/stages/ckpt/reshard"
 )
@@ -68,6 +72,11 @@ func TestDescribeAndValidate(t *testing.T) {
 		{map[string]any{"from": "/x", "devices": 100000}, "/devices"},
 		{map[string]any{"from": "/x", "devices": 4097}, "4096"},
 		{map[string]any{"from": "/x", "devices": 4096}, ""},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "data_parallel", "parallel_optimizer": true, "optimizer_weight_shard_size": 2}, ""},
+		{map[string]any{"from": "/x", "devices": 4, "parallel_optimizer": true}, "/parallel_optimizer: parallel_optimizer describes the next training's layout: give its model too"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "data_parallel", "optimizer_weight_shard_size": 2}, "/optimizer_weight_shard_size: optimizer_weight_shard_size needs parallel_optimizer: true"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "data_parallel", "parallel_optimizer": true, "optimizer_weight_shard_size": 3}, "does not divide the 4 devices"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "hybrid_net", "mode": "hybrid_parallel", "parallel_optimizer": true}, "/parallel_optimizer: the parallel optimizer is for data_parallel and semi_auto_parallel, not hybrid_parallel"},
 	} {
 		problems, err := reshard.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
@@ -227,4 +236,138 @@ func TestReshardRefusesItsOwnOutputAsInput(t *testing.T) {
 	if after, err := ckptset.Find(dir, ""); err != nil || len(after) != 4 {
 		t.Fatalf("another attempt: %v, %v; want the 4-rank set alone", after, err)
 	}
+}
+
+// TestReshardForParallelOptimizer reshards a whole semi_auto_net
+// checkpoint for the next training with the parallel optimizer on 4
+// devices: semi_auto_parallel with fc.matmul split in two, where each rank
+// holds half of its fc.weight slice [3072 64] (the two ranks repeating the
+// slice split its update) and keeps end_point.weight [10 128] whole (10
+// rows do not divide into 4 pieces); and data_parallel with
+// optimizer_weight_shard_size 2, where every parameter is in halves. Each
+// rank's file holds exactly those pieces of the weights and their moments,
+// cut from the whole tensors, and the strategy file records
+// opt_weight_shard_step and opt_weight_shard_size as the training's does.
+func TestReshardForParallelOptimizer(t *testing.T) {
+	jl, err := shard.LayoutOf(shard.Config{Model: "semi_auto_net", Mode: parallel.DataParallel, Devices: 1, BatchPerDevice: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := map[string]ckpt.Tensor{}
+	var tensors []ckpt.Tensor
+	offset := float32(0)
+	for _, name := range []string{"fc.weight", "end_point.weight", "end_point.bias"} {
+		shape := jl.Params[name].Shape
+		n := 1
+		dims := make([]int64, len(shape))
+		for k, d := range shape {
+			n *= d
+			dims[k] = int64(d)
+		}
+		v, m := make([]float32, n), make([]float32, n)
+		for i := range v {
+			v[i], m[i] = offset+float32(i), -offset-float32(i)
+		}
+		offset += float32(n)
+		wt, _ := ckpt.NewFloat32(name, dims, v)
+		mt, _ := ckpt.NewFloat32("moments."+name, dims, m)
+		whole[wt.Name], whole[mt.Name] = wt, mt
+		tensors = append(tensors, wt, mt)
+	}
+	lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
+	path := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
+	if err := ckpt.Write(path, append(tensors, lr), ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		with map[string]any
+		// dims of each parameter on every rank; the optimizer-split ones,
+		// their strategy file entries' step and size, and how many times
+		// over the ranks hold fc.weight.
+		dims       map[string]string
+		split      []string
+		step, size int
+		copies     int
+	}{
+		{"semi_auto_parallel", map[string]any{"mode": "semi_auto_parallel", "strategy": map[string]any{"fc.matmul": []any{[]any{1, 1}, []any{1, 2}}}},
+			map[string]string{"fc.weight": "[1536 64]", "end_point.weight": "[10 128]", "end_point.bias": "[10]"}, []string{"fc.weight"}, 2, 2, 1},
+		{"data_parallel, shard size 2", map[string]any{"mode": "data_parallel", "optimizer_weight_shard_size": 2},
+			map[string]string{"fc.weight": "[1536 128]", "end_point.weight": "[5 128]", "end_point.bias": "[5]"}, []string{"fc.weight", "end_point.weight", "end_point.bias"}, 1, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			with := map[string]any{"from": path, "devices": 4, "model": "semi_auto_net", "batch_size": 2, "parallel_optimizer": true}
+			for k, v := range tc.with {
+				with[k] = v
+			}
+			out, _, err := run(t, with)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sf, err := parallel.ReadStrategyFile(out["strategy"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name := range tc.dims {
+				l := sf.Layouts[name]
+				split := slices.Contains(tc.split, name)
+				if split != (l.OptWeightShardSize > 0) || split && (l.OptWeightShardStep != tc.step || l.OptWeightShardSize != tc.size) {
+					t.Errorf("%s: opt_weight_shard_step %d, opt_weight_shard_size %d; want them set (%v) to %d and %d", name, l.OptWeightShardStep, l.OptWeightShardSize, split, tc.step, tc.size)
+				}
+			}
+			dir := out["checkpoints"].(string)
+			covered := map[string]int{}
+			for r := range 4 {
+				got, err := ckpt.Read(ckptset.FilePath(dir, r, "CKP-1_4.ckpt"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, g := range got {
+					param := strings.TrimPrefix(g.Name, "moments.")
+					want, ok := tc.dims[param]
+					if !ok {
+						continue
+					}
+					if fmt.Sprint(g.Dims) != want {
+						t.Errorf("rank %d: %s is %v, want %s", r, g.Name, g.Dims, want)
+						continue
+					}
+					boxes, err := sf.Layouts[param].Boxes(jl.Params[param].Shape)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if cut := boxData(whole[g.Name], boxes[r]); !bytes.Equal(g.Data, cut) {
+						t.Errorf("rank %d: %s is not the whole tensor's box %v", r, g.Name, boxes[r])
+					}
+					covered[g.Name] += len(g.Data)
+				}
+			}
+			for _, name := range []string{"fc.weight", "moments.fc.weight"} {
+				if copies := covered[name] / len(whole[name].Data); copies != tc.copies {
+					t.Errorf("%s: the 4 ranks hold it %d times over, want %d", name, copies, tc.copies)
+				}
+			}
+		})
+	}
+}
+
+// boxData returns the bytes of t's box b (row-major float32).
+func boxData(t ckpt.Tensor, b parallel.Box) []byte {
+	shape := make([]int, len(t.Dims))
+	for k, d := range t.Dims {
+		shape[k] = int(d)
+	}
+	var out []byte
+	var walk func(k, at int)
+	walk = func(k, at int) {
+		if k == len(shape) {
+			out = append(out, t.Data[4*at:4*at+4]...)
+			return
+		}
+		for i := b.Offset[k]; i < b.Offset[k]+b.Shape[k]; i++ {
+			walk(k+1, at*shape[k]+i)
+		}
+	}
+	walk(0, 0)
+	return out
 }

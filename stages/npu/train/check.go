@@ -297,9 +297,6 @@ func elasticProblems(w With, cluster plugins.Cluster, known func(keys ...string)
 	if known("pipeline_stages") && w.PipelineStages > 1 {
 		refuse("with pipeline_stages is not done yet: the layout of a smaller pipeline job is not derived for the reshard")
 	}
-	if known("parallel_optimizer") && w.ParallelOptimizer {
-		refuse("with parallel_optimizer is not done yet")
-	}
 	if known("dataset_strategy") && w.DatasetStrategy.Splits != nil {
 		refuse("with a dataset_strategy tuple is not done yet")
 	}

@@ -381,6 +381,7 @@ func reshardForJob(ctx context.Context, w With, cfg job.Config, files []string, 
 		target, layout, err = set.TargetFor(ckptset.Job{
 			Model: cfg.Model, Mode: fixedStrategyMode(cfg.Mode), Strategy: to.Planned.Strategy, Devices: to.Devices,
 			BatchPerDevice: to.BatchSize, FullBatch: cfg.FullBatch,
+			ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
 		})
 	} else {
 		target, _, err = engine.DevicesTarget(set.Source, to.Devices, engine.IndivisibleRefuse)

@@ -181,10 +181,12 @@ predict_strategy does inside a live job, done offline.
 
 The source is read as mspipe ckpt merge reads it (see its help). The target
 is the layout of the next training when --model is given: --devices M with
-its --mode, --op-strategy (npu/train's strategy, one operator per flag) and
---batch-size; mspipe derives where each of its ranks holds which slice as
-that training does, writes the strategy file it would write, and the
-training starts from its own slices with nothing to re-cut. Else the target
+its --mode, --op-strategy (npu/train's strategy, one operator per flag),
+--batch-size and --parallel-optimizer (with --optimizer-weight-shard-size);
+mspipe derives where each of its ranks holds which slice as that training
+does (with the parallel optimizer, its piece of every parameter whose
+update is split, and of the moments), writes the strategy file it would
+write, and the training starts from its own slices with nothing to re-cut. Else the target
 is --target-strategy FILE (a MindSpore strategy file for the new cluster;
 a directory of per-stage files makes a pipeline target, each parameter only
 in its stage's ranks, which a merged file cannot say) or --devices M alone, which follows one rule: a tensor the source splits
@@ -238,8 +240,10 @@ that cannot be read.`,
 			switch {
 			case (devices > 0) == (targetStrategy != ""):
 				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
-			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch):
-				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size and --full-batch describe the next training: give its --model too"))
+			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch || job.ParallelOptimizer):
+				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size, --full-batch and --parallel-optimizer describe the next training: give its --model too"))
+			case job.OptimizerShardSize != 0 && !job.ParallelOptimizer:
+				return usageErr(fmt.Errorf("--optimizer-weight-shard-size needs --parallel-optimizer"))
 			case devices < 0 || devices > reshard.MaxRanks:
 				return usageErr(fmt.Errorf("--devices %d: want 1 to %d (each target rank is an output file to plan and write)", devices, reshard.MaxRanks))
 			case out == "" && !plan:
@@ -310,6 +314,8 @@ that cannot be read.`,
 	cmd.Flags().StringArrayVar(&opStrategies, "op-strategy", nil, "the next training's shard strategy of one operator, OP=[[splits...],...] as in npu/train's strategy (repeat per operator)")
 	cmd.Flags().IntVar(&job.BatchPerDevice, "batch-size", 0, "the next training's batch size per device (with --model; default npu/train's)")
 	cmd.Flags().BoolVar(&job.FullBatch, "full-batch", false, "the next training's full_batch (with --model)")
+	cmd.Flags().BoolVar(&job.ParallelOptimizer, "parallel-optimizer", false, "the next training's parallel_optimizer (with --model): each rank gets its pieces of the parameters whose update is split")
+	cmd.Flags().IntVar(&job.OptimizerShardSize, "optimizer-weight-shard-size", 0, "the next training's optimizer_weight_shard_size (with --parallel-optimizer; default: every rank that holds the same slice)")
 	cmd.Flags().StringVar(&indivisible, "indivisible", reshard.IndivisibleRefuse, "with --devices, a split dimension that does not divide by M: refuse, split (uneven slices) or replicate (whole on every rank)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
 	return cmd

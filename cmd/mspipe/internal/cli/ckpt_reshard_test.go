@@ -371,4 +371,39 @@ func TestCkptReshardToTheNextTraining(t *testing.T) {
 			t.Fatalf("rank %d: end_point.weight %v, want whole (end_point runs data parallel)", r, dims)
 		}
 	}
+
+	// With --parallel-optimizer, data_parallel on 2 devices: every
+	// parameter's update is split in halves along dimension 0, so each
+	// rank gets its half of the weights and the moments.
+	if code, _, stderr := runCkpt(t, "reshard", whole, "--devices", "2", "--model", "semi_auto_net", "--mode", "data_parallel", "--optimizer-weight-shard-size", "2", "-o", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "needs --parallel-optimizer") {
+		t.Fatalf("a shard size without --parallel-optimizer: exit %d: %s", code, stderr)
+	}
+	pieces := filepath.Join(t.TempDir(), "pieces")
+	if code, stdout, stderr := runCkpt(t, "reshard", whole, "--devices", "2", "--model", "semi_auto_net", "--mode", "data_parallel", "--parallel-optimizer", "-o", pieces); code != ExitOK {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	if sf, err = parallel.ReadStrategyFile(filepath.Join(pieces, "strategy.ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	if l := sf.Layouts["fc.weight"]; l.OptWeightShardStep != 1 || l.OptWeightShardSize != 2 {
+		t.Fatalf("strategy file: fc.weight %+v, want opt_weight_shard_step 1 and opt_weight_shard_size 2", l)
+	}
+	if files, err = ckptset.Find(pieces, ""); err != nil || len(files) != 2 {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for r, f := range files {
+		got, err := ckpt.Read(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"fc.weight", "moments.fc.weight"} {
+			dims, w := floats(t, got, name)
+			if !slices.Equal(dims, []int64{1536, 128}) || w[0] != float32(1536*128*r%977) {
+				t.Fatalf("rank %d: %s %v, w[0][0] = %v; want rows %d on of [3072 128]", r, name, dims, w[0], 1536*r)
+			}
+		}
+		if dims, _ := floats(t, got, "end_point.weight"); !slices.Equal(dims, []int64{5, 128}) {
+			t.Fatalf("rank %d: end_point.weight %v, want its half [5 128]", r, dims)
+		}
+	}
 }
