@@ -1,0 +1,137 @@
+package train_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mspipe/mspipe/npu/job"
+	"github.com/mspipe/mspipe/npu/parallel"
+)
+
+// TestShrinkPipelineEqualsHandChain trains cnn in semi_auto_parallel with
+// 2 pipeline stages on 8 devices (4 a stage: conv1 and the pool on ranks
+// 0-3, conv2 onwards on ranks 4-7), 4 micro-batches a step, the strategy
+// splitting the batch of conv1 and conv2's output channels (its weight in
+// halves) inside the stages, and on_failure: shrink. Rank 5 (stage 1)
+// dies at step 6, after the step-4 checkpoint: 7 devices are left, HCCL
+// takes 4, which keep the 2 stages on 2 devices each with the stage's
+// global batch of 8 (4 a device).
+//
+// The new job's ranks find their init in their own layout ("no tensor
+// re-cut" in every rank's log): each holds its stage's slices only. The
+// reshard's strategy file is byte for byte the merged one the new job
+// writes from its stages' files. The new job's checkpoints equal, bit for
+// bit, the chain by hand: the same job failing, ckpt/reshard of its step-4
+// set (read through its per-stage strategy files) for the next training
+// (model, mode, strategy, pipeline_stages and micro_size), then npu/train
+// on 4 devices with that set as init and init_resumes; ckpt/reshard given
+// the new job's per-stage strategy files as target_strategy writes the
+// same set. With integrated_save the lost job's set is its stage leads'
+// whole tensors; without it, every rank's slices.
+func TestShrinkPipelineEqualsHandChain(t *testing.T) {
+	dataDir := synthData(t, 16) // 80 images: 10 steps of 8 per epoch
+	strategy := map[string]any{
+		"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}},
+		"conv2": []any{[]any{1, 1, 1, 1}, []any{2, 1, 1, 1}},
+	}
+	for _, integrated := range []bool{true, false} {
+		t.Run(fmt.Sprintf("integrated_save %v", integrated), func(t *testing.T) {
+			base := withBlock(dataDir, map[string]any{
+				"model": "cnn", "mode": "semi_auto_parallel", "strategy": strategy,
+				"pipeline_stages": 2, "micro_size": 4, "integrated_save": integrated,
+				"batch_size": 2, "epochs": 1, "save_checkpoint_steps": 2, "collective_timeout": "20s",
+				"fault": map[string]any{"rank": 5, "step": 6},
+			})
+			elastic := t.TempDir()
+			r := mustRun(t, elastic, 8, merged(base, map[string]any{"on_failure": "shrink"}))
+			recs := shrinkRecords(r)
+			if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
+				t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
+			}
+			if !strings.Contains(fmt.Sprint(recs[0]["to_layout"]), "4 devices, batch 4 per device") {
+				t.Errorf("shrink record to_layout %q, want 4 devices of batch 4", recs[0]["to_layout"])
+			}
+			t.Logf("shrink: %v → %v", recs[0]["from_layout"], recs[0]["to_layout"])
+			shrunk := filepath.Join(elastic, "shrink1")
+			noRecut(t, shrunk, 4)
+			jobStrategy := filepath.Join(shrunk, "strategy.ckpt")
+			sameFile(t, filepath.Join(shrunk, "resharded", "strategy.ckpt"), jobStrategy)
+			// Each rank of the new job was given its stage's parameters
+			// only, conv2.weight in halves on stage 1.
+			for rank, want := range map[int]string{0: "conv1.weight", 1: "conv1.weight", 2: "conv2.weight", 3: "conv2.weight"} {
+				init := readTensors(t, lastCheckpoint(t, filepath.Join(shrunk, "resharded"), rank))
+				other := map[string]string{"conv1.weight": "conv2.weight", "conv2.weight": "conv1.weight"}[want]
+				if _, ok := init[want]; !ok {
+					t.Errorf("rank %d's init lacks %s", rank, want)
+				}
+				if _, ok := init[other]; ok {
+					t.Errorf("rank %d's init holds %s, another stage's", rank, other)
+				}
+				if want == "conv2.weight" && fmt.Sprint(init[want].Dims) != "[16 16 3 3]" {
+					t.Errorf("rank %d's init holds conv2.weight as %v, want its half [16 16 3 3]", rank, init[want].Dims)
+				}
+			}
+
+			hand := t.TempDir()
+			if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil || !strings.Contains(failed.err.Error(), "rank 5") {
+				t.Fatalf("the 8-device job without on_failure: err %v, want it to fail naming rank 5", failed.err)
+			}
+			// The failed job merged no strategy file: its stages' files
+			// are the set's strategy.
+			handStrategy := stageStrategyDir(t, filepath.Join(hand, "strategy.ckpt"))
+			set := reshardSet(t, map[string]any{
+				"from": hand, "source_strategy": handStrategy, "devices": 4,
+				"model": "cnn", "mode": "semi_auto_parallel", "strategy": strategy, "batch_size": 4,
+				"pipeline_stages": 2, "micro_size": 4,
+			})
+			sameFile(t, filepath.Join(set, "strategy.ckpt"), jobStrategy)
+			byFiles := reshardSet(t, map[string]any{
+				"from": hand, "source_strategy": handStrategy, "devices": 4,
+				"target_strategy": stageStrategyDir(t, jobStrategy),
+			})
+			again := t.TempDir()
+			mustRun(t, again, 4, merged(base, map[string]any{"batch_size": 4, "init": set, "init_resumes": true, "fault": nil}))
+			noRecut(t, again, 4)
+			for rank := range 4 {
+				model, files := readTensors(t, lastCheckpoint(t, set, rank)), readTensors(t, lastCheckpoint(t, byFiles, rank))
+				sameTensors(t, fmt.Sprintf("rank %d's init by target_strategy, against the model target", rank), files, model)
+			}
+			ranks := []int{0, 2} // the stage leads save their stage's whole tensors
+			if !integrated {
+				ranks = []int{0, 1, 2, 3}
+			}
+			for _, rank := range ranks {
+				got, want := lastCheckpoint(t, shrunk, rank), lastCheckpoint(t, again, rank)
+				if filepath.Base(got) != "CKP-1_10.ckpt" || filepath.Base(want) != "CKP-1_10.ckpt" {
+					t.Errorf("rank %d: last checkpoints %s and %s, want both of step 10", rank, got, want)
+				}
+				sameTensors(t, fmt.Sprintf("rank %d after the shrink, against the chain by hand", rank), readTensors(t, got), readTensors(t, want))
+			}
+		})
+	}
+}
+
+// stageStrategyDir copies the per-stage strategy files a 2-stage job
+// wrote beside path (job.StageStrategyFile) into a directory of their own,
+// as a user gathers them for ckpt/reshard, and returns it.
+func stageStrategyDir(t *testing.T, path string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for s := range 2 {
+		from := job.StageStrategyFile(path, s)
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, err := parallel.ReadStrategyFile(from); err != nil || f.CurrentStage != s {
+			t.Fatalf("%s: %v, current_stage %v; want stage %d's file", from, err, f, s)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(from)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
