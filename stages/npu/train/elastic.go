@@ -168,8 +168,8 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 	rec := ShrinkRecord{
 		LostRank: rf.Rank, Generation: gen, ResumedStep: resumed, FailedStep: ran.watch.lastStep,
 		FromDevices: prev.devices, ToDevices: to.Devices,
-		FromLayout: describeLayout(w.Mode, prev.devices, cfg.BatchSize, cfg.Strategy),
-		ToLayout:   describeLayout(w.Mode, to.Devices, to.BatchSize, to.Planned.Strategy),
+		FromLayout: describeLayout(cfg, prev.devices, cfg.BatchSize, cfg.Strategy),
+		ToLayout:   describeLayout(cfg, to.Devices, to.BatchSize, to.Planned.Strategy),
 	}
 	next.shrunk = &pendingShrink{rec: rec, failedAt: failedAt}
 	return next, nil
@@ -225,9 +225,13 @@ func (r ShrinkRecord) emit(sc sdk.Context) {
 		"steps_redone", max(r.FailedStep-r.ResumedStep, 0), "seconds_lost", r.SecondsLost, "no_step", r.NoStep)
 }
 
-// describeLayout says how a job is laid out, for the shrink record.
-func describeLayout(mode parallel.Mode, devices, batch int, s parallel.Strategy) string {
-	out := fmt.Sprintf("%s on %d devices, batch %d per device", mode, devices, batch)
+// describeLayout says how a job of cfg's mode and pipeline is laid out,
+// for the shrink record.
+func describeLayout(cfg job.Config, devices, batch int, s parallel.Strategy) string {
+	out := fmt.Sprintf("%s on %d devices, batch %d per device", cfg.Mode, devices, batch)
+	if cfg.Pipelined() {
+		out += fmt.Sprintf(", %d pipeline stages of %d devices", cfg.PipelineStages, devices/cfg.PipelineStages)
+	}
 	if len(s) > 0 {
 		var ops []string
 		for _, name := range slices.Sorted(maps.Keys(s)) {

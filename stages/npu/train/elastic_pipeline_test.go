@@ -11,14 +11,16 @@ import (
 	"github.com/mspipe/mspipe/npu/parallel"
 )
 
-// TestShrinkPipelineEqualsHandChain trains cnn in semi_auto_parallel with
-// 2 pipeline stages on 8 devices (4 a stage: conv1 and the pool on ranks
-// 0-3, conv2 onwards on ranks 4-7), 4 micro-batches a step, the strategy
-// splitting the batch of conv1 and conv2's output channels (its weight in
-// halves) inside the stages, and on_failure: shrink. Rank 5 (stage 1)
-// dies at step 6, after the step-4 checkpoint: 7 devices are left, HCCL
-// takes 4, which keep the 2 stages on 2 devices each with the stage's
-// global batch of 8 (4 a device).
+// TestShrinkPipelineEqualsHandChain trains cnn with 2 pipeline stages on
+// 8 devices (4 a stage: conv1 and the pool on ranks 0-3, conv2 onwards on
+// ranks 4-7), 4 micro-batches a step, and on_failure: shrink: in
+// semi_auto_parallel with a strategy splitting the batch of conv1 and
+// conv2's output channels (its weight in halves) inside the stages, with
+// and without integrated_save, and in auto_parallel, whose search runs
+// again for the smaller stage groups. Rank 5 (stage 1) dies at step 6,
+// after the step-4 checkpoint: 7 devices are left, HCCL takes 4, which
+// keep the 2 stages on 2 devices each with the stage's global batch of 8
+// (4 a device).
 //
 // The new job's ranks find their init in their own layout ("no tensor
 // re-cut" in every rank's log): each holds its stage's slices only. The
@@ -26,33 +28,44 @@ import (
 // writes from its stages' files. The new job's checkpoints equal, bit for
 // bit, the chain by hand: the same job failing, ckpt/reshard of its step-4
 // set (read through its per-stage strategy files) for the next training
-// (model, mode, strategy, pipeline_stages and micro_size), then npu/train
-// on 4 devices with that set as init and init_resumes; ckpt/reshard given
-// the new job's per-stage strategy files as target_strategy writes the
-// same set. With integrated_save the lost job's set is its stage leads'
-// whole tensors; without it, every rank's slices.
+// (model, mode, strategy, pipeline_stages and micro_size; for auto_parallel
+// semi_auto_parallel with the strategy mspipe plan gives for 4 devices),
+// then npu/train on 4 devices with that set as init and init_resumes;
+// ckpt/reshard given the new job's per-stage strategy files as
+// target_strategy writes the same set. With integrated_save the lost job's
+// set is its stage leads' whole tensors; without it, every rank's slices.
 func TestShrinkPipelineEqualsHandChain(t *testing.T) {
 	dataDir := synthData(t, 16) // 80 images: 10 steps of 8 per epoch
 	strategy := map[string]any{
 		"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}},
 		"conv2": []any{[]any{1, 1, 1, 1}, []any{2, 1, 1, 1}},
 	}
-	for _, integrated := range []bool{true, false} {
-		t.Run(fmt.Sprintf("integrated_save %v", integrated), func(t *testing.T) {
-			base := withBlock(dataDir, map[string]any{
-				"model": "cnn", "mode": "semi_auto_parallel", "strategy": strategy,
-				"pipeline_stages": 2, "micro_size": 4, "integrated_save": integrated,
+	for _, tc := range []struct {
+		name       string
+		extra      map[string]any
+		integrated bool
+		// conv2 is a slice of the whole [32 16 3 3] on the new job's stage
+		// 1 (semi_auto_parallel's strategy splits it).
+		conv2 string
+	}{
+		{"semi_auto_parallel", map[string]any{"mode": "semi_auto_parallel", "strategy": strategy}, true, "[16 16 3 3]"},
+		{"semi_auto_parallel, integrated_save false", map[string]any{"mode": "semi_auto_parallel", "strategy": strategy, "integrated_save": false}, false, "[16 16 3 3]"},
+		{"auto_parallel", map[string]any{"mode": "auto_parallel"}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := withBlock(dataDir, merged(map[string]any{
+				"model": "cnn", "pipeline_stages": 2, "micro_size": 4,
 				"batch_size": 2, "epochs": 1, "save_checkpoint_steps": 2, "collective_timeout": "20s",
 				"fault": map[string]any{"rank": 5, "step": 6},
-			})
+			}, tc.extra))
 			elastic := t.TempDir()
 			r := mustRun(t, elastic, 8, merged(base, map[string]any{"on_failure": "shrink"}))
 			recs := shrinkRecords(r)
 			if len(recs) != 1 || fieldInt(recs[0], "lost_rank") != 5 || fieldInt(recs[0], "resumed_step") != 4 || fieldInt(recs[0], "to_devices") != 4 {
 				t.Fatalf("shrink records %v, want one: rank 5 lost, resumed after step 4 on 4 devices", recs)
 			}
-			if !strings.Contains(fmt.Sprint(recs[0]["to_layout"]), "4 devices, batch 4 per device") {
-				t.Errorf("shrink record to_layout %q, want 4 devices of batch 4", recs[0]["to_layout"])
+			if !strings.Contains(fmt.Sprint(recs[0]["to_layout"]), "4 devices, batch 4 per device, 2 pipeline stages of 2 devices") {
+				t.Errorf("shrink record to_layout %q, want 4 devices of batch 4 in 2 stages of 2", recs[0]["to_layout"])
 			}
 			t.Logf("shrink: %v → %v", recs[0]["from_layout"], recs[0]["to_layout"])
 			shrunk := filepath.Join(elastic, "shrink1")
@@ -60,7 +73,7 @@ func TestShrinkPipelineEqualsHandChain(t *testing.T) {
 			jobStrategy := filepath.Join(shrunk, "strategy.ckpt")
 			sameFile(t, filepath.Join(shrunk, "resharded", "strategy.ckpt"), jobStrategy)
 			// Each rank of the new job was given its stage's parameters
-			// only, conv2.weight in halves on stage 1.
+			// only.
 			for rank, want := range map[int]string{0: "conv1.weight", 1: "conv1.weight", 2: "conv2.weight", 3: "conv2.weight"} {
 				init := readTensors(t, lastCheckpoint(t, filepath.Join(shrunk, "resharded"), rank))
 				other := map[string]string{"conv1.weight": "conv2.weight", "conv2.weight": "conv1.weight"}[want]
@@ -70,8 +83,8 @@ func TestShrinkPipelineEqualsHandChain(t *testing.T) {
 				if _, ok := init[other]; ok {
 					t.Errorf("rank %d's init holds %s, another stage's", rank, other)
 				}
-				if want == "conv2.weight" && fmt.Sprint(init[want].Dims) != "[16 16 3 3]" {
-					t.Errorf("rank %d's init holds conv2.weight as %v, want its half [16 16 3 3]", rank, init[want].Dims)
+				if want == "conv2.weight" && tc.conv2 != "" && fmt.Sprint(init[want].Dims) != tc.conv2 {
+					t.Errorf("rank %d's init holds conv2.weight as %v, want its slice %s", rank, init[want].Dims, tc.conv2)
 				}
 			}
 
@@ -82,11 +95,21 @@ func TestShrinkPipelineEqualsHandChain(t *testing.T) {
 			// The failed job merged no strategy file: its stages' files
 			// are the set's strategy.
 			handStrategy := stageStrategyDir(t, filepath.Join(hand, "strategy.ckpt"))
-			set := reshardSet(t, map[string]any{
+			reshardWith := map[string]any{
 				"from": hand, "source_strategy": handStrategy, "devices": 4,
 				"model": "cnn", "mode": "semi_auto_parallel", "strategy": strategy, "batch_size": 4,
 				"pipeline_stages": 2, "micro_size": 4,
-			})
+			}
+			if tc.extra["mode"] == "auto_parallel" {
+				// What mspipe plan prints for the next training.
+				p, err := job.Plan(job.Layout{Model: "cnn", Mode: parallel.AutoParallel, BatchSize: 4, Devices: 4, PipelineStages: 2, MicroSize: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("auto_parallel on 2 stages of 2 devices: %v", p.Strategy)
+				reshardWith["strategy"] = p.Strategy
+			}
+			set := reshardSet(t, reshardWith)
 			sameFile(t, filepath.Join(set, "strategy.ckpt"), jobStrategy)
 			byFiles := reshardSet(t, map[string]any{
 				"from": hand, "source_strategy": handStrategy, "devices": 4,
@@ -100,7 +123,7 @@ func TestShrinkPipelineEqualsHandChain(t *testing.T) {
 				sameTensors(t, fmt.Sprintf("rank %d's init by target_strategy, against the model target", rank), files, model)
 			}
 			ranks := []int{0, 2} // the stage leads save their stage's whole tensors
-			if !integrated {
+			if !tc.integrated {
 				ranks = []int{0, 1, 2, 3}
 			}
 			for _, rank := range ranks {
