@@ -423,7 +423,7 @@ func TestReshardForPipeline(t *testing.T) {
 	}
 	out, _, err := run(t, map[string]any{
 		"from": path, "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "batch_size": 4,
-		"strategy": map[string]any{"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}}, "conv2": []any{[]any{1, 1, 1, 1}, []any{2, 1, 1, 1}}},
+		"strategy":        map[string]any{"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}}, "conv2": []any{[]any{1, 1, 1, 1}, []any{2, 1, 1, 1}}},
 		"pipeline_stages": 2, "micro_size": 4,
 	})
 	if err != nil {
