@@ -230,7 +230,11 @@ func (r ShrinkRecord) emit(sc sdk.Context) {
 func describeLayout(cfg job.Config, devices, batch int, s parallel.Strategy) string {
 	out := fmt.Sprintf("%s on %d devices, batch %d per device", cfg.Mode, devices, batch)
 	if cfg.Pipelined() {
-		out += fmt.Sprintf(", %d pipeline stages of %d devices", cfg.PipelineStages, devices/cfg.PipelineStages)
+		per := devices / cfg.PipelineStages
+		out += fmt.Sprintf(", %d pipeline stages of %d device", cfg.PipelineStages, per)
+		if per > 1 {
+			out += "s"
+		}
 	}
 	if len(s) > 0 {
 		var ops []string

@@ -158,3 +158,47 @@ func stageStrategyDir(t *testing.T, path string) string {
 	}
 	return dir
 }
+
+// TestShrinkPipelineTwice: a 2-stage pipeline job on 8 devices loses rank
+// 5 (stage 1), goes on as 2 stages of 2 on 4 devices, loses rank 1 there
+// (stage 0; the shrunk job's per-stage strategy files lay its set out) and
+// goes on as 2 stages of 1 on 2 devices, each rank finding its init in its
+// layout; the stage ends with the last job's outputs at global step 10.
+func TestShrinkPipelineTwice(t *testing.T) {
+	dataDir := synthData(t, 16) // 80 images: 10 steps of 8 per epoch
+	r := mustRun(t, t.TempDir(), 8, withBlock(dataDir, map[string]any{
+		"model": "cnn", "mode": "semi_auto_parallel", "pipeline_stages": 2, "micro_size": 2,
+		"batch_size": 2, "epochs": 1, "save_checkpoint_steps": 2, "collective_timeout": "20s",
+		"on_failure": "shrink", "faults": []any{
+			map[string]any{"rank": 5, "step": 6},
+			map[string]any{"rank": 1, "step": 9, "shrink": 1},
+		},
+	}))
+	recs := shrinkRecords(r)
+	if len(recs) != 2 {
+		t.Fatalf("%d shrink records, want 2: %v", len(recs), recs)
+	}
+	for i, want := range []map[string]int{
+		{"shrink": 1, "lost_rank": 5, "resumed_step": 4, "from_devices": 8, "to_devices": 4},
+		{"shrink": 2, "lost_rank": 1, "resumed_step": 8, "from_devices": 4, "to_devices": 2},
+	} {
+		for key, v := range want {
+			if got := fieldInt(recs[i], key); got != v {
+				t.Errorf("shrink record %d: %s = %v, want %d", i+1, key, recs[i][key], v)
+			}
+		}
+	}
+	if !strings.Contains(fmt.Sprint(recs[1]["to_layout"]), "2 pipeline stages of 1 device") {
+		t.Errorf("second shrink to_layout %q, want 2 stages of 1 device", recs[1]["to_layout"])
+	}
+	last, _ := r.outputs["checkpoints"].(string)
+	if filepath.Base(last) != "shrink2" || r.outputs["global_step"] != 10 {
+		t.Errorf("outputs checkpoints %v, global_step %v: want shrink2's and 10", last, r.outputs["global_step"])
+	}
+	noRecut(t, last, 2)
+	for rank := range 2 {
+		if got := filepath.Base(lastCheckpoint(t, last, rank)); got != "CKP-1_10.ckpt" {
+			t.Errorf("the 2-device job's rank %d ended with %s, want CKP-1_10.ckpt", rank, got)
+		}
+	}
+}
