@@ -429,6 +429,18 @@ func TestReshardForPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The strategy is checked on a micro-batch, as the training runs it:
+	// 8 images a stage in 8 micro-batches leave conv1's batch split in two
+	// nothing to split.
+	if _, _, err := run(t, map[string]any{
+		"from": path, "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "batch_size": 4,
+		"strategy":        map[string]any{"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}}},
+		"pipeline_stages": 2, "micro_size": 8,
+	}); err == nil || !strings.Contains(err.Error(), "conv1") {
+		t.Errorf("conv1's batch split in two on micro-batches of 1 image: %v", err)
+	} else {
+		t.Logf("micro-batches of 1 image: %v", err)
+	}
 	sf, err := parallel.ReadStrategyFile(out["strategy"].(string))
 	if err != nil {
 		t.Fatal(err)
