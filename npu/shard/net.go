@@ -495,11 +495,11 @@ func stageOps(ops []*parallel.OpLayout, span StageSpan) []*parallel.OpLayout {
 // current_stage): LayoutOf's JobLayout.StrategyFile gives the same file
 // without building the network.
 func (n *Net) StrategyFile() *parallel.StrategyFile {
-	f := StrategyFileOf(n.OpLayouts(), n.Layouts(), n.OptimizerLayouts())
+	l := JobLayout{Ops: n.OpLayouts(), Params: n.Layouts(), Optimizer: n.OptimizerLayouts()}
 	if n.pipe != nil {
-		f.CurrentStage = n.pipe.cfg.Stage
+		l.Stage = n.pipe.cfg.Stage
 	}
-	return f
+	return l.StrategyFile()
 }
 
 // Gather returns every parameter's whole value on root (nil on the other
