@@ -219,9 +219,10 @@ func ParallelOptimizer(size int) Option {
 }
 
 // optPieces returns how many pieces the parallel optimizer splits the
-// update of a parameter laid out by l into: 1 when it is off or leaves the
-// parameter whole.
-func (p *pricer) optPieces(l parallel.Layout) (int, error) {
+// update of parameter t, laid out by l, into: 1 when it is off or leaves
+// the parameter whole, by the rule npu/shard runs
+// (parallel.OptimizerPieces).
+func (p *pricer) optPieces(t parallel.TensorSpec, l parallel.Layout) (int, error) {
 	if p.optShard < 0 {
 		return 1, nil
 	}
@@ -229,21 +230,11 @@ func (p *pricer) optPieces(l parallel.Layout) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	slicesOf := 1 // distinct slices: the rest of the devices repeat them
-	for k, m := range l.TensorMap {
-		if m >= 0 {
-			slicesOf *= l.Shape[k] / shape[k]
-		}
+	repeats, err := l.Repeats()
+	if err != nil {
+		return 0, err
 	}
-	repeats := l.Devices() / slicesOf
-	size := p.optShard
-	if size == 0 || size > repeats {
-		size = repeats
-	}
-	if size < 2 || repeats%size != 0 || len(shape) == 0 || shape[0]%size != 0 {
-		return 1, nil
-	}
-	return size, nil
+	return parallel.OptimizerPieces(t, shape, repeats, p.optShard)
 }
 
 // groupSize returns the number of ranks of a reduction over axes of l's
@@ -389,11 +380,17 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		if err != nil {
 			return err
 		}
-		pieces, err := p.optPieces(l)
+		pieces, err := p.optPieces(t, l)
 		if err != nil {
 			return err
 		}
-		held := 2*bytes + bytes/int64(pieces) // value, gradient, momentum (this rank's piece)
+		// The value; a trainable parameter also has a gradient and a
+		// moment (this rank's piece of it). A frozen one (BatchNorm's
+		// moving statistics) has neither, as on npu/shard's device.
+		held := bytes
+		if !t.Frozen {
+			held += bytes + bytes/int64(pieces)
+		}
 		if len(axes) > 0 {
 			// npu/shard packs the gradients it all-reduces into a buffer of
 			// their own; one reduce-scattered over the ranks that split
@@ -406,9 +403,13 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		}
 		c.ParamMemory += held
 		keep("parameter "+t.Name, held)
-		// The optimizer updates this rank's piece; a reduced gradient is
-		// packed into its bucket and back.
-		update := bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
+		// The optimizer updates this rank's piece of a trainable
+		// parameter; a reduced gradient (or a frozen parameter's value,
+		// averaged) is packed into its bucket and back.
+		var update int64
+		if !t.Frozen {
+			update = bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
+		}
 		if groupSize(l, axes) > 1 {
 			update += bytes / BytesPerElement * PackBytesPerElement
 		}
