@@ -38,14 +38,21 @@ type OpCost struct {
 	// Collectives is the number of collective calls (each costs a
 	// latency).
 	Collectives int
-	// ParamMemory is value, gradient and momentum of the slices of the
-	// parameters this operator is the first to use; ActivationMemory its
+	// ParamMemory is value, gradient and momentum (a frozen parameter's
+	// value only) of the slices of the parameters this operator is the
+	// first to use, with their reduction buffers; ActivationMemory its
 	// output slice kept for the backward pass, plus the input batch slice
 	// it reads (the first operator's input, labels). Memory is their sum.
 	ParamMemory, ActivationMemory, Memory int64
-	// Largest names the biggest tensor counted in Memory, with its bytes.
+	// Largest names the biggest tensor counted in Memory, with its bytes
+	// (of the operator priced alone).
 	Largest      string
 	LargestBytes int64
+	// scatterRooms is the receive buffers the reduce-scatters of this
+	// operator's gradients need, counted in ParamMemory, and scatterRoom
+	// the largest of them: npu/shard has one buffer for all, the largest
+	// of the step's, which [pricer.plan] keeps.
+	scatterRooms, scatterRoom int64
 	// buckets are the gradient reductions counted in CommSeconds, each
 	// with a latency; the engine makes one call a step per group, which
 	// [pricer.plan] keeps.
@@ -396,7 +403,10 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 			// their own; one reduce-scattered over the ranks that split
 			// its update needs room for the others' parts of its piece.
 			if g := groupSize(l, axes); pieces > 1 && g == pieces {
-				held += bytes / int64(pieces) * int64(pieces-1)
+				room := bytes / int64(pieces) * int64(pieces-1)
+				held += room
+				c.scatterRooms += room
+				c.scatterRoom = max(c.scatterRoom, room)
 			} else {
 				held += bytes
 			}
@@ -576,6 +586,25 @@ func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
 		plan.CommSeconds += c.CommSeconds
 		plan.IntraBytes += c.IntraBytes
 		plan.InterBytes += c.InterBytes
+	}
+	// npu/shard receives every reduce-scatter into one buffer, sized for
+	// the largest: the operator that needs it keeps that room, every other
+	// room is given back. (The search, pricing operators alone, counts each
+	// room: it errs on the safe side.)
+	widest := 0
+	for i, c := range plan.Ops {
+		if c.scatterRoom > plan.Ops[widest].scatterRoom {
+			widest = i
+		}
+	}
+	for i := range plan.Ops {
+		c := &plan.Ops[i]
+		shared := c.scatterRooms
+		if i == widest {
+			shared -= c.scatterRoom
+		}
+		c.ParamMemory -= shared
+		c.Memory -= shared
 		plan.PeakMemory += c.Memory
 	}
 	plan.StepSeconds = plan.ComputeSeconds + plan.CommSeconds
