@@ -218,9 +218,12 @@ type Option func(*pricer)
 
 // ParallelOptimizer prices the parallel optimizer (MindSpore's
 // enable_parallel_optimizer) with optimizer_weight_shard_size size (0:
-// each parameter's whole data-parallel group): a parameter repeated on
-// several ranks keeps only its piece of the momentum on each, when its
-// slice's dimension 0 divides into the pieces, as npu/shard runs it.
+// each parameter's whole data-parallel group): a trainable parameter
+// repeated on several ranks keeps only its piece of the momentum on each,
+// when its slice's dimension 0 divides into the pieces, as npu/shard runs
+// it (parallel.OptimizerPieces). A layout npu/shard refuses (a shard size
+// that does not divide a parameter's repeats) is an error for Evaluate
+// and no candidate for Search.
 func ParallelOptimizer(size int) Option {
 	return func(p *pricer) { p.optShard = max(size, 0) }
 }
