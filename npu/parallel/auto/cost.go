@@ -397,8 +397,9 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		// The value; a trainable parameter also has a gradient and a
 		// moment (this rank's piece of it). A frozen one (BatchNorm's
 		// moving statistics) has neither, as on npu/shard's device.
+		trainable := !t.Frozen
 		held := bytes
-		if !t.Frozen {
+		if trainable {
 			held += bytes + bytes/int64(pieces)
 		}
 		if len(axes) > 0 {
@@ -420,7 +421,7 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		// parameter; a reduced gradient (or a frozen parameter's value,
 		// averaged) is packed into its bucket and back.
 		var update int64
-		if !t.Frozen {
+		if trainable {
 			update = bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
 		}
 		if groupSize(l, axes) > 1 {
