@@ -13,4 +13,8 @@ var (
 	// ErrStrategyFile is wrapped by errors about the content of a strategy
 	// file (strategy_ckpt_save_file) that is not about a layout or strategy.
 	ErrStrategyFile = errors.New("invalid strategy file")
+	// ErrOptimizerShard is wrapped by errors about an
+	// optimizer_weight_shard_size that does not divide the ranks holding
+	// a parameter's slice (see OptimizerPieces).
+	ErrOptimizerShard = errors.New("invalid optimizer shard size")
 )

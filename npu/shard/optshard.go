@@ -32,23 +32,6 @@ type optShard struct {
 	scatter bool
 }
 
-// optShardSize returns the number of pieces a parameter repeated on
-// repeats ranks is split into: the configured size (0: all of them), 1
-// when the parameter is not optimizer-sharded.
-func (c *Config) optShardSize(name string, repeats int) (int, error) {
-	if !c.ParallelOptimizer || repeats < 2 {
-		return 1, nil
-	}
-	size := c.OptimizerShardSize
-	if size == 0 || size > repeats {
-		size = repeats
-	}
-	if repeats%size != 0 {
-		return 0, fmt.Errorf("%w: parameter %s is repeated on %d ranks, which optimizer_weight_shard_size %d does not divide", ErrConfig, name, repeats, size)
-	}
-	return size, nil
-}
-
 // optSplit is how the parallel optimizer splits the update of one
 // parameter, seen from one rank.
 type optSplit struct {
@@ -64,13 +47,13 @@ type optSplit struct {
 
 // splitOptimizer returns how the parallel optimizer splits the update of
 // parameter t, laid out by l, over the ranks that repeat rank's slice of
-// it, or nil when t stays whole: the optimizer is off, t is frozen, no
-// other rank holds the slice, or the slice's dimension 0 does not divide
-// into the shard size (MindSpore's rule). New builds each rank's pieces
-// and LayoutOf writes the strategy file entries from it, so a checkpoint
-// resharded to LayoutOf's file holds exactly the pieces the ranks load.
+// it, or nil when t stays whole: the optimizer is off, or
+// parallel.OptimizerPieces (MindSpore's rule, which the cost model prices
+// too) says so. New builds each rank's pieces and LayoutOf writes the
+// strategy file entries from it, so a checkpoint resharded to LayoutOf's
+// file holds exactly the pieces the ranks load.
 func (c *Config) splitOptimizer(t parallel.TensorSpec, l parallel.Layout, rank int) (*optSplit, error) {
-	if !c.ParallelOptimizer || t.Frozen || c.Mode == parallel.HybridParallel {
+	if !c.ParallelOptimizer || c.Mode == parallel.HybridParallel {
 		return nil, nil
 	}
 	mine, err := l.Box(rank)
@@ -87,13 +70,13 @@ func (c *Config) splitOptimizer(t parallel.TensorSpec, l parallel.Layout, rank i
 			repeats = append(repeats, r)
 		}
 	}
-	size, err := c.optShardSize(t.Name, len(repeats))
-	if err != nil || size == 1 {
-		return nil, err
-	}
 	slice := mine.Shape
-	if len(slice) == 0 || slice[0]%size != 0 {
-		return nil, nil // MindSpore keeps such a parameter whole
+	size, err := parallel.OptimizerPieces(t, slice, len(repeats), c.OptimizerShardSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if size == 1 {
+		return nil, nil
 	}
 	tl := parallel.TensorLayoutOf(l)
 	tl.OptWeightShardStep, tl.OptWeightShardSize = l.Devices()/len(repeats), size

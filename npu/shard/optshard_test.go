@@ -68,15 +68,14 @@ func floatBytes(v []float32) []byte {
 }
 
 // A shard size that does not divide a parameter's data-parallel group is
-// refused, naming the parameter; the parallel optimizer is refused in
+// refused when the network is laid out, naming the parameter (the rule is
+// parallel.OptimizerPieces's); the parallel optimizer is refused in
 // stand_alone and hybrid_parallel.
 func TestParallelOptimizerRefusals(t *testing.T) {
-	c := &Config{ParallelOptimizer: true, OptimizerShardSize: 3}
-	if _, err := c.optShardSize("fc.weight", 4); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "fc.weight is repeated on 4 ranks, which optimizer_weight_shard_size 3 does not divide") {
+	_, err := New(Config{Model: "semi_auto_net", Mode: parallel.DataParallel, Devices: 4, Comm: memComms(4)[0], BatchPerDevice: 2, Threads: 1,
+		ParallelOptimizer: true, OptimizerShardSize: 3})
+	if !errors.Is(err, ErrConfig) || !errors.Is(err, parallel.ErrOptimizerShard) || !strings.Contains(err.Error(), "fc.weight is repeated on 4 ranks, which optimizer_weight_shard_size 3 does not divide") {
 		t.Errorf("shard size 3 of a group of 4: %v", err)
-	}
-	if size, err := c.optShardSize("fc.weight", 6); size != 3 || err != nil {
-		t.Errorf("shard size 3 of a group of 6: %d, %v", size, err)
 	}
 	for _, mode := range []parallel.Mode{parallel.StandAlone, parallel.HybridParallel} {
 		_, err := New(Config{Model: "hybrid_net", Mode: mode, Devices: 1, BatchPerDevice: 4, ParallelOptimizer: true})

@@ -299,8 +299,9 @@ func TestServedRecoversPanics(t *testing.T) {
 
 func TestServedDrain(t *testing.T) {
 	base, stop := context.WithCancel(context.Background())
-	started := make(chan struct{})
+	started, returned := make(chan struct{}), make(chan struct{})
 	s := &served{base: base, stage: Stage[struct{}]{Name: "x", Execute: func(ctx context.Context, _ Context, _ struct{}) (map[string]any, error) {
+		defer close(returned)
 		close(started)
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -314,12 +315,18 @@ func TestServedDrain(t *testing.T) {
 	stop()
 	s.drain() // returns only once the running stage has returned
 	select {
+	case <-returned:
+	default:
+		t.Fatal("drain returned before the running stage")
+	}
+	// Run's own return, and the send above, may still be on their way.
+	select {
 	case err := <-errc:
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("running stage ended with %v", err)
 		}
-	default:
-		t.Fatal("drain returned before the running stage")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after drain")
 	}
 	if _, err := s.Run(context.Background(), plugins.RunRequest{}, nil); !errors.Is(err, errShuttingDown) {
 		t.Errorf("Run after drain = %v", err)

@@ -38,14 +38,21 @@ type OpCost struct {
 	// Collectives is the number of collective calls (each costs a
 	// latency).
 	Collectives int
-	// ParamMemory is value, gradient and momentum of the slices of the
-	// parameters this operator is the first to use; ActivationMemory its
+	// ParamMemory is value, gradient and momentum (a frozen parameter's
+	// value only) of the slices of the parameters this operator is the
+	// first to use, with their reduction buffers; ActivationMemory its
 	// output slice kept for the backward pass, plus the input batch slice
 	// it reads (the first operator's input, labels). Memory is their sum.
 	ParamMemory, ActivationMemory, Memory int64
-	// Largest names the biggest tensor counted in Memory, with its bytes.
+	// Largest names the biggest tensor counted in Memory, with its bytes
+	// (of the operator priced alone).
 	Largest      string
 	LargestBytes int64
+	// scatterRooms is the receive buffers the reduce-scatters of this
+	// operator's gradients need, counted in ParamMemory, and scatterRoom
+	// the largest of them: npu/shard has one buffer for all, the largest
+	// of the step's, which [pricer.plan] keeps.
+	scatterRooms, scatterRoom int64
 	// buckets are the gradient reductions counted in CommSeconds, each
 	// with a latency; the engine makes one call a step per group, which
 	// [pricer.plan] keeps.
@@ -211,17 +218,21 @@ type Option func(*pricer)
 
 // ParallelOptimizer prices the parallel optimizer (MindSpore's
 // enable_parallel_optimizer) with optimizer_weight_shard_size size (0:
-// each parameter's whole data-parallel group): a parameter repeated on
-// several ranks keeps only its piece of the momentum on each, when its
-// slice's dimension 0 divides into the pieces, as npu/shard runs it.
+// each parameter's whole data-parallel group): a trainable parameter
+// repeated on several ranks keeps only its piece of the momentum on each,
+// when its slice's dimension 0 divides into the pieces, as npu/shard runs
+// it (parallel.OptimizerPieces). A layout npu/shard refuses (a shard size
+// that does not divide a parameter's repeats) is an error for Evaluate
+// and no candidate for Search.
 func ParallelOptimizer(size int) Option {
 	return func(p *pricer) { p.optShard = max(size, 0) }
 }
 
 // optPieces returns how many pieces the parallel optimizer splits the
-// update of a parameter laid out by l into: 1 when it is off or leaves the
-// parameter whole.
-func (p *pricer) optPieces(l parallel.Layout) (int, error) {
+// update of parameter t, laid out by l, into: 1 when it is off or leaves
+// the parameter whole, by the rule npu/shard runs
+// (parallel.OptimizerPieces).
+func (p *pricer) optPieces(t parallel.TensorSpec, l parallel.Layout) (int, error) {
 	if p.optShard < 0 {
 		return 1, nil
 	}
@@ -229,21 +240,11 @@ func (p *pricer) optPieces(l parallel.Layout) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	slicesOf := 1 // distinct slices: the rest of the devices repeat them
-	for k, m := range l.TensorMap {
-		if m >= 0 {
-			slicesOf *= l.Shape[k] / shape[k]
-		}
+	repeats, err := l.Repeats()
+	if err != nil {
+		return 0, err
 	}
-	repeats := l.Devices() / slicesOf
-	size := p.optShard
-	if size == 0 || size > repeats {
-		size = repeats
-	}
-	if size < 2 || repeats%size != 0 || len(shape) == 0 || shape[0]%size != 0 {
-		return 1, nil
-	}
-	return size, nil
+	return parallel.OptimizerPieces(t, shape, repeats, p.optShard)
 }
 
 // groupSize returns the number of ranks of a reduction over axes of l's
@@ -389,26 +390,40 @@ func (p *pricer) op(i int, ol *parallel.OpLayout) (OpCost, error) {
 		if err != nil {
 			return err
 		}
-		pieces, err := p.optPieces(l)
+		pieces, err := p.optPieces(t, l)
 		if err != nil {
 			return err
 		}
-		held := 2*bytes + bytes/int64(pieces) // value, gradient, momentum (this rank's piece)
+		// The value; a trainable parameter also has a gradient and a
+		// moment (this rank's piece of it). A frozen one (BatchNorm's
+		// moving statistics) has neither, as on npu/shard's device.
+		trainable := !t.Frozen
+		held := bytes
+		if trainable {
+			held += bytes + bytes/int64(pieces)
+		}
 		if len(axes) > 0 {
 			// npu/shard packs the gradients it all-reduces into a buffer of
 			// their own; one reduce-scattered over the ranks that split
 			// its update needs room for the others' parts of its piece.
 			if g := groupSize(l, axes); pieces > 1 && g == pieces {
-				held += bytes / int64(pieces) * int64(pieces-1)
+				room := bytes / int64(pieces) * int64(pieces-1)
+				held += room
+				c.scatterRooms += room
+				c.scatterRoom = max(c.scatterRoom, room)
 			} else {
 				held += bytes
 			}
 		}
 		c.ParamMemory += held
 		keep("parameter "+t.Name, held)
-		// The optimizer updates this rank's piece; a reduced gradient is
-		// packed into its bucket and back.
-		update := bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
+		// The optimizer updates this rank's piece of a trainable
+		// parameter; a reduced gradient (or a frozen parameter's value,
+		// averaged) is packed into its bucket and back.
+		var update int64
+		if trainable {
+			update = bytes / BytesPerElement / int64(pieces) * UpdateBytesPerElement
+		}
 		if groupSize(l, axes) > 1 {
 			update += bytes / BytesPerElement * PackBytesPerElement
 		}
@@ -575,6 +590,25 @@ func (p *pricer) plan(ols []*parallel.OpLayout) (*Plan, error) {
 		plan.CommSeconds += c.CommSeconds
 		plan.IntraBytes += c.IntraBytes
 		plan.InterBytes += c.InterBytes
+	}
+	// npu/shard receives every reduce-scatter into one buffer, sized for
+	// the largest: the operator that needs it keeps that room, every other
+	// room is given back. (The search, pricing operators alone, counts each
+	// room: it errs on the safe side.)
+	widest := 0
+	for i, c := range plan.Ops {
+		if c.scatterRoom > plan.Ops[widest].scatterRoom {
+			widest = i
+		}
+	}
+	for i := range plan.Ops {
+		c := &plan.Ops[i]
+		shared := c.scatterRooms
+		if i == widest {
+			shared -= c.scatterRoom
+		}
+		c.ParamMemory -= shared
+		c.Memory -= shared
 		plan.PeakMemory += c.Memory
 	}
 	plan.StepSeconds = plan.ComputeSeconds + plan.CommSeconds

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -362,5 +363,100 @@ func TestLossGathersLabels(t *testing.T) {
 	}
 	if c := dp.Ops[1]; c.Collectives != 1 || c.CommBytes != 6 {
 		t.Errorf("data-parallel loss: %d calls, %d bytes, want 1 and 6 (the loss's sum, no labels fetched)", c.Collectives, c.CommBytes)
+	}
+}
+
+// bnGraph is one BatchNorm over [8 16 4 4] with MindSpore's four
+// parameters, the moving statistics frozen when frozen is set.
+func bnGraph(frozen bool) parallel.Graph {
+	bn := elementwise("bn", parallel.OpBatchNorm, []int{8, 16, 4, 4}, "nchw")
+	bn.Splittable = "nc"
+	for _, p := range []struct {
+		suffix string
+		frozen bool
+	}{{".moving_mean", frozen}, {".moving_variance", frozen}, {".gamma", false}, {".beta", false}} {
+		bn.Extra = append(bn.Extra, parallel.TensorSpec{Name: "bn" + p.suffix, Shape: []int{16}, Labels: "c", Frozen: p.frozen})
+	}
+	return parallel.Graph{Model: "bn", Ops: []parallel.OpSpec{bn}}
+}
+
+// A frozen parameter (BatchNorm's moving statistics) is priced as
+// npu/shard holds it: its value, and its room in the bucket that averages
+// it over the ranks, but no gradient, no moment and no update, and the
+// parallel optimizer leaves it whole; the reduce-scatters share one
+// receive buffer.
+func TestFrozenParamsPricedAsHeld(t *testing.T) {
+	m := roundMachine()
+	m.MemoryBandwidth = 1e9
+	price := func(frozen bool) (op, whole OpCost) {
+		t.Helper()
+		g := bnGraph(frozen)
+		p, err := newPricer(g, 4, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ParallelOptimizer(0)(p)
+		ols, err := g.Shard(nil, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if op, err = p.op(0, ols[0]); err != nil {
+			t.Fatal(err)
+		}
+		plan, err := Evaluate(g, nil, 4, m, ParallelOptimizer(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return op, plan.Ops[0]
+	}
+	// Data parallel on 4 ranks: every [16] parameter (64 bytes) is
+	// repeated 4 times and reduced over the 4. gamma and beta: value,
+	// gradient, a quarter of the moment and the other 3 ranks' parts of
+	// the gradient's quarter (reduce-scatter), 64+64+16+48 bytes each.
+	// The moving statistics: value and bucket room, 64+64 each.
+	op, whole := price(true)
+	if want := int64(2*(64+64+16+48) + 2*(64+64)); op.ParamMemory != want {
+		t.Errorf("frozen moving statistics: parameter memory %d bytes, want %d", op.ParamMemory, want)
+	}
+	// The plan keeps one reduce-scatter buffer of 48 bytes, not two.
+	if want := op.ParamMemory - 48; whole.ParamMemory != want || whole.Memory != want+whole.ActivationMemory {
+		t.Errorf("plan: parameter memory %d bytes, memory %d; want %d and %d", whole.ParamMemory, whole.Memory, want, want+whole.ActivationMemory)
+	}
+	// Were they trainable, they would be split and priced like gamma.
+	hot, _ := price(false)
+	if want := int64(4 * (64 + 64 + 16 + 48)); hot.ParamMemory != want {
+		t.Errorf("trainable moving statistics: parameter memory %d bytes, want %d", hot.ParamMemory, want)
+	}
+	// The update of a quarter of each (4 elements, 20 bytes an element)
+	// is what the frozen ones do not cost; both are packed for the
+	// reduction alike.
+	if want := 2 * 4 * float64(UpdateBytesPerElement) / 1e9; !near(hot.ComputeSeconds-op.ComputeSeconds, want) {
+		t.Errorf("compute %v s frozen, %v s trainable: differ by %v s, want %v", op.ComputeSeconds, hot.ComputeSeconds, hot.ComputeSeconds-op.ComputeSeconds, want)
+	}
+}
+
+// A layout npu/shard refuses under optimizer_weight_shard_size (a weight
+// repeated on 3 ranks, cut into pieces of 2) is an error for Evaluate and
+// no candidate for the search.
+func TestOptimizerShardRefusedLayouts(t *testing.T) {
+	g := parallel.Graph{Model: "fc", Ops: []parallel.OpSpec{matmul("fc", 12, 8, 6), loss(12, 6)}}
+	m := roundMachine()
+	refused := parallel.Strategy{"fc": {{3, 2}, {2, 1}}} // weight split 2 ways: repeated on 3 of 6
+	if _, err := Evaluate(g, refused, 6, m, ParallelOptimizer(2)); !errors.Is(err, parallel.ErrOptimizerShard) || !strings.Contains(err.Error(), "fc.weight is repeated on 3 ranks") {
+		t.Fatalf("evaluate %v with shard size 2: %v", refused, err)
+	}
+	if _, err := Evaluate(g, refused, 6, m); err != nil {
+		t.Fatalf("evaluate %v without the parallel optimizer: %v", refused, err)
+	}
+	plan, err := Search(g, 6, m, ParallelOptimizer(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := plan.Strategy["fc"][1]
+	if w[0]*w[1] == 2 {
+		t.Errorf("search chose %v, which npu/shard refuses with shard size 2", plan.Strategy["fc"])
+	}
+	if _, err := Evaluate(g, plan.Strategy, 6, m, ParallelOptimizer(2)); err != nil {
+		t.Errorf("the searched strategy %v: %v", plan.Strategy, err)
 	}
 }

@@ -33,10 +33,16 @@
 //     of its new box with the boxes of the old layout (AllGather, split and
 //     AllToAll are all cases of it), at the speed of the slowest link used;
 //   - memory: the parameter slices three times (value, gradient, momentum;
-//     with the parallel optimizer only this rank's piece of the momentum),
+//     with the parallel optimizer only this rank's piece of the momentum,
+//     the pieces by parallel.OptimizerPieces, the rule npu/shard runs),
 //     four times when the gradient is reduced across ranks (npu/shard packs
-//     it into a reduction buffer), the output slice kept for the backward
-//     pass, and the slice of the input batch and labels read.
+//     it into a reduction buffer; a gradient reduce-scattered over the
+//     ranks that split its update needs the others' parts of its piece,
+//     and all of a plan's reduce-scatters share the largest such buffer);
+//     a frozen parameter (BatchNorm's moving statistics) only its value,
+//     and its reduction buffer when averaged across ranks; the output slice
+//     kept for the backward pass, and the slice of the input batch and
+//     labels read.
 //
 // Step time is the sum over operators; communication is not overlapped
 // with computation. Peak memory is the sum of every operator's memory (all

@@ -1,6 +1,7 @@
 package auto
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,16 +49,26 @@ func Search(g parallel.Graph, devices int, m Machine, opts ...Option) (*Plan, er
 	cands := make([][]candidate, len(g.Ops))
 	total := 0
 	for i, o := range g.Ops {
+		var refused error
 		for _, st := range Candidates(o, devices, whole) {
 			ol, err := o.Shard(st, devices)
 			if err != nil {
 				return nil, fmt.Errorf("search %s: %w", g.Model, err)
 			}
 			c, err := p.op(i, ol)
+			if errors.Is(err, parallel.ErrOptimizerShard) {
+				// npu/shard refuses this layout under the configured
+				// optimizer_weight_shard_size: not a plan.
+				refused = err
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("search %s: price operator %s: %w", g.Model, o.Name, err)
 			}
 			cands[i] = append(cands[i], candidate{layout: ol, cost: c})
+		}
+		if len(cands[i]) == 0 && refused != nil {
+			return nil, fmt.Errorf("search %s: operator %s: every strategy on %d devices is refused: %w", g.Model, o.Name, devices, refused)
 		}
 		if len(cands[i]) == 0 {
 			return nil, fmt.Errorf("%w: search %s: operator %s has no strategy on %d devices", ErrGraph, g.Model, o.Name, devices)
