@@ -3,6 +3,7 @@ package ckptset
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -445,6 +446,12 @@ type Job struct {
 	// (OptimizerShardSize pieces; 0: every rank that repeats the slice).
 	ParallelOptimizer  bool
 	OptimizerShardSize int
+	// PipelineStages, MicroSize and PipelineStage are npu/train's
+	// pipeline_stages, micro_size and pipeline_stage: with 2 or more
+	// stages the job is cut into that many stages of Devices/PipelineStages
+	// ranks each, rank r holding the parameters of stage r/(Devices/K).
+	PipelineStages, MicroSize int
+	PipelineStage             map[string]int
 }
 
 // TargetFor returns the target set and strategy file of job, its layout
@@ -464,6 +471,9 @@ func (s *Set) TargetFor(job Job) (reshard.Target, *parallel.StrategyFile, error)
 	if job.Mode.OneDevice() {
 		cfg.Devices = 1
 	}
+	if job.PipelineStages > 1 {
+		return s.pipelineTargetFor(job, cfg)
+	}
 	jl, err := shard.LayoutOf(cfg)
 	if err != nil {
 		return reshard.Target{}, nil, fmt.Errorf("the layout of %s in %s on %d devices: %w", job.Model, job.Mode, cfg.Devices, err)
@@ -475,6 +485,48 @@ func (s *Set) TargetFor(job Job) (reshard.Target, *parallel.StrategyFile, error)
 	return t, sf, nil
 }
 
+// pipelineTargetFor is TargetFor of a pipeline job: each stage's layout
+// derived as its ranks derive theirs (shard.PipelineLayoutOf: the stage's
+// group of Devices/K ranks, each receiving the global batch of
+// BatchPerDevice·Devices/K images), and the target the stages' strategy
+// files, merged, make (Target); the strategy file returned is that merge,
+// what the job's stage writes as its strategy output.
+func (s *Set) pipelineTargetFor(job Job, cfg shard.Config) (reshard.Target, *parallel.StrategyFile, error) {
+	k := job.PipelineStages
+	what := fmt.Sprintf("%s in %s on %d devices in %d pipeline stages", job.Model, job.Mode, job.Devices, k)
+	if job.Devices%k != 0 {
+		return reshard.Target{}, nil, fmt.Errorf("%s: the devices do not split into the stages", what)
+	}
+	per := job.Devices / k
+	cfg.Devices, cfg.BatchPerDevice, cfg.FullBatch = per, cfg.BatchPerDevice*per, true
+	cfg.Pipeline = shard.Pipeline{Stages: k, Micro: job.MicroSize, Assign: job.PipelineStage}
+	stages, err := shard.PipelineLayoutOf(cfg)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("the layout of %s: %w", what, err)
+	}
+	named := make([]parallel.NamedStrategy, k)
+	params := map[string]parallel.Layout{}
+	for st, jl := range stages {
+		named[st] = parallel.NamedStrategy{Name: fmt.Sprintf("stage %d", st), File: jl.StrategyFile()}
+		maps.Copy(params, jl.Params)
+	}
+	if err := s.holdsParams(params); err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	sf, err := parallel.MergeStrategies(named)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	t, err := s.Target(sf)
+	if err != nil {
+		return reshard.Target{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if t.Ranks != job.Devices {
+		return reshard.Target{}, nil, fmt.Errorf("%s: the layout is for %d devices", what, t.Ranks)
+	}
+	return t, sf, nil
+}
+
 // JobTarget returns the target set of the job whose layout jl is (see
 // shard.LayoutOf): every parameter split as the job's ranks hold it, its
 // optimizer state following it, everything else replicated on devices
@@ -482,9 +534,26 @@ func (s *Set) TargetFor(job Job) (reshard.Target, *parallel.StrategyFile, error)
 // parameter of the job with the shape the job's model gives it, so that a
 // wrong model is found here and not when the job starts.
 func (s *Set) JobTarget(jl *shard.JobLayout, devices int) (reshard.Target, *parallel.StrategyFile, error) {
+	if err := s.holdsParams(jl.Params); err != nil {
+		return reshard.Target{}, nil, err
+	}
+	sf := jl.StrategyFile()
+	t, err := s.Target(sf)
+	if err != nil {
+		return reshard.Target{}, nil, err
+	}
+	if t.Ranks != devices {
+		return reshard.Target{}, nil, fmt.Errorf("the job's layout is for %d devices, not %d", t.Ranks, devices)
+	}
+	return t, sf, nil
+}
+
+// holdsParams checks that the set holds every parameter of params with
+// the shape its layout gives it.
+func (s *Set) holdsParams(params map[string]parallel.Layout) error {
 	var missing, differ []string
-	for _, name := range sortedKeys(jl.Params) {
-		want := jl.Params[name].Shape
+	for _, name := range sortedKeys(params) {
+		want := params[name].Shape
 		got, ok := s.Shapes[name]
 		switch {
 		case !ok:
@@ -501,17 +570,9 @@ func (s *Set) JobTarget(jl *shard.JobLayout, devices int) (reshard.Target, *para
 		if len(differ) > 0 {
 			why = append(why, strings.Join(clipNames(differ), "; "))
 		}
-		return reshard.Target{}, nil, fmt.Errorf("the checkpoint is not one of this model: %s", strings.Join(why, "; "))
+		return fmt.Errorf("the checkpoint is not one of this model: %s", strings.Join(why, "; "))
 	}
-	sf := jl.StrategyFile()
-	t, err := s.Target(sf)
-	if err != nil {
-		return reshard.Target{}, nil, err
-	}
-	if t.Ranks != devices {
-		return reshard.Target{}, nil, fmt.Errorf("the job's layout is for %d devices, not %d", t.Ranks, devices)
-	}
-	return t, sf, nil
+	return nil
 }
 
 func clipNames(names []string) []string {

@@ -59,11 +59,7 @@ func wireEngine(cfg Config, rank, size int, comm *collective.Comm, pipe *pipeCom
 			path, first = StageStrategyFile(cfg.StrategyFile, pipe.spec.Stage), pipe.rank == 0
 		}
 		if first && path != "" {
-			f := shard.StrategyFileOf(net.OpLayouts(), net.Layouts(), net.OptimizerLayouts())
-			if pipe != nil {
-				f.CurrentStage = pipe.spec.Stage
-			}
-			if err := parallel.WriteStrategyFile(path, f, strategyFormat(path)); err != nil {
+			if err := parallel.WriteStrategyFile(path, net.StrategyFile(), strategyFormat(path)); err != nil {
 				net.Close()
 				return nil, fmt.Errorf("strategy file: %w", err)
 			}
@@ -105,15 +101,28 @@ func MergeStageStrategies(cfg Config) error {
 	if !cfg.Pipelined() || cfg.StrategyFile == "" {
 		return nil
 	}
+	merged, err := ReadStageStrategies(cfg)
+	if err != nil {
+		return err
+	}
+	return parallel.WriteStrategyFile(cfg.StrategyFile, merged, strategyFormat(cfg.StrategyFile))
+}
+
+// ReadStageStrategies reads the per-stage strategy files a pipeline job's
+// ranks wrote (StageStrategyFile of every stage) and merges them, each
+// parameter's stages recorded (parallel.MergeStrategies): what
+// MergeStageStrategies writes, and what a reshard of the job's set reads
+// when the job failed before the merge.
+func ReadStageStrategies(cfg Config) (*parallel.StrategyFile, error) {
 	paths := make([]string, cfg.PipelineStages)
 	for s := range paths {
 		paths[s] = StageStrategyFile(cfg.StrategyFile, s)
 	}
 	merged, err := parallel.MergeStrategyFiles(paths...)
 	if err != nil {
-		return fmt.Errorf("merge the stages' strategy files: %w", err)
+		return nil, fmt.Errorf("merge the stages' strategy files: %w", err)
 	}
-	return parallel.WriteStrategyFile(cfg.StrategyFile, merged, strategyFormat(cfg.StrategyFile))
+	return merged, nil
 }
 
 // strategyFormat picks the strategy file's encoding from its name: JSON

@@ -21,6 +21,8 @@ type Shrunk struct {
 // largest device count n ≤ survivors, below l.Devices, such that
 //
 //   - HCCL allows n devices on one server (1, 2, 4 or 8);
+//   - with pipeline stages, n is a multiple of their number K, which is
+//     kept: each stage goes on on n/K devices;
 //   - the global batch divides into n equal per-device batches, kept as it
 //     was so that a step, its learning rate and the epoch's steps stay the
 //     lost job's;
@@ -57,6 +59,9 @@ func ShrinkTo(l Layout, survivors int, accept func(n, batch int) error) (Shrunk,
 func shrinkRefusal(l Layout, n, global int, accept func(n, batch int) error) string {
 	if _, err := ranktable.Generate(ranktable.GenerateOptions{Devices: n, Scheme: ranktable.SchemeLocal}); err != nil {
 		return "HCCL supports 1, 2, 4 or 8 devices on a server"
+	}
+	if k := l.PipelineStages; k > 1 && n%k != 0 {
+		return fmt.Sprintf("%d devices do not split into the job's %d pipeline stages (a shrink keeps them)", n, k)
 	}
 	if global%n != 0 {
 		return fmt.Sprintf("the global batch %d does not divide into %d equal batches", global, n)

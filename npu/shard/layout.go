@@ -9,9 +9,11 @@ import (
 // JobLayout is how a job lays its network out over its devices: every
 // operator's layout and every parameter's whole-tensor layout, by name;
 // with the parallel optimizer, the strategy file entry of every parameter
-// whose update it splits.
+// whose update it splits. For one stage of a pipeline job (Stage), the
+// stage's operators and parameters only, over the stage's devices.
 type JobLayout struct {
-	Ops    []*parallel.OpLayout
+	Stage  int                  // the pipeline stage laid out (0 without stages)
+	Ops    []*parallel.OpLayout // nil for the operators of other stages
 	Params map[string]parallel.Layout
 	// Optimizer holds, by name, the parameters the parallel optimizer
 	// splits (opt_weight_shard_step and opt_weight_shard_size set): each
@@ -25,8 +27,11 @@ type JobLayout struct {
 // communicator): where each rank's checkpoint slices of a job of that
 // model, mode, strategy and device count lie, so that a checkpoint can be
 // resharded straight to them. It reads Model, Mode, Strategy, Devices,
-// BatchPerDevice, FullBatch, Classes, ParallelOptimizer and
-// OptimizerShardSize.
+// BatchPerDevice, FullBatch, Classes, ParallelOptimizer,
+// OptimizerShardSize and, for one stage of a pipeline job, Pipeline's
+// Stages, Stage, Micro and Assign (Devices and BatchPerDevice then those
+// of the stage's group, as a pipeline rank's New takes them; see
+// PipelineLayoutOf).
 func LayoutOf(cfg Config) (*JobLayout, error) {
 	switch {
 	case cfg.Devices < 1:
@@ -39,6 +44,9 @@ func LayoutOf(cfg Config) (*JobLayout, error) {
 	if err := cfg.checkOptimizer(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkStageLayout(); err != nil {
+		return nil, err
+	}
 	if cfg.Classes == 0 {
 		cfg.Classes = DefaultClasses
 	}
@@ -46,8 +54,21 @@ func LayoutOf(cfg Config) (*JobLayout, error) {
 	if err != nil {
 		return nil, err
 	}
+	span, err := cfg.stageSpan(def)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pipeline.on() {
+		ops = stageOps(ops, span)
+	}
 	l := &JobLayout{Ops: ops, Params: map[string]parallel.Layout{}, Optimizer: map[string]parallel.TensorLayout{}}
+	if cfg.Pipeline.on() {
+		l.Stage = cfg.Pipeline.Stage
+	}
 	for i, o := range def.ops {
+		if i < span.Lo || i >= span.Hi {
+			continue // another pipeline stage's
+		}
 		specs, layouts, _ := paramSpecs(o.spec, ops[i])
 		for k, t := range specs {
 			l.Params[t.Name] = layouts[k]
@@ -65,9 +86,33 @@ func LayoutOf(cfg Config) (*JobLayout, error) {
 }
 
 // StrategyFile returns the strategy file of the layout, as a job's rank 0
-// writes it (strategy_ckpt_save_file).
+// writes it (strategy_ckpt_save_file; a pipeline stage's first rank its
+// stage's, with current_stage), as Net.StrategyFile does.
 func (l *JobLayout) StrategyFile() *parallel.StrategyFile {
-	return StrategyFileOf(l.Ops, l.Params, l.Optimizer)
+	f := StrategyFileOf(l.Ops, l.Params, l.Optimizer)
+	f.CurrentStage = l.Stage
+	return f
+}
+
+// PipelineLayoutOf returns the layout of every stage of a pipeline job of
+// cfg.Pipeline.Stages stages (LayoutOf of each; cfg.Pipeline.Stage is
+// ignored): Devices and BatchPerDevice are those of one stage's group, as
+// its ranks' New takes them.
+func PipelineLayoutOf(cfg Config) ([]*JobLayout, error) {
+	if !cfg.Pipeline.on() {
+		return nil, fmt.Errorf("%w: %d pipeline stages, want 2 or more", ErrConfig, cfg.Pipeline.Stages)
+	}
+	out := make([]*JobLayout, cfg.Pipeline.Stages)
+	for s := range out {
+		c := cfg
+		c.Pipeline.Stage = s
+		l, err := LayoutOf(c)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline stage %d: %w", s, err)
+		}
+		out[s] = l
+	}
+	return out, nil
 }
 
 // StrategyFileOf builds the strategy file of a split network: every

@@ -2,7 +2,9 @@ package shard
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,5 +114,75 @@ func TestLayoutOfIsWhatNewBuilds(t *testing.T) {
 	}
 	if _, err := LayoutOf(Config{Model: "hybrid_net", Mode: parallel.HybridParallel, Devices: 4, BatchPerDevice: 2, ParallelOptimizer: true}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "parallel optimizer") {
 		t.Errorf("hybrid_parallel with the parallel optimizer: %v", err)
+	}
+}
+
+// TestPipelineLayoutOfIsWhatNewBuilds: PipelineLayoutOf derives every
+// stage's layout as the stage's ranks build it (New with their stage, on
+// the stage group's devices): the stage's operators and parameters only,
+// split by the strategy, and the strategy file the stage's first rank
+// writes (current_stage included), for the default cut and for a
+// pipeline_stage assignment.
+func TestPipelineLayoutOfIsWhatNewBuilds(t *testing.T) {
+	strategy := parallel.Strategy{"conv1": {{2, 1, 1, 1}, {1, 1, 1, 1}}, "conv2": {{1, 1, 1, 1}, {2, 1, 1, 1}}}
+	for _, tc := range []struct {
+		assign map[string]int
+		stage1 []string // the parameters of stage 1
+	}{
+		{nil, []string{"conv2.bias", "conv2.weight", "end_point.bias", "end_point.weight"}},
+		{map[string]int{"end_point.matmul": 1}, []string{"end_point.bias", "end_point.weight"}},
+	} {
+		cfg := Config{Model: "cnn", Mode: parallel.SemiAutoParallel, Strategy: strategy, Devices: 2, BatchPerDevice: 8, FullBatch: true, Threads: 1,
+			Pipeline: Pipeline{Stages: 2, Micro: 4, Assign: tc.assign}}
+		stages, err := PipelineLayoutOf(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Sorted(maps.Keys(stages[1].Params)); !slices.Equal(got, tc.stage1) {
+			t.Errorf("assign %v: stage 1 holds %v, want %v", tc.assign, got, tc.stage1)
+		}
+		for s, l := range stages {
+			if l.Stage != s || l.StrategyFile().CurrentStage != s {
+				t.Errorf("assign %v: stage %d's layout says stage %d, its file current_stage %d", tc.assign, s, l.Stage, l.StrategyFile().CurrentStage)
+			}
+			for name := range l.Params {
+				if _, other := stages[1-s].Params[name]; other {
+					t.Errorf("assign %v: %s in both stages", tc.assign, name)
+				}
+			}
+			comms := memComms(2)
+			for r := range 2 {
+				c := cfg
+				c.Rank, c.Comm, c.Pipeline.Stage = r, comms[r], s
+				if s == 0 {
+					c.Pipeline.Next = nopLink{}
+				} else {
+					c.Pipeline.Prev = nopLink{}
+				}
+				net, err := New(c)
+				if err != nil {
+					t.Fatalf("stage %d rank %d: %v", s, r, err)
+				}
+				if !reflect.DeepEqual(l.Params, net.Layouts()) || !reflect.DeepEqual(l.Ops, net.OpLayouts()) {
+					t.Errorf("assign %v stage %d rank %d: PipelineLayoutOf differs from the network New builds", tc.assign, s, r)
+				}
+				if !reflect.DeepEqual(l.StrategyFile(), net.StrategyFile()) {
+					t.Errorf("assign %v stage %d rank %d: strategy file %+v, the network's %+v", tc.assign, s, r, l.StrategyFile(), net.StrategyFile())
+				}
+				net.Close()
+			}
+		}
+		// conv2's weight is split in halves where it runs.
+		if tc.assign == nil {
+			if sh, err := stages[1].Params["conv2.weight"].SliceShape(); err != nil || !slices.Equal(sh, []int{16, 16, 3, 3}) {
+				t.Errorf("conv2.weight slice %v (%v), want [16 16 3 3]", sh, err)
+			}
+		}
+	}
+	if _, err := PipelineLayoutOf(Config{Model: "cnn", Mode: parallel.SemiAutoParallel, Devices: 2, BatchPerDevice: 8, FullBatch: true}); !errors.Is(err, ErrConfig) {
+		t.Errorf("no pipeline: %v", err)
+	}
+	if _, err := PipelineLayoutOf(Config{Model: "cnn", Mode: parallel.SemiAutoParallel, Devices: 2, BatchPerDevice: 8, FullBatch: true, Pipeline: Pipeline{Stages: 2, Micro: 3}}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "does not split into 3 micro-batches") {
+		t.Errorf("8 images in 3 micro-batches: %v", err)
 	}
 }

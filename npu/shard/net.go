@@ -122,12 +122,12 @@ func New(cfg Config) (*Net, error) {
 	}
 	n := &Net{cfg: cfg, def: def, passes: map[int]*pass{}, layouts: map[string]parallel.Layout{}, strategy: strategy}
 	if cfg.Pipeline.on() {
-		spans, err := def.stages(cfg.Pipeline.Stages, cfg.Pipeline.Assign)
+		span, err := cfg.stageSpan(def)
 		if err != nil {
 			return nil, err
 		}
 		micro := max(cfg.Pipeline.Micro, 1)
-		n.pipe = &pipeState{cfg: cfg.Pipeline, micro: micro, span: spans[cfg.Pipeline.Stage],
+		n.pipe = &pipeState{cfg: cfg.Pipeline, micro: micro, span: span,
 			prog: program(cfg.Pipeline.Schedule, cfg.Pipeline.Stage, cfg.Pipeline.Stages, micro)}
 	}
 	if cfg.Comm != nil {
@@ -479,9 +479,27 @@ func (n *Net) OpLayouts() []*parallel.OpLayout {
 	if n.pipe == nil {
 		return n.main.layouts
 	}
-	out := make([]*parallel.OpLayout, len(n.main.layouts))
-	copy(out[n.pipe.span.Lo:n.pipe.span.Hi], n.main.layouts[n.pipe.span.Lo:n.pipe.span.Hi])
+	return stageOps(n.main.layouts, n.pipe.span)
+}
+
+// stageOps is ops with those outside span nil: what one pipeline stage
+// runs (Net.OpLayouts) and LayoutOf reports.
+func stageOps(ops []*parallel.OpLayout, span StageSpan) []*parallel.OpLayout {
+	out := make([]*parallel.OpLayout, len(ops))
+	copy(out[span.Lo:span.Hi], ops[span.Lo:span.Hi])
 	return out
+}
+
+// StrategyFile returns the strategy file of the rank's network, as the
+// job's rank 0 writes it (a pipeline stage's first rank its stage's, with
+// current_stage): LayoutOf's JobLayout.StrategyFile gives the same file
+// without building the network.
+func (n *Net) StrategyFile() *parallel.StrategyFile {
+	l := JobLayout{Ops: n.OpLayouts(), Params: n.Layouts(), Optimizer: n.OptimizerLayouts()}
+	if n.pipe != nil {
+		l.Stage = n.pipe.cfg.Stage
+	}
+	return l.StrategyFile()
 }
 
 // Gather returns every parameter's whole value on root (nil on the other

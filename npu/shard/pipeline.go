@@ -229,6 +229,19 @@ func (m *modelDef) assigned(k int, assign map[string]int) ([]int, error) {
 	return starts, nil
 }
 
+// stageSpan is the operators of the configured pipeline stage (the whole
+// chain without stages): what New builds and LayoutOf lays out.
+func (c *Config) stageSpan(def *modelDef) (StageSpan, error) {
+	if !c.Pipeline.on() {
+		return StageSpan{Lo: 0, Hi: len(def.ops)}, nil
+	}
+	spans, err := def.stages(c.Pipeline.Stages, c.Pipeline.Assign)
+	if err != nil {
+		return StageSpan{}, err
+	}
+	return spans[c.Pipeline.Stage], nil
+}
+
 // pipeState is a pipeline stage's part of a step.
 type pipeState struct {
 	cfg    Pipeline
@@ -258,19 +271,33 @@ func (n *Net) opRange() (lo, hi int) {
 
 // checkPipeline checks the pipeline part of a Config.
 func (c *Config) checkPipeline() error {
+	if err := c.checkStageLayout(); err != nil {
+		return err
+	}
+	p := c.Pipeline
+	switch {
+	case !p.on():
+		if p.Micro > 1 || p.Prev != nil || p.Next != nil || p.Assign != nil {
+			return fmt.Errorf("%w: micro-batches, links or a stage assignment without pipeline stages", ErrConfig)
+		}
+	case (p.Prev == nil) != (p.Stage == 0) || (p.Next == nil) != (p.Stage == p.Stages-1):
+		return fmt.Errorf("%w: pipeline stage %d of %d needs a link to each neighbouring stage and no other", ErrConfig, p.Stage, p.Stages)
+	}
+	return nil
+}
+
+// checkStageLayout checks what lays a pipeline stage out (New and
+// LayoutOf): the stage, the mode, the micro-batches; not the links, which
+// only New needs.
+func (c *Config) checkStageLayout() error {
 	p := c.Pipeline
 	switch {
 	case p.Stages < 0 || p.Micro < 0:
 		return fmt.Errorf("%w: %d pipeline stages, %d micro-batches", ErrConfig, p.Stages, p.Micro)
 	case !p.on():
-		if p.Micro > 1 || p.Prev != nil || p.Next != nil || p.Assign != nil {
-			return fmt.Errorf("%w: micro-batches, links or a stage assignment without pipeline stages", ErrConfig)
-		}
 		return nil
 	case p.Stage < 0 || p.Stage >= p.Stages:
 		return fmt.Errorf("%w: pipeline stage %d of %d", ErrConfig, p.Stage, p.Stages)
-	case (p.Prev == nil) != (p.Stage == 0) || (p.Next == nil) != (p.Stage == p.Stages-1):
-		return fmt.Errorf("%w: pipeline stage %d of %d needs a link to each neighbouring stage and no other", ErrConfig, p.Stage, p.Stages)
 	case c.Mode == parallel.HybridParallel || c.Mode == parallel.StandAlone:
 		return fmt.Errorf("%w: pipeline stages in mode %s (want semi_auto_parallel, auto_parallel or data_parallel)", ErrConfig, c.Mode)
 	}

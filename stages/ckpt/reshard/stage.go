@@ -5,8 +5,8 @@
 // included.
 //
 // The target is the layout of the next training when its model is given
-// (with mode, strategy, batch_size and parallel_optimizer as that
-// training's): npu/shard derives
+// (with mode, strategy, batch_size, parallel_optimizer and pipeline_stages
+// as that training's): npu/shard derives
 // where each of its ranks holds which slice, as the training itself does,
 // so the training starts from its own slices with nothing to re-cut. Else
 // it is the layout of target_strategy when given, else npu/reshard's
@@ -47,7 +47,7 @@ import (
 const Name = "ckpt/reshard"
 
 // version is part of every cache key: bump it when the output changes.
-const version = "1.2.0"
+const version = "1.3.0"
 
 // With is the stage's `with` block.
 type With struct {
@@ -62,14 +62,19 @@ type With struct {
 	FullBatch      bool               `json:"full_batch,omitempty" description:"the next training's full_batch (with model)"`
 	// The parallel optimizer changes what each rank of the next training
 	// loads: its piece of every parameter whose update is split.
-	ParallelOptimizer  bool   `json:"parallel_optimizer,omitempty" description:"the next training's parallel_optimizer (with model; data_parallel or semi_auto_parallel): each rank gets only its piece of every parameter whose update the optimizer splits, and of its moments, as that training's ranks hold them, and the strategy file records opt_weight_shard_step and opt_weight_shard_size"`
-	OptimizerShardSize int    `json:"optimizer_weight_shard_size,omitempty" jsonschema:"minimum=1" description:"the next training's optimizer_weight_shard_size (with parallel_optimizer; default: all the ranks that hold the same slice)"`
-	Prefix             string `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
-	BNStats            string `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
-	MaxMemory          string `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
-	Workers            int    `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
-	Indivisible        string `json:"indivisible,omitempty" jsonschema:"enum=refuse|split|replicate" description:"without target_strategy, a split dimension that does not divide by devices: refuse (say which device counts divide), split (uneven slices as numpy.array_split; the manifest records them, no strategy file is written) or replicate (whole on every rank)"`
-	CRCCheck           bool   `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
+	ParallelOptimizer  bool `json:"parallel_optimizer,omitempty" description:"the next training's parallel_optimizer (with model; data_parallel or semi_auto_parallel): each rank gets only its piece of every parameter whose update the optimizer splits, and of its moments, as that training's ranks hold them, and the strategy file records opt_weight_shard_step and opt_weight_shard_size"`
+	OptimizerShardSize int  `json:"optimizer_weight_shard_size,omitempty" jsonschema:"minimum=1" description:"the next training's optimizer_weight_shard_size (with parallel_optimizer; default: all the ranks that hold the same slice)"`
+	// Pipeline stages change which parameters each rank of the next
+	// training holds: only its stage's.
+	PipelineStages int            `json:"pipeline_stages,omitempty" jsonschema:"minimum=1" description:"the next training's pipeline_stages (with model; semi_auto_parallel): the target is that many stages of devices / pipeline_stages ranks, each rank holding the slices of its stage's parameters only, and the strategy file is the stages' files merged"`
+	MicroSize      int            `json:"micro_size,omitempty" jsonschema:"minimum=1" description:"the next training's micro_size (with pipeline_stages): the strategy is checked on one micro-batch, as that training lays it out"`
+	PipelineStage  map[string]int `json:"pipeline_stage,omitempty" description:"the next training's pipeline_stage (with pipeline_stages): which stage an operator starts; default: the cut npu/train makes"`
+	Prefix         string         `json:"prefix,omitempty" jsonschema:"pattern=^[A-Za-z0-9_.]+$" description:"checkpoint prefix of the files read and written"`
+	BNStats        string         `json:"bn_stats,omitempty" jsonschema:"enum=rank0|mean" description:"value of a tensor every source rank holds whole with different values: rank 0's, or the mean"`
+	MaxMemory      string         `json:"max_memory,omitempty" description:"hard cap on the tensor data held in memory, e.g. 512MiB"`
+	Workers        int            `json:"workers,omitempty" jsonschema:"minimum=0" description:"parallel reads and writes (0: one per CPU)"`
+	Indivisible    string         `json:"indivisible,omitempty" jsonschema:"enum=refuse|split|replicate" description:"without target_strategy, a split dimension that does not divide by devices: refuse (say which device counts divide), split (uneven slices as numpy.array_split; the manifest records them, no strategy file is written) or replicate (whole on every rank)"`
+	CRCCheck       bool           `json:"crc_check,omitempty" description:"append MindSpore's crc_num trailer to every file (save_checkpoint's crc_check); off, as in MindSpore, the files are plain protobuf every MindSpore version reads, and the manifest's crc32 proves them"`
 }
 
 func defaults() With {
@@ -100,7 +105,7 @@ func New() plugins.Stage {
 func check(w With) []plugins.Problem {
 	var p []plugins.Problem
 	if w.Model == "" {
-		for field, set := range map[string]bool{"mode": w.Mode != parallel.StandAlone, "strategy": len(w.Strategy) > 0, "batch_size": w.BatchSize != 0, "full_batch": w.FullBatch, "parallel_optimizer": w.ParallelOptimizer} {
+		for field, set := range map[string]bool{"mode": w.Mode != parallel.StandAlone, "strategy": len(w.Strategy) > 0, "batch_size": w.BatchSize != 0, "full_batch": w.FullBatch, "parallel_optimizer": w.ParallelOptimizer, "pipeline_stages": w.PipelineStages > 1} {
 			if set {
 				p = append(p, plugins.Problem{Path: "/" + field, Message: field + " describes the next training's layout: give its model too"})
 			}
@@ -117,6 +122,12 @@ func check(w With) []plugins.Problem {
 		p = append(p, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: "optimizer_weight_shard_size needs parallel_optimizer: true"})
 	case w.OptimizerShardSize != 0 && w.Devices > 0 && w.Devices%w.OptimizerShardSize != 0:
 		p = append(p, plugins.Problem{Path: "/optimizer_weight_shard_size", Message: fmt.Sprintf("optimizer_weight_shard_size %d does not divide the %d devices", w.OptimizerShardSize, w.Devices)})
+	}
+	switch {
+	case w.PipelineStages < 2 && (w.MicroSize > 1 || w.PipelineStage != nil):
+		p = append(p, plugins.Problem{Path: "/pipeline_stages", Message: "micro_size and pipeline_stage describe a pipeline training: give its pipeline_stages (2 or more) too"})
+	case w.PipelineStages > 1 && w.Devices > 0 && w.Devices%w.PipelineStages != 0:
+		p = append(p, plugins.Problem{Path: "/pipeline_stages", Message: fmt.Sprintf("%d pipeline stages do not divide the %d devices", w.PipelineStages, w.Devices)})
 	}
 	if w.Model != "" && w.ParallelOptimizer && (w.Mode == parallel.StandAlone || w.Mode == parallel.HybridParallel) {
 		p = append(p, plugins.Problem{Path: "/parallel_optimizer", Message: fmt.Sprintf("the parallel optimizer is for data_parallel and semi_auto_parallel, not %s", w.Mode)})
@@ -151,7 +162,8 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 	switch {
 	case w.Model != "":
 		job := ckptset.Job{Model: w.Model, Mode: w.Mode, Strategy: parallel.Strategy(w.Strategy), Devices: w.Devices, BatchPerDevice: w.BatchSize, FullBatch: w.FullBatch,
-			ParallelOptimizer: w.ParallelOptimizer, OptimizerShardSize: w.OptimizerShardSize}
+			ParallelOptimizer: w.ParallelOptimizer, OptimizerShardSize: w.OptimizerShardSize,
+			PipelineStages: w.PipelineStages, MicroSize: w.MicroSize, PipelineStage: w.PipelineStage}
 		if target, layout, err = set.TargetFor(job); err != nil {
 			return nil, err
 		}
@@ -164,6 +176,9 @@ func execute(ctx context.Context, sc sdk.Context, w With) (map[string]any, error
 				}
 			}
 			pieces = fmt.Sprintf(", with the parallel optimizer: %d parameters in pieces", split)
+		}
+		if w.PipelineStages > 1 {
+			pieces += fmt.Sprintf(", in %d pipeline stages of %d devices", w.PipelineStages, target.Ranks/w.PipelineStages)
 		}
 		sc.Info(fmt.Sprintf("target: the layout of %s in %s on %d devices, as that training lays it out%s", w.Model, w.Mode, target.Ranks, pieces))
 	case w.TargetStrategy == "":

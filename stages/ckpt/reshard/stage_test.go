@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -77,6 +78,10 @@ func TestDescribeAndValidate(t *testing.T) {
 		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "data_parallel", "optimizer_weight_shard_size": 2}, "/optimizer_weight_shard_size: optimizer_weight_shard_size needs parallel_optimizer: true"},
 		{map[string]any{"from": "/x", "devices": 4, "model": "semi_auto_net", "mode": "data_parallel", "parallel_optimizer": true, "optimizer_weight_shard_size": 3}, "does not divide the 4 devices"},
 		{map[string]any{"from": "/x", "devices": 4, "model": "hybrid_net", "mode": "hybrid_parallel", "parallel_optimizer": true}, "/parallel_optimizer: the parallel optimizer is for data_parallel and semi_auto_parallel, not hybrid_parallel"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "pipeline_stages": 2, "micro_size": 4, "pipeline_stage": map[string]any{"conv2": 1}}, ""},
+		{map[string]any{"from": "/x", "devices": 4, "pipeline_stages": 2}, "/pipeline_stages: pipeline_stages describes the next training's layout: give its model too"},
+		{map[string]any{"from": "/x", "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "micro_size": 4}, "/pipeline_stages: micro_size and pipeline_stage describe a pipeline training: give its pipeline_stages (2 or more) too"},
+		{map[string]any{"from": "/x", "devices": 6, "model": "cnn", "mode": "semi_auto_parallel", "pipeline_stages": 4}, "/pipeline_stages: 4 pipeline stages do not divide the 6 devices"},
 	} {
 		problems, err := reshard.New().Validate(context.Background(), plugins.ValidateRequest{With: tc.with})
 		if err != nil {
@@ -370,4 +375,131 @@ func boxData(t ckpt.Tensor, b parallel.Box) []byte {
 	}
 	walk(0, 0)
 	return out
+}
+
+// TestReshardForPipeline: a whole checkpoint of cnn resharded for a
+// training of 2 pipeline stages on 4 devices (the model target with
+// pipeline_stages and micro_size): ranks 0-1 get stage 0's parameters
+// (conv1, whole as the strategy splits only its batch) and ranks 2-3 stage
+// 1's (conv2's weight in halves by its output channels, end_point whole),
+// each a box of the whole tensor, moments alike, no rank another stage's;
+// the strategy file describes both stages; and it is the one a target
+// given as the stages' own strategy files (shard.PipelineLayoutOf, what
+// the training's stage leads write) makes.
+func TestReshardForPipeline(t *testing.T) {
+	strategy := parallel.Strategy{"conv1": {{2, 1, 1, 1}, {1, 1, 1, 1}}, "conv2": {{1, 1, 1, 1}, {2, 1, 1, 1}}}
+	stages, err := shard.PipelineLayoutOf(shard.Config{Model: "cnn", Mode: parallel.SemiAutoParallel, Strategy: strategy, Devices: 2, BatchPerDevice: 8, FullBatch: true,
+		Pipeline: shard.Pipeline{Stages: 2, Micro: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := map[string]ckpt.Tensor{}
+	var tensors []ckpt.Tensor
+	offset := float32(0)
+	for _, jl := range stages {
+		for _, name := range slices.Sorted(maps.Keys(jl.Params)) {
+			shape := jl.Params[name].Shape
+			n := 1
+			dims := make([]int64, len(shape))
+			for k, d := range shape {
+				n *= d
+				dims[k] = int64(d)
+			}
+			v, m := make([]float32, n), make([]float32, n)
+			for i := range v {
+				v[i], m[i] = offset+float32(i), -offset-float32(i)
+			}
+			offset += float32(n)
+			wt, _ := ckpt.NewFloat32(name, dims, v)
+			mt, _ := ckpt.NewFloat32("moments."+name, dims, m)
+			whole[wt.Name], whole[mt.Name] = wt, mt
+			tensors = append(tensors, wt, mt)
+		}
+	}
+	lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
+	path := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
+	if err := ckpt.Write(path, append(tensors, lr), ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, map[string]any{
+		"from": path, "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "batch_size": 4,
+		"strategy":        map[string]any{"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}}, "conv2": []any{[]any{1, 1, 1, 1}, []any{2, 1, 1, 1}}},
+		"pipeline_stages": 2, "micro_size": 4,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The strategy is checked on a micro-batch, as the training runs it:
+	// 8 images a stage in 8 micro-batches leave conv1's batch split in two
+	// nothing to split.
+	if _, _, err := run(t, map[string]any{
+		"from": path, "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "batch_size": 4,
+		"strategy":        map[string]any{"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}}},
+		"pipeline_stages": 2, "micro_size": 8,
+	}); err == nil || !strings.Contains(err.Error(), "conv1") {
+		t.Errorf("conv1's batch split in two on micro-batches of 1 image: %v", err)
+	} else {
+		t.Logf("micro-batches of 1 image: %v", err)
+	}
+	sf, err := parallel.ReadStrategyFile(out["strategy"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sf.Stages(); !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("the strategy file describes stages %v, want [0 1]", got)
+	}
+	stageFiles := t.TempDir()
+	for s, jl := range stages {
+		if err := parallel.WriteStrategyFile(filepath.Join(stageFiles, fmt.Sprintf("strategy_stage%d.ckpt", s)), jl.StrategyFile(), parallel.FormatProto); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byFiles, _, err := run(t, map[string]any{"from": path, "devices": 4, "target_strategy": stageFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := out["checkpoints"].(string)
+	dims := map[string]string{"conv1.weight": "[16 3 3 3]", "conv2.weight": "[16 16 3 3]", "end_point.weight": "[10 32]"}
+	for r := range 4 {
+		stage := r / 2
+		got, err := ckpt.Read(ckptset.FilePath(dir, r, "CKP-1_4.ckpt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		same, err := ckpt.Read(ckptset.FilePath(byFiles["checkpoints"].(string), r, "CKP-1_4.ckpt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, same) {
+			t.Errorf("rank %d: the model target and the stages' strategy files give different files", r)
+		}
+		held := map[string]bool{}
+		for _, g := range got {
+			held[g.Name] = true
+			param := strings.TrimPrefix(g.Name, "moments.")
+			l, ok := stages[stage].Params[param]
+			if !ok {
+				if g.Name != "learning_rate" {
+					t.Errorf("rank %d (stage %d) holds %s, not a parameter of its stage", r, stage, g.Name)
+				}
+				continue
+			}
+			if want, ok := dims[param]; ok && fmt.Sprint(g.Dims) != want {
+				t.Errorf("rank %d: %s is %v, want %s", r, g.Name, g.Dims, want)
+			}
+			tl := sf.Layouts[param]
+			boxes, err := tl.Boxes(l.Shape)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cut := boxData(whole[g.Name], boxes[r%2]); !bytes.Equal(g.Data, cut) {
+				t.Errorf("rank %d: %s is not the whole tensor's box %v", r, g.Name, boxes[r%2])
+			}
+		}
+		for name := range stages[stage].Params {
+			if !held[name] || !held["moments."+name] {
+				t.Errorf("rank %d (stage %d) lacks %s or its moments", r, stage, name)
+			}
+		}
+	}
 }

@@ -294,8 +294,10 @@ func elasticProblems(w With, cluster plugins.Cluster, known func(keys ...string)
 	if known("mode") && w.Mode != parallel.DataParallel && w.Mode != parallel.SemiAutoParallel && w.Mode != parallel.AutoParallel && w.Mode != parallel.HybridParallel {
 		refuse(fmt.Sprintf("is for the modes of several devices (data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel), not %s", w.Mode))
 	}
-	if known("pipeline_stages") && w.PipelineStages > 1 {
-		refuse("with pipeline_stages is not done yet: the layout of a smaller pipeline job is not derived for the reshard")
+	if known("pipeline_stages") && w.PipelineStages > 1 && cluster.Devices >= 1 && cluster.Devices <= w.PipelineStages {
+		// A shrink keeps the stages: n must be a multiple of K below the
+		// devices (job.ShrinkTo says why a larger count is passed over).
+		refuse(fmt.Sprintf("keeps the %d pipeline stages, and no smaller job of %d devices can: each stage already runs on one device", w.PipelineStages, cluster.Devices))
 	}
 	if known("dataset_strategy") && w.DatasetStrategy.Splits != nil {
 		refuse("with a dataset_strategy tuple is not done yet")

@@ -168,8 +168,8 @@ func shrink(ctx context.Context, sc sdk.Context, prev jobSpec, ran ranJob, failu
 	rec := ShrinkRecord{
 		LostRank: rf.Rank, Generation: gen, ResumedStep: resumed, FailedStep: ran.watch.lastStep,
 		FromDevices: prev.devices, ToDevices: to.Devices,
-		FromLayout: describeLayout(w.Mode, prev.devices, cfg.BatchSize, cfg.Strategy),
-		ToLayout:   describeLayout(w.Mode, to.Devices, to.BatchSize, to.Planned.Strategy),
+		FromLayout: describeLayout(cfg, prev.devices, cfg.BatchSize, cfg.Strategy),
+		ToLayout:   describeLayout(cfg, to.Devices, to.BatchSize, to.Planned.Strategy),
 	}
 	next.shrunk = &pendingShrink{rec: rec, failedAt: failedAt}
 	return next, nil
@@ -225,9 +225,17 @@ func (r ShrinkRecord) emit(sc sdk.Context) {
 		"steps_redone", max(r.FailedStep-r.ResumedStep, 0), "seconds_lost", r.SecondsLost, "no_step", r.NoStep)
 }
 
-// describeLayout says how a job is laid out, for the shrink record.
-func describeLayout(mode parallel.Mode, devices, batch int, s parallel.Strategy) string {
-	out := fmt.Sprintf("%s on %d devices, batch %d per device", mode, devices, batch)
+// describeLayout says how a job of cfg's mode and pipeline is laid out,
+// for the shrink record.
+func describeLayout(cfg job.Config, devices, batch int, s parallel.Strategy) string {
+	out := fmt.Sprintf("%s on %d devices, batch %d per device", cfg.Mode, devices, batch)
+	if cfg.Pipelined() {
+		per := devices / cfg.PipelineStages
+		out += fmt.Sprintf(", %d pipeline stages of %d device", cfg.PipelineStages, per)
+		if per > 1 {
+			out += "s"
+		}
+	}
 	if len(s) > 0 {
 		var ops []string
 		for _, name := range slices.Sorted(maps.Keys(s)) {
@@ -323,6 +331,8 @@ func shrinkLayout(w With, cfg job.Config, devices int) job.Layout {
 		Model: cfg.Model, Mode: cfg.Mode, Strategy: w.Strategy, BatchSize: cfg.BatchSize,
 		Memory: cfg.DeviceMemory, Devices: devices, DatasetStrategy: cfg.DatasetStrategy,
 		ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
+		PipelineStages: cfg.PipelineStages, MicroSize: cfg.MicroSize,
+		PipelineStage: cfg.PipelineStage, PipelineSchedule: cfg.PipelineSchedule,
 	}
 }
 
@@ -338,10 +348,20 @@ func stepsPerEpoch(cfg job.Config, devices int) (int, error) {
 
 // savingDirs are the checkpoint directories of the ranks of cfg's job
 // that save: with integrated_save, a split job's rank 0 alone (it saves
-// whole tensors, and every rank resumes from them); else every rank.
+// whole tensors, and every rank resumes from them), or with pipeline
+// stages the first rank of each stage (its stage's whole tensors), in
+// stage order; else every rank.
 func savingDirs(jobDir string, cfg job.Config, ranks []launch.Rank) []string {
 	if cfg.Engine() && cfg.Mode.Collective() && cfg.IntegratedSave {
-		return []string{ckptset.RankDir(jobDir, 0)}
+		if !cfg.Pipelined() {
+			return []string{ckptset.RankDir(jobDir, 0)}
+		}
+		per := len(ranks) / cfg.PipelineStages
+		dirs := make([]string, cfg.PipelineStages)
+		for s := range dirs {
+			dirs[s] = ckptset.RankDir(jobDir, s*per)
+		}
+		return dirs
 	}
 	dirs := make([]string, len(ranks))
 	for i, r := range ranks {
@@ -367,11 +387,18 @@ func fixedStrategyMode(m parallel.Mode) parallel.Mode {
 // what ckpt/reshard does given the next training's model); a whole
 // model's replicas stay replicated (ckpt/reshard's devices rule).
 func reshardForJob(ctx context.Context, w With, cfg job.Config, files []string, to job.Shrunk, outDir string) error {
-	strategy := ""
-	if len(files) > 1 && cfg.StrategyFile != "" {
-		strategy = cfg.StrategyFile
+	var set *ckptset.Set
+	var in ckptset.Input
+	var err error
+	if cfg.Pipelined() {
+		set, in, err = openPipelineSet(cfg, files)
+	} else {
+		strategy := ""
+		if len(files) > 1 && cfg.StrategyFile != "" {
+			strategy = cfg.StrategyFile
+		}
+		set, in, err = ckptset.Load(files, cfg.Prefix, strategy)
 	}
-	set, in, err := ckptset.Load(files, cfg.Prefix, strategy)
 	if err != nil {
 		return err
 	}
@@ -382,6 +409,7 @@ func reshardForJob(ctx context.Context, w With, cfg job.Config, files []string, 
 			Model: cfg.Model, Mode: fixedStrategyMode(cfg.Mode), Strategy: to.Planned.Strategy, Devices: to.Devices,
 			BatchPerDevice: to.BatchSize, FullBatch: cfg.FullBatch,
 			ParallelOptimizer: cfg.ParallelOptimizer, OptimizerShardSize: cfg.OptimizerShardSize,
+			PipelineStages: cfg.PipelineStages, MicroSize: cfg.MicroSize, PipelineStage: cfg.PipelineStage,
 		})
 	} else {
 		target, _, err = engine.DevicesTarget(set.Source, to.Devices, engine.IndivisibleRefuse)
@@ -394,4 +422,27 @@ func reshardForJob(ctx context.Context, w With, cfg job.Config, files []string, 
 	opt := engine.Options{MaxMemory: 512 << 20, ReplicatedRule: engine.RuleRank0, VerifyCRC: true, CRC: cfg.CRCCheck}
 	_, err = ckptset.Reshard(ctx, set, in, target, layout, outDir, false, opt)
 	return err
+}
+
+// openPipelineSet opens the checkpoint set of a pipeline job that failed
+// (its stage's merged strategy file is written only when a job ends well):
+// the per-stage strategy files its ranks wrote, merged, lay out either
+// every rank's slices or, with integrated_save, the whole tensors the
+// first rank of each stage saved (files in stage order).
+func openPipelineSet(cfg job.Config, files []string) (*ckptset.Set, ckptset.Input, error) {
+	in := ckptset.Input{Files: files}
+	if cfg.StrategyFile == "" {
+		return nil, in, fmt.Errorf("a pipeline job's set needs its stages' strategy files, and the job wrote none")
+	}
+	sf, err := job.ReadStageStrategies(cfg)
+	if err != nil {
+		return nil, in, err
+	}
+	var set *ckptset.Set
+	if cfg.IntegratedSave && len(files) == cfg.PipelineStages {
+		set, err = ckptset.OpenWholeStages(files, sf)
+	} else {
+		set, err = ckptset.Open(files, sf)
+	}
+	return set, in, err
 }

@@ -381,7 +381,7 @@ func TestShrinkRefusedWhereItCannotWork(t *testing.T) {
 		want  string
 	}{
 		{map[string]any{"mode": "data_parallel", "on_failure": "shrink", "launcher": "mpirun"}, "/on_failure: on_failure: shrink runs with the local launcher only, not mpirun"},
-		{map[string]any{"mode": "semi_auto_parallel", "model": "semi_auto_net", "on_failure": "shrink", "pipeline_stages": 2}, "with pipeline_stages is not done yet"},
+		{map[string]any{"mode": "semi_auto_parallel", "on_failure": "shrink", "pipeline_stages": 4, "micro_size": 4}, "/on_failure: on_failure: shrink keeps the 4 pipeline stages, and no smaller job of 4 devices can"},
 		{map[string]any{"mode": "stand_alone", "on_failure": "shrink"}, "is for the modes of several devices (data_parallel, semi_auto_parallel, auto_parallel, hybrid_parallel), not stand_alone"},
 		{map[string]any{"mode": "data_parallel", "max_shrinks": 2}, "/max_shrinks: max_shrinks is for on_failure: shrink"},
 		{map[string]any{"mode": "data_parallel", "fault": map[string]any{"rank": 1, "step": 2, "shrink": 1}}, "needs on_failure: shrink"},

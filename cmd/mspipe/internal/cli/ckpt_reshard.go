@@ -182,10 +182,12 @@ predict_strategy does inside a live job, done offline.
 The source is read as mspipe ckpt merge reads it (see its help). The target
 is the layout of the next training when --model is given: --devices M with
 its --mode, --op-strategy (npu/train's strategy, one operator per flag),
---batch-size and --parallel-optimizer (with --optimizer-weight-shard-size);
-mspipe derives where each of its ranks holds which slice as that training
-does (with the parallel optimizer, its piece of every parameter whose
-update is split, and of the moments), writes the strategy file it would
+--batch-size, --parallel-optimizer (with --optimizer-weight-shard-size) and
+--pipeline-stages (with --micro-size); mspipe derives where each of its
+ranks holds which slice as that training does (with the parallel
+optimizer, its piece of every parameter whose update is split, and of the
+moments; with pipeline stages, the slices of its stage's parameters
+only, the stages cut as npu/train's default cut), writes the strategy file it would
 write, and the training starts from its own slices with nothing to re-cut. Else the target
 is --target-strategy FILE (a MindSpore strategy file for the new cluster;
 a directory of per-stage files makes a pipeline target, each parameter only
@@ -240,8 +242,10 @@ that cannot be read.`,
 			switch {
 			case (devices > 0) == (targetStrategy != ""):
 				return usageErr(fmt.Errorf("give the target as --devices M or --target-strategy FILE (one of them)"))
-			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch || job.ParallelOptimizer):
-				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size, --full-batch and --parallel-optimizer describe the next training: give its --model too"))
+			case job.Model == "" && (mode != "" || len(opStrategies) > 0 || job.BatchPerDevice != 0 || job.FullBatch || job.ParallelOptimizer || job.PipelineStages > 1):
+				return usageErr(fmt.Errorf("--mode, --op-strategy, --batch-size, --full-batch, --parallel-optimizer and --pipeline-stages describe the next training: give its --model too"))
+			case job.MicroSize > 1 && job.PipelineStages < 2:
+				return usageErr(fmt.Errorf("--micro-size needs --pipeline-stages (2 or more)"))
 			case job.OptimizerShardSize != 0 && !job.ParallelOptimizer:
 				return usageErr(fmt.Errorf("--optimizer-weight-shard-size needs --parallel-optimizer"))
 			case devices < 0 || devices > reshard.MaxRanks:
@@ -316,6 +320,8 @@ that cannot be read.`,
 	cmd.Flags().BoolVar(&job.FullBatch, "full-batch", false, "the next training's full_batch (with --model)")
 	cmd.Flags().BoolVar(&job.ParallelOptimizer, "parallel-optimizer", false, "the next training's parallel_optimizer (with --model): each rank gets its pieces of the parameters whose update is split")
 	cmd.Flags().IntVar(&job.OptimizerShardSize, "optimizer-weight-shard-size", 0, "the next training's optimizer_weight_shard_size (with --parallel-optimizer; default: every rank that holds the same slice)")
+	cmd.Flags().IntVar(&job.PipelineStages, "pipeline-stages", 0, "the next training's pipeline_stages (with --model): each rank gets the slices of its stage's parameters only")
+	cmd.Flags().IntVar(&job.MicroSize, "micro-size", 0, "the next training's micro_size (with --pipeline-stages): the strategy is checked on one micro-batch")
 	cmd.Flags().StringVar(&indivisible, "indivisible", reshard.IndivisibleRefuse, "with --devices, a split dimension that does not divide by M: refuse, split (uneven slices) or replicate (whole on every rank)")
 	cmd.Flags().BoolVar(&plan, "plan", false, "dry run: print bytes to read and write, peak memory and per-tensor moves")
 	return cmd

@@ -406,4 +406,39 @@ func TestCkptReshardToTheNextTraining(t *testing.T) {
 			t.Fatalf("rank %d: end_point.weight %v, want its half [5 128]", r, dims)
 		}
 	}
+
+	// With --pipeline-stages 2 on 2 devices: fc on stage 0 (rank 0),
+	// end_point on stage 1 (rank 1), each rank holding its stage's only.
+	if code, _, stderr := runCkpt(t, "reshard", whole, "--devices", "2", "--pipeline-stages", "2", "-o", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "give its --model too") {
+		t.Fatalf("--pipeline-stages without --model: exit %d: %s", code, stderr)
+	}
+	staged := filepath.Join(t.TempDir(), "staged")
+	if code, stdout, stderr := runCkpt(t, "reshard", whole, "--devices", "2", "--model", "semi_auto_net", "--mode", "semi_auto_parallel",
+		"--pipeline-stages", "2", "--micro-size", "2", "--batch-size", "4", "-o", staged); code != ExitOK {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	if sf, err = parallel.ReadStrategyFile(filepath.Join(staged, "strategy.ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	if got := sf.Stages(); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("strategy file of stages %v, want [0 1]", got)
+	}
+	if files, err = ckptset.Find(staged, ""); err != nil || len(files) != 2 {
+		t.Fatalf("set %v: %v", files, err)
+	}
+	for r, want := range []string{"fc.weight", "end_point.weight"} {
+		got, err := ckpt.Read(files[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, g := range got {
+			if !strings.HasPrefix(g.Name, "moments.") && strings.Contains(g.Name, ".weight") {
+				names = append(names, g.Name)
+			}
+		}
+		if !slices.Equal(names, []string{want}) {
+			t.Fatalf("rank %d (stage %d) holds weights %v, want %s only", r, r, names, want)
+		}
+	}
 }

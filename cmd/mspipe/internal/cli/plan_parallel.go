@@ -248,6 +248,11 @@ func planShrinks(w io.Writer, p *spec.Pipeline) {
 			fmt.Fprintf(w, "  one device lost: %v\n", err)
 			continue
 		}
+		if k := l.PipelineStages; k > 1 {
+			fmt.Fprintf(w, "  on failure: %d → %d devices, %d pipeline stages of %d (one device lost leaves %d; batch %d → %d per device, each stage's global batch %d kept)\n",
+				c.Devices, to.Devices, k, to.Devices/k, c.Devices-1, l.BatchSize, to.BatchSize, l.GlobalBatch()/k)
+			continue
+		}
 		fmt.Fprintf(w, "  on failure: %d → %d devices (one device lost leaves %d; batch %d → %d per device, the global batch %d kept)\n",
 			c.Devices, to.Devices, c.Devices-1, l.BatchSize, to.BatchSize, l.GlobalBatch())
 	}

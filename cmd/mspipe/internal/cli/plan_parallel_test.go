@@ -148,7 +148,8 @@ stages:
 // devices is lost: 7 are left, HCCL takes 4 on a server, and the seeds'
 // strategy (fc.matmul split in two) fits them; the global batch of 16 is
 // kept, 4 per device. A data_parallel stage of global batch 8 on 4
-// devices goes to 2, a stage without on_failure: shrink is not listed.
+// devices goes to 2; a pipeline of 2 stages of 4 goes on as 2 stages of
+// 2; a stage without on_failure: shrink is not listed.
 func TestPlanShowsShrink(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "elastic.yaml")
@@ -163,6 +164,9 @@ stages:
     uses: npu/train
     cluster: {devices: 4}
     with: {data: /nonexistent, model: cnn, mode: data_parallel, batch_size: 2, on_failure: shrink, max_shrinks: 1}
+  pipe:
+    uses: npu/train
+    with: {data: /nonexistent, model: cnn, mode: semi_auto_parallel, batch_size: 2, pipeline_stages: 2, micro_size: 4, strategy: {conv2: [[1, 1, 1, 1], [2, 1, 1, 1]]}, on_failure: shrink}
   plain:
     uses: npu/train
     with: {data: /nonexistent, model: cnn, mode: data_parallel}
@@ -176,6 +180,7 @@ stages:
 	for _, want := range []string{
 		"on failure of semi (on_failure: shrink):\n  on failure: 8 → 4 devices (one device lost leaves 7; batch 2 → 4 per device, the global batch 16 kept)\n",
 		"on failure of dp (on_failure: shrink):\n  on failure: 4 → 2 devices (one device lost leaves 3; batch 2 → 4 per device, the global batch 8 kept)\n",
+		"on failure of pipe (on_failure: shrink):\n  on failure: 8 → 4 devices, 2 pipeline stages of 2 (one device lost leaves 7; batch 2 → 4 per device, each stage's global batch 8 kept)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan output lacks %q:\n%s", want, out)
