@@ -92,11 +92,15 @@ func TestShrinkPipelineEqualsHandChain(t *testing.T) {
 			if failed := runStage(t.Context(), hand, 8, 1, base); failed.err == nil || !strings.Contains(failed.err.Error(), "rank 5") {
 				t.Fatalf("the 8-device job without on_failure: err %v, want it to fail naming rank 5", failed.err)
 			}
-			// The failed job merged no strategy file: its stages' files
-			// are the set's strategy.
+			// The failed job merged its stages' files as a finished job
+			// does: ckpt/reshard finds strategy.ckpt beside the set, and
+			// reads the same layout as from the stages' own files.
+			if _, err := os.Stat(filepath.Join(hand, "strategy.ckpt")); err != nil {
+				t.Errorf("the failed job left no merged strategy file: %v", err)
+			}
 			handStrategy := stageStrategyDir(t, filepath.Join(hand, "strategy.ckpt"))
 			reshardWith := map[string]any{
-				"from": hand, "source_strategy": handStrategy, "devices": 4,
+				"from": hand, "devices": 4,
 				"model": "cnn", "mode": "semi_auto_parallel", "strategy": strategy, "batch_size": 4,
 				"pipeline_stages": 2, "micro_size": 4,
 			}

@@ -132,9 +132,30 @@ func runJob(ctx context.Context, sc sdk.Context, spec jobSpec) (ranJob, error) {
 	}, ran.watch)
 	ran.ended = time.Now()
 	if err != nil {
+		// The checkpoints a failed pipeline job leaves are resharded (by
+		// hand, or by mspipe ckpt) from its directory as a finished job's
+		// are, so they need the merged file beside them too. Only when
+		// every stage's first rank wrote its file: a job that failed
+		// before that saved nothing.
+		if cfg.Pipelined() && cfg.StrategyFile != "" && stageStrategiesWritten(cfg) {
+			if merr := mergeStageStrategies(sc, cfg, ranks, devices); merr != nil {
+				sc.Warn(fmt.Sprintf("the failed job's strategy file: %v", merr))
+			}
+		}
 		return ran, err
 	}
 	return ran, mergeStageStrategies(sc, cfg, ranks, devices)
+}
+
+// stageStrategiesWritten reports whether the first rank of every pipeline
+// stage of cfg's job wrote its strategy file.
+func stageStrategiesWritten(cfg job.Config) bool {
+	for st := range cfg.PipelineStages {
+		if fi, err := os.Stat(job.StageStrategyFile(cfg.StrategyFile, st)); err != nil || !fi.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
 }
 
 // mergeStageStrategies writes a pipeline job's merged strategy file at
