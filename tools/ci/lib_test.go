@@ -1,9 +1,11 @@
 // Package ci tests the helpers of the CI script, .ci/run (in .ci/lib.sh):
-// an install step that fails must say why instead of exiting silently.
+// an install step that fails must say why instead of exiting silently, and
+// a fuzz target runs again only after Go's own fuzztime race.
 package ci
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,5 +88,62 @@ func TestQuietStepStaysQuiet(t *testing.T) {
 	out, status := runLib(t, `quietly "a step" sh -c 'echo noise; echo more >&2'; echo done`)
 	if status != 0 || out != "done\n" {
 		t.Errorf("status %d, output %q; want 0 and only \"done\"", status, out)
+	}
+}
+
+// TestFuzzTargetRunsAgainOnlyAfterGosDeadlineRace: a fuzz target that
+// Go 1.26's coordinator stops with a bare "context deadline exceeded"
+// (golang/go#75804) runs once more; a second such stop, and a real
+// failure (a failing input written), fail at once. The fake go prints the
+// runs' outputs in turn, as `go test -fuzz` prints them.
+func TestFuzzTargetRunsAgainOnlyAfterGosDeadlineRace(t *testing.T) {
+	const (
+		race = `echo "fuzz: elapsed: 15s, execs: 256704 (0/sec), new interesting: 8 (total: 310)"; echo "--- FAIL: FuzzX (15.17s)"; echo "    context deadline exceeded"; echo FAIL; exit 1`
+		pass = `echo "fuzz: elapsed: 15s, execs: 256908 (0/sec)"; echo PASS; echo "ok  	example/pkg	15.174s"; exit 0`
+		// A real crash names the input it wrote; its message may mention
+		// a deadline too (a target that hangs on the input).
+		crash = `echo "--- FAIL: FuzzX (3.02s)"; echo "    fuzzing process hung or terminated unexpectedly: context deadline exceeded"; echo "    Failing input written to testdata/fuzz/FuzzX/abc"; echo FAIL; exit 1`
+	)
+	for _, tc := range []struct {
+		name   string
+		runs   []string
+		status int
+		calls  int
+		note   bool
+	}{
+		{"race, then pass", []string{race, pass}, 0, 2, true},
+		{"race twice", []string{race, race}, 1, 2, true},
+		{"crash", []string{crash, pass}, 1, 1, false},
+		{"pass", []string{pass}, 0, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			script := "n=$(cat \"$CALLS\" 2>/dev/null || echo 0); n=$((n+1)); echo $n > \"$CALLS\"\ncase $n in\n"
+			for i, run := range tc.runs {
+				script += fmt.Sprintf("%d) %s ;;\n", i+1, run)
+			}
+			script += "*) echo unexpected call >&2; exit 9 ;;\nesac"
+			calls, fakeGo := filepath.Join(dir, "calls"), filepath.Join(dir, "go")
+			if err := os.WriteFile(fakeGo, []byte(script+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, status := runLib(t, fmt.Sprintf("export CALLS='%s'; go() { sh '%s' \"$@\"; }; fuzz_target FuzzX ./pkg 15s; echo after", calls, fakeGo))
+			if status != tc.status {
+				t.Errorf("exit status %d, want %d; output:\n%s", status, tc.status, out)
+			}
+			n, err := os.ReadFile(calls)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(n)); got != fmt.Sprint(tc.calls) {
+				t.Errorf("go ran %s times, want %d; output:\n%s", got, tc.calls, out)
+			}
+			if got := strings.Contains(out, "golang/go#75804"); got != tc.note {
+				t.Errorf("note of the race printed: %v, want %v; output:\n%s", got, tc.note, out)
+			}
+			if after := strings.Contains(out, "after"); after != (tc.status == 0) {
+				t.Errorf("the script went on after the target: %v; output:\n%s", after, out)
+			}
+		})
 	}
 }
