@@ -258,32 +258,7 @@ func TestReshardForParallelOptimizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := map[string]ckpt.Tensor{}
-	var tensors []ckpt.Tensor
-	offset := float32(0)
-	for _, name := range []string{"fc.weight", "end_point.weight", "end_point.bias"} {
-		shape := jl.Params[name].Shape
-		n := 1
-		dims := make([]int64, len(shape))
-		for k, d := range shape {
-			n *= d
-			dims[k] = int64(d)
-		}
-		v, m := make([]float32, n), make([]float32, n)
-		for i := range v {
-			v[i], m[i] = offset+float32(i), -offset-float32(i)
-		}
-		offset += float32(n)
-		wt, _ := ckpt.NewFloat32(name, dims, v)
-		mt, _ := ckpt.NewFloat32("moments."+name, dims, m)
-		whole[wt.Name], whole[mt.Name] = wt, mt
-		tensors = append(tensors, wt, mt)
-	}
-	lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
-	path := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
-	if err := ckpt.Write(path, append(tensors, lr), ckpt.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	path, whole := wholeCheckpoint(t, []*shard.JobLayout{jl}, []string{"fc.weight", "end_point.weight", "end_point.bias"})
 	for _, tc := range []struct {
 		name string
 		with map[string]any
@@ -357,6 +332,47 @@ func TestReshardForParallelOptimizer(t *testing.T) {
 }
 
 // boxData returns the bytes of t's box b (row-major float32).
+// wholeCheckpoint writes a whole checkpoint of the named parameters of
+// layouts (nil: every parameter of each, in name order), each with its
+// moment, of distinct values, and a learning rate; it returns its path and
+// its tensors by name.
+func wholeCheckpoint(t *testing.T, layouts []*shard.JobLayout, names []string) (string, map[string]ckpt.Tensor) {
+	t.Helper()
+	whole := map[string]ckpt.Tensor{}
+	var tensors []ckpt.Tensor
+	offset := float32(0)
+	for _, jl := range layouts {
+		params := names
+		if params == nil {
+			params = slices.Sorted(maps.Keys(jl.Params))
+		}
+		for _, name := range params {
+			shape := jl.Params[name].Shape
+			n := 1
+			dims := make([]int64, len(shape))
+			for k, d := range shape {
+				n *= d
+				dims[k] = int64(d)
+			}
+			v, m := make([]float32, n), make([]float32, n)
+			for i := range v {
+				v[i], m[i] = offset+float32(i), -offset-float32(i)
+			}
+			offset += float32(n)
+			wt, _ := ckpt.NewFloat32(name, dims, v)
+			mt, _ := ckpt.NewFloat32("moments."+name, dims, m)
+			whole[wt.Name], whole[mt.Name] = wt, mt
+			tensors = append(tensors, wt, mt)
+		}
+	}
+	lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
+	path := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
+	if err := ckpt.Write(path, append(tensors, lr), ckpt.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return path, whole
+}
+
 func boxData(t ckpt.Tensor, b parallel.Box) []byte {
 	shape := make([]int, len(t.Dims))
 	for k, d := range t.Dims {
@@ -393,34 +409,7 @@ func TestReshardForPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := map[string]ckpt.Tensor{}
-	var tensors []ckpt.Tensor
-	offset := float32(0)
-	for _, jl := range stages {
-		for _, name := range slices.Sorted(maps.Keys(jl.Params)) {
-			shape := jl.Params[name].Shape
-			n := 1
-			dims := make([]int64, len(shape))
-			for k, d := range shape {
-				n *= d
-				dims[k] = int64(d)
-			}
-			v, m := make([]float32, n), make([]float32, n)
-			for i := range v {
-				v[i], m[i] = offset+float32(i), -offset-float32(i)
-			}
-			offset += float32(n)
-			wt, _ := ckpt.NewFloat32(name, dims, v)
-			mt, _ := ckpt.NewFloat32("moments."+name, dims, m)
-			whole[wt.Name], whole[mt.Name] = wt, mt
-			tensors = append(tensors, wt, mt)
-		}
-	}
-	lr, _ := ckpt.NewFloat32("learning_rate", nil, []float32{0.01})
-	path := filepath.Join(t.TempDir(), "CKP-1_4.ckpt")
-	if err := ckpt.Write(path, append(tensors, lr), ckpt.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	path, whole := wholeCheckpoint(t, stages, nil)
 	out, _, err := run(t, map[string]any{
 		"from": path, "devices": 4, "model": "cnn", "mode": "semi_auto_parallel", "batch_size": 4,
 		"strategy":        map[string]any{"conv1": []any{[]any{2, 1, 1, 1}, []any{1, 1, 1, 1}}, "conv2": []any{[]any{1, 1, 1, 1}, []any{2, 1, 1, 1}}},

@@ -271,19 +271,10 @@ func TestShrinkTwice(t *testing.T) {
 	dir := t.TempDir()
 	r := mustRun(t, dir, 8, with)
 	recs := shrinkRecords(r)
-	if len(recs) != 2 {
-		t.Fatalf("%d shrink records, want 2: %v", len(recs), recs)
-	}
-	for i, want := range []map[string]int{
+	checkShrinkRecords(t, recs, []map[string]int{
 		{"shrink": 1, "lost_rank": 5, "resumed_step": 4, "from_devices": 8, "to_devices": 4},
 		{"shrink": 2, "lost_rank": 1, "resumed_step": 8, "from_devices": 4, "to_devices": 2},
-	} {
-		for key, v := range want {
-			if got := fieldInt(recs[i], key); got != v {
-				t.Errorf("shrink record %d: %s = %v, want %d", i+1, key, recs[i][key], v)
-			}
-		}
-	}
+	})
 	if got, want := r.outputs["checkpoints"], filepath.Join(dir, "shrink2"); got != want || r.outputs["global_step"] != 10 {
 		t.Errorf("outputs checkpoints %v, global_step %v: want %s and 10", got, r.outputs["global_step"], want)
 	}
@@ -419,4 +410,20 @@ func containsRun(steps []int64, lo, hi int64) bool {
 		}
 	}
 	return next > hi
+}
+
+// checkShrinkRecords fails the test unless recs are one shrink record per
+// entry of want, each with want's fields.
+func checkShrinkRecords(t *testing.T, recs []map[string]any, want []map[string]int) {
+	t.Helper()
+	if len(recs) != len(want) {
+		t.Fatalf("%d shrink records, want %d: %v", len(recs), len(want), recs)
+	}
+	for i, w := range want {
+		for key, v := range w {
+			if got := fieldInt(recs[i], key); got != v {
+				t.Errorf("shrink record %d: %s = %v, want %d", i+1, key, recs[i][key], v)
+			}
+		}
+	}
 }
